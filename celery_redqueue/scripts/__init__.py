@@ -1,0 +1,40 @@
+"""Lua scripts, one file per atomic operation, loaded once and called by SHA."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+
+from ..client import redis_errors
+
+KeyOrArg = str | bytes | int | float
+
+
+class LuaScript:
+    """One script: its SHA is computed locally; the server loads it on the first NOSCRIPT."""
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
+        with redis_errors(f"running {self.name}"):
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                # A restarted or new server (or another cluster node) has not seen it yet.
+                client.script_load(self.source)
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+@cache
+def script(name: str) -> LuaScript:
+    """Return the script ``scripts/<name>.lua`` (read once per process)."""
+    source = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return LuaScript(name, source)

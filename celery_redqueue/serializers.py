@@ -1,0 +1,98 @@
+"""A thin layer over kombu's serializer registry.
+
+JSON is the default and is written canonically (sorted keys, no spaces) so that equal payloads
+are equal bytes, which coalescing pools rely on. Pickle works only when chosen by name, and
+warns: loading pickles from a shared Redis executes whatever code was stored.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any, Protocol, runtime_checkable
+
+from kombu.serialization import registry
+from kombu.utils import json as kombu_json
+
+from .errors import ConfigurationError, PickleWarning, SerializationError
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Anything with ``dumps(obj) -> bytes | str`` and ``loads(data) -> obj``."""
+
+    def dumps(self, obj: Any) -> bytes | str: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class JSONSerializer:
+    """kombu's JSON (datetimes, UUIDs, Decimals round-trip), written canonically."""
+
+    name = "json"
+
+    def dumps(self, obj: Any) -> bytes:
+        try:
+            text: str = kombu_json.dumps(obj, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(f"cannot serialize {obj!r} as JSON: {exc}") from exc
+        return text.encode()
+
+    def loads(self, data: bytes) -> Any:
+        try:
+            return kombu_json.loads(data)
+        except (TypeError, ValueError, json.JSONDecodeError) as exc:
+            raise SerializationError(f"stored payload is not valid JSON: {exc}") from exc
+
+
+class KombuSerializer:
+    """Any other serializer registered with kombu (msgpack, yaml, pickle, your own)."""
+
+    def __init__(self, name: str) -> None:
+        if name not in registry._encoders:
+            raise ConfigurationError(
+                f"redqueue_serializer {name!r} is not registered with kombu "
+                f"(known: {sorted(registry._encoders)})"
+            )
+        self.name = name
+        self.content_type, self.content_encoding, _ = registry._encoders[name]
+
+    def dumps(self, obj: Any) -> bytes:
+        try:
+            _, _, data = registry.dumps(obj, serializer=self.name)
+        except Exception as exc:  # kombu wraps encoder errors in its own types
+            raise SerializationError(f"cannot serialize {obj!r} with {self.name}: {exc}") from exc
+        return data if isinstance(data, bytes) else data.encode()
+
+    def loads(self, data: bytes) -> Any:
+        try:
+            return registry.loads(
+                data, self.content_type, self.content_encoding, accept={self.content_type}
+            )
+        except Exception as exc:
+            raise SerializationError(f"cannot read payload with {self.name}: {exc}") from exc
+
+
+def get_serializer(spec: str | Serializer | None) -> Serializer:
+    """Resolve a serializer name (``"json"`` default) or return a serializer object as is."""
+    if spec is None or spec == "json":
+        return JSONSerializer()
+    if isinstance(spec, str):
+        if spec == "pickle":
+            warnings.warn(
+                "redqueue is using pickle: anyone who can write to this Redis can run code in "
+                "your workers. Use it only on a Redis you fully trust.",
+                PickleWarning,
+                stacklevel=3,
+            )
+        return KombuSerializer(spec)
+    if isinstance(spec, Serializer):
+        return spec
+    raise ConfigurationError(
+        f"redqueue_serializer must be a name or an object with dumps/loads, got {spec!r}"
+    )
+
+
+def to_bytes(data: bytes | str) -> bytes:
+    """Serializers may return text; Redis stores bytes."""
+    return data if isinstance(data, bytes) else data.encode()
