@@ -1,0 +1,88 @@
+"""Settings read from ``app.conf`` (``redqueue_*``), validated once per app.
+
+Django projects that load settings with ``namespace="CELERY"`` write ``CELERY_REDQUEUE_URL``
+and so on; Celery strips the namespace, so both spellings arrive here as ``redqueue_url``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import get_client
+from .errors import ConfigurationError
+from .keys import DEFAULT_PREFIX, normalize_prefix
+from .serializers import Serializer, get_serializer
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+
+
+@dataclass(frozen=True)
+class RedQueueConfig:
+    """The validated ``redqueue_*`` settings of one Celery app."""
+
+    #: Where structures live. Falls back to ``broker_url`` when that is a Redis URL.
+    url: str
+    #: Namespaces every key: ``<prefix>:{pool:name}:items``.
+    key_prefix: str = DEFAULT_PREFIX
+    #: ``redqueue_serializer``: a kombu serializer name (``"json"`` by default; ``"pickle"``
+    #: warns) or an object with dumps/loads, resolved once.
+    serializer: Serializer = field(default_factory=lambda: get_serializer("json"))
+    #: Extra keyword arguments for ``redis.Redis.from_url`` (timeouts, TLS, ...).
+    redis_options: dict[str, Any] = field(default_factory=dict)
+    #: Register drain and reaper jobs with beat (``add_periodic_task``).
+    beat: bool = True
+    #: Seconds between runs of the reaper job under beat.
+    reaper_interval: float = 30.0
+
+    def client(self) -> Any:
+        return get_client(self.url, self.redis_options)
+
+
+def _resolve_url(conf: Any) -> str:
+    url = conf.get("redqueue_url")
+    if url:
+        if not isinstance(url, str) or not url.startswith(REDIS_SCHEMES):
+            raise ConfigurationError(
+                f"redqueue_url must be a Redis URL ({REDIS_SCHEMES}), got {url!r}"
+            )
+        return url
+    broker = conf.get("broker_url")
+    if isinstance(broker, str) and broker.startswith(("redis://", "rediss://")):
+        return broker
+    raise ConfigurationError(
+        f"redqueue_url is not set and broker_url ({broker!r}) is not a Redis URL: "
+        "set redqueue_url (CELERY_REDQUEUE_URL in Django) to e.g. redis://localhost:6379/0"
+    )
+
+
+def load_config(conf: Any) -> RedQueueConfig:
+    """Validate the ``redqueue_*`` settings found in a Celery ``app.conf``."""
+    options = conf.get("redqueue_redis_options") or {}
+    if not isinstance(options, dict):
+        raise ConfigurationError(f"redqueue_redis_options must be a dict, got {options!r}")
+    serializer = get_serializer(conf.get("redqueue_serializer") or "json")
+    beat = conf.get("redqueue_beat")
+    interval = conf.get("redqueue_reaper_interval")
+    interval = 30.0 if interval is None else interval
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        raise ConfigurationError(
+            f"redqueue_reaper_interval must be positive seconds, got {interval!r}"
+        )
+    return RedQueueConfig(
+        url=_resolve_url(conf),
+        key_prefix=normalize_prefix(conf.get("redqueue_key_prefix") or DEFAULT_PREFIX),
+        serializer=serializer,
+        redis_options=dict(options),
+        beat=True if beat is None else bool(beat),
+        reaper_interval=float(interval),
+    )
+
+
+def get_config(app: Any) -> RedQueueConfig:
+    """The app's validated settings, read once and kept on the app."""
+    config: RedQueueConfig | None = getattr(app, "_redqueue_config", None)
+    if config is None:
+        config = load_config(app.conf)
+        app._redqueue_config = config
+    return config

@@ -1,0 +1,369 @@
+"""Celery glue: task base classes whose calls go into Redis structures, and their decorators.
+
+A pooled task's ``delay()`` stores the call in a :class:`~celery_redqueue.pool.CappedPool`;
+the broker only carries argument-less drain jobs of the same task name, marked by a message
+header. The worker runs a drain job by popping the pool and calling the body for each call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from .config import get_config
+from .errors import ConfigurationError, RedQueueError, SerializationError
+from .pool import AddResult, CappedPool, PoolBatch, validate_pool_options
+
+logger = logging.getLogger(__name__)
+
+#: Message header that marks an argument-less drain job.
+DRAIN_HEADER = "redqueue_drain"
+REAPER_TASK = "celery_redqueue.reap"
+
+
+@dataclass(frozen=True)
+class PoolCall:
+    """One call handed to a ``pool_batch`` body: arguments and how many calls it merges."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """What one drain job did; also its (JSON-friendly) return value."""
+
+    processed: int = 0
+    failed: int = 0
+    batches: int = 0
+    continued: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _positive(cls: type, name: str, *, integer: bool = False, optional: bool = False) -> None:
+    value: Any = getattr(cls, name)
+    if optional and value is None:
+        return
+    wrong_type = not isinstance(value, int | float) or (integer and not isinstance(value, int))
+    if isinstance(value, bool) or wrong_type or value <= 0:
+        what = "a positive integer" if integer else "positive seconds"
+        raise ConfigurationError(
+            f"{name} must be {what}{' or None' if optional else ''}, got {value!r}"
+        )
+
+
+def _register_beat(
+    app: Any, key: str, interval: float, task_name: str, headers: dict[str, Any]
+) -> None:
+    """Add a beat entry once per app (re-binding the same task must not duplicate it)."""
+    from celery import signature
+
+    sig = signature(task_name, app=app, options={"headers": headers} if headers else {})
+    app.add_periodic_task(interval, sig, name=key)
+
+
+class RedQueueTask(Task):  # type: ignore[misc]
+    """Shared plumbing of tasks backed by a redqueue structure."""
+
+    @classmethod
+    def bind(cls, app: Any) -> Any:
+        bound = super().bind(app)
+        if cls.name and cls.name != REAPER_TASK:
+            config = get_config(app)
+            if config.beat:
+                _register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
+                cls._register_schedules(app)
+        return bound
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        """Subclasses add their own beat entries."""
+
+    def send_drain(self, **options: Any) -> Any:
+        """Send one argument-less drain job for this task to the broker.
+
+        It goes through ``send_task`` with the task's own routing options: the task's signature
+        check would refuse a call without the body's arguments.
+        """
+        options = dict(self._get_exec_options(), **options)
+        options.setdefault("ignore_result", self.ignore_result)
+        options["headers"] = dict(options.get("headers") or {}, **{DRAIN_HEADER: 1})
+        return self.app.send_task(self.name, (), {}, task_type=self, **options)
+
+    def check_call(self, args: Any, kwargs: Any) -> None:
+        """Refuse, at the call site, arguments the body cannot take (Celery's own check)."""
+        if self.typing:
+            self.__header__(*(args or ()), **(kwargs or {}))
+
+    def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return not args and not kwargs and bool(getattr(self.request, DRAIN_HEADER, None))
+
+    def reap(self) -> int:
+        """Return expired reservations of this task's structure; returns how many."""
+        raise NotImplementedError
+
+
+class PoolTask(RedQueueTask):
+    """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
+
+    Example::
+
+        @app.task(base=PoolTask, pool_size=10_000, pool_policy="sample")
+        def record(event):
+            ...
+
+        record.delay({"user": 7})   # -> AddResult(kept=True, ...), not an AsyncResult
+    """
+
+    #: Most distinct entries the pool holds; what does not fit is dropped and counted.
+    pool_size: int = 10_000
+    #: What a full pool does with a new call: "sample", "newest" or "reject".
+    pool_policy: str = "sample"
+    #: Entries popped per atomic step of a drain.
+    pool_batch_size: int = 100
+    #: Merge equal calls into one entry with a count, passed to the body as ``count=``.
+    pool_coalesce: bool = False
+    #: Name of the keyword argument that carries the count of a coalesced call.
+    pool_count_kwarg: str = "count"
+    #: Call the body once per popped batch with a list of :class:`PoolCall`.
+    pool_batch: bool = False
+    #: Seconds between beat-run drains (a safety net; calls also send drains). None: no beat.
+    pool_drain_interval: float | None = 60.0
+    #: Most drain jobs working on this pool at once; a deep pool fans out up to this many.
+    pool_drain_concurrency: int = 1
+    #: Seconds one drain job works before handing over to a fresh drain job.
+    pool_drain_time_budget: float = 10.0
+    #: Seconds a popped batch may take before the reaper counts it as lost.
+    pool_batch_timeout: float = 300.0
+    #: Pool name; defaults to the task name.
+    pool_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        validate_pool_options(
+            capacity=cls.pool_size, policy=cls.pool_policy, max_drains=cls.pool_drain_concurrency
+        )
+        _positive(cls, "pool_batch_size", integer=True)
+        _positive(cls, "pool_drain_interval", optional=True)
+        _positive(cls, "pool_drain_time_budget")
+        _positive(cls, "pool_batch_timeout")
+        if not isinstance(cls.pool_count_kwarg, str) or not cls.pool_count_kwarg.isidentifier():
+            raise ConfigurationError(
+                f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
+            )
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        if cls.pool_drain_interval:
+            _register_beat(
+                app,
+                f"redqueue: drain {cls.name}",
+                cls.pool_drain_interval,
+                cls.name,
+                {DRAIN_HEADER: 1},
+            )
+
+    @property
+    def pool(self) -> CappedPool:
+        """This task's pool (stats, pop, clear), built once per process."""
+        cached: tuple[int, CappedPool] | None = self.__dict__.get("_redqueue_pool")
+        if cached is None or cached[0] != os.getpid():
+            config = get_config(self.app)
+            pool = CappedPool(
+                config.client(),
+                self.pool_name or self.name,
+                self.pool_size,
+                policy=self.pool_policy,
+                coalesce=self.pool_coalesce,
+                prefix=config.key_prefix,
+                serializer=config.serializer,
+                batch_timeout=self.pool_batch_timeout,
+                max_drains=self.pool_drain_concurrency,
+            )
+            cached = (os.getpid(), pool)
+            self.__dict__["_redqueue_pool"] = cached
+        return cached[1]
+
+    # Producing
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Store the call in the pool; returns an :class:`AddResult` receipt.
+
+        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual.
+        In eager mode the body runs at once on the arguments as a worker would see them.
+        """
+        if (options.get("headers") or {}).get(DRAIN_HEADER):
+            return self.send_drain(producer=producer, **options)
+        self.check_call(args, kwargs)
+        for unsupported in ("countdown", "eta"):
+            if options.get(unsupported) is not None:
+                raise RedQueueError(
+                    f"{unsupported}= is not supported on pooled tasks ({self.name})"
+                )
+        call_args = list(args or ())
+        call_kwargs = dict(kwargs or {})
+        if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
+            raise RedQueueError(
+                f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
+                "do not pass it when calling"
+            )
+        pool = self.pool
+        encoded = pool.encode([call_args, call_kwargs])
+        if self.app.conf.task_always_eager:
+            stored_args, stored_kwargs = pool.serializer.loads(encoded)
+            return self.apply(
+                stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
+            )
+        result = pool._add_encoded([encoded])[0]
+        if result.drain_needed:
+            self.send_drain()
+        return result
+
+    def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[AddResult]:
+        """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain."""
+        results = self.pool.add_many([[list(a), dict(k)] for a, k in calls])
+        if any(r.drain_needed for r in results):
+            self.send_drain()
+        return results
+
+    # Consuming
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        if self.pool_batch:
+            return super().__call__([PoolCall(tuple(args), dict(kwargs), 1)])
+        return super().__call__(*args, **kwargs)
+
+    def drain(self) -> DrainSummary:
+        """Pop and run batches until the pool is empty or the time budget is spent."""
+        pool = self.pool
+        deadline = time.monotonic() + self.pool_drain_time_budget
+        processed = failed = batches = 0
+        while True:
+            batch = pool.pop(self.pool_batch_size)
+            if batch.fan_out:
+                self.send_drain()
+            if not batch:
+                return DrainSummary(processed, failed, batches)
+            batch_failed = self._run_batch(batch)
+            if not pool.ack(batch, failed=batch_failed):
+                logger.warning(
+                    "%s: batch %s finished after its deadline; counted as lost", self.name, batch.id
+                )
+            batches += 1
+            failed += batch_failed + len(batch.undecodable)
+            processed += batch.calls - batch_failed - len(batch.undecodable)
+            if time.monotonic() >= deadline:
+                # Hand over to a fresh job so one pool cannot hold a worker forever.
+                self.send_drain()
+                return DrainSummary(processed, failed, batches, continued=True)
+
+    def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+        if (
+            not isinstance(payload, list | tuple)
+            or len(payload) != 2
+            or not isinstance(payload[0], list | tuple)
+            or not isinstance(payload[1], dict)
+        ):
+            raise SerializationError(
+                f"{self.name}: stored call has an unexpected shape: {payload!r}"
+            )
+        return list(payload[0]), dict(payload[1])
+
+    def _run_batch(self, batch: PoolBatch) -> int:
+        """Run the body over a batch; returns how many calls failed (each is logged)."""
+        if self.pool_batch:
+            try:
+                calls = [
+                    PoolCall(tuple(a), k, item.count)
+                    for item in batch.items
+                    for a, k in [self._unpack(item.payload)]
+                ]
+                self.run(calls)
+            except SoftTimeLimitExceeded:
+                self.pool.ack(batch, failed=sum(item.count for item in batch.items))
+                raise
+            except Exception:
+                logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
+                return sum(item.count for item in batch.items)
+            return 0
+        failed = 0
+        for index, item in enumerate(batch.items):
+            try:
+                call_args, call_kwargs = self._unpack(item.payload)
+                if self.pool_coalesce:
+                    call_kwargs[self.pool_count_kwarg] = item.count
+                self.run(*call_args, **call_kwargs)
+            except SoftTimeLimitExceeded:
+                self.pool.ack(batch, failed=failed + sum(i.count for i in batch.items[index:]))
+                raise
+            except Exception:
+                logger.exception("%s: pooled call %r failed", self.name, item.payload)
+                failed += item.count
+        return failed
+
+    def reap(self) -> int:
+        return self.pool.reap()
+
+
+def pool_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task with :class:`PoolTask` as base; options are checked at once.
+
+    Example::
+
+        @pool_task(pool_size=1000, pool_coalesce=True)
+        def count_error(fingerprint, count=1):
+            ...
+    """
+    return _decorator(PoolTask, args, options)
+
+
+def _decorator(base: type[RedQueueTask], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    base = options.pop("base", base)
+    # Building a throwaway subclass runs the same validation as Celery will, but now, at the
+    # decoration site, rather than when the app is finalized.
+    type("_Check", (base,), {k: v for k, v in options.items() if hasattr(base, k)})
+    app = options.pop("app", None)
+    decorate: Callable[..., Any] = app.task if app is not None else shared_task
+    if len(args) == 1 and callable(args[0]) and not options:
+        return decorate(base=base)(args[0])
+    if args:
+        raise TypeError("pool_task takes keyword options only, or is used bare: @pool_task")
+    return decorate(base=base, **options)
+
+
+@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[misc, untyped-decorator]
+def reap(self: Task) -> dict[str, int]:
+    """Beat-run: return expired reservations of every redqueue task of this app."""
+    reaped: dict[str, int] = {}
+    for name, task in list(self.app.tasks.items()):
+        if isinstance(task, RedQueueTask) and name != REAPER_TASK:
+            try:
+                count = task.reap()
+            except RedQueueError:
+                logger.exception("redqueue: reaping %s failed", name)
+                continue
+            if count:
+                reaped[name] = count
+    return reaped
