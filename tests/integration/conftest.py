@@ -1,0 +1,28 @@
+import contextlib
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+
+@contextlib.contextmanager
+def running_worker(app, **options):
+    """Celery's own in-process test worker.
+
+    This is what the legacy ``celery_worker`` fixture runs; pytest-celery 1.x replaced that
+    fixture with a Docker-based one, and these tests need no Docker.
+    """
+    options.setdefault("pool", "solo")
+    options.setdefault("perform_ping_check", False)
+    options.setdefault("loglevel", "WARNING")
+    with start_worker(app, **options) as worker:
+        yield worker
+
+
+@pytest.fixture
+def app(redqueue_celery_app):
+    return redqueue_celery_app
+
+
+def broker_depth(client, prefix, queue="celery"):
+    return client.llen(f"{prefix}:broker:{queue}")
+

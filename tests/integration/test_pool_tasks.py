@@ -1,0 +1,240 @@
+"""PoolTask with real Celery workers on a real Redis broker."""
+
+import pytest
+from celery import Celery
+
+from celery_redqueue import (
+    AddResult,
+    ConfigurationError,
+    PoolCall,
+    PoolTask,
+    RedQueueError,
+    SerializationError,
+    pool_task,
+)
+from celery_redqueue.tasks import DRAIN_HEADER
+from tests.helpers import wait_for
+
+from .conftest import broker_depth, running_worker
+
+
+@pytest.fixture
+def recorded():
+    return []
+
+
+@pytest.fixture
+def pooled(app, recorded):
+    @app.task(base=PoolTask, pool_size=1000, pool_batch_size=25)
+    def record(x, y=0):
+        if x == "boom":
+            raise ValueError("bad item")
+        recorded.append(x + y)
+
+    return record
+
+
+def test_worker_drains_calls(app, pooled, recorded):
+    with running_worker(app):
+        receipts = [pooled.delay(i, y=1) for i in range(200)]
+        assert all(isinstance(r, AddResult) and r.kept for r in receipts)
+        wait_for(lambda: pooled.pool.stats().processed == 200, message="200 processed")
+    assert sorted(recorded) == list(range(1, 201))
+    stats = pooled.pool.stats()
+    assert stats.depth == 0 and stats.failed == 0
+
+
+def test_one_failing_call_does_not_lose_its_batch(app, pooled, recorded):
+    calls = [((i,), {}) for i in range(10)] + [(("boom",), {})] + [((i,), {}) for i in range(10, 20)]
+    pooled.add_many(calls)
+    with running_worker(app):
+        wait_for(lambda: pooled.pool.stats().processed == 20, message="20 processed")
+    stats = pooled.pool.stats()
+    assert stats.failed == 1
+    assert sorted(recorded) == list(range(20))
+
+
+def test_burst_sends_one_drain_message(app, redqueue_redis, redqueue_prefix):
+    done = []
+
+    @app.task(base=PoolTask, pool_size=50, pool_policy="reject")
+    def slow(i):
+        done.append(i)
+
+    receipts = [slow.delay(i) for i in range(500)]
+    assert sum(r.drain_needed for r in receipts) == 1
+    assert broker_depth(redqueue_redis, redqueue_prefix) == 1
+    assert sum(r.kept for r in receipts) == 50
+    with running_worker(app):
+        wait_for(lambda: slow.pool.stats().processed == 50)
+    assert sorted(done) == list(range(50))  # reject keeps the oldest
+    stats = slow.pool.stats()
+    assert (stats.offered, stats.rejected, stats.drains_pending) == (500, 450, 0)
+
+
+def test_coalescing_task_gets_counts(app):
+    counts = {}
+
+    @app.task(base=PoolTask, pool_size=100, pool_coalesce=True)
+    def count_error(fingerprint, count=1):
+        counts[fingerprint] = counts.get(fingerprint, 0) + count
+
+    for i in range(300):
+        count_error.delay(f"fp{i % 3}")
+    assert count_error.pool.stats().entries == 3
+    with running_worker(app):
+        wait_for(lambda: count_error.pool.stats().processed == 300)
+    assert counts == {"fp0": 100, "fp1": 100, "fp2": 100}
+    with pytest.raises(RedQueueError, match="count="):
+        count_error.delay("fp", count=3)
+
+
+def test_batch_task_gets_lists_of_calls(app):
+    batches = []
+
+    @app.task(base=PoolTask, pool_size=1000, pool_batch=True, pool_batch_size=40, pool_policy="newest")
+    def store(calls):
+        assert all(isinstance(c, PoolCall) for c in calls)
+        batches.append([c.args[0] for c in calls])
+
+    store.add_many([((i,), {}) for i in range(100)])
+    with running_worker(app):
+        wait_for(lambda: store.pool.stats().processed == 100)
+    assert [len(b) for b in batches] == [40, 40, 20]
+    assert [x for b in batches for x in b] == list(range(100))
+
+
+def test_fan_out_spreads_a_deep_pool_over_several_drains(app, redqueue_redis, redqueue_prefix):
+    @app.task(base=PoolTask, pool_size=10_000, pool_batch_size=10, pool_drain_concurrency=3)
+    def noop(i):
+        pass
+
+    noop.add_many([((i,), {}) for i in range(1000)])
+    assert broker_depth(redqueue_redis, redqueue_prefix) == 1
+    first = noop.pool.pop(10)  # what the first drain job does: it finds the pool deep
+    assert first.fan_out
+    noop.pool.ack(first)
+    with running_worker(app, pool="threads", concurrency=3):
+        wait_for(lambda: noop.pool.stats().processed == 1000)
+    assert noop.pool.stats().drains_pending == 0
+
+
+def test_calls_are_checked_at_the_call_site(pooled):
+    with pytest.raises(SerializationError):
+        pooled.delay(object())
+    with pytest.raises(TypeError):
+        pooled.delay(1, 2, 3)
+    with pytest.raises(RedQueueError, match="countdown"):
+        pooled.apply_async((1,), countdown=5)
+    assert pooled.pool.stats().offered == 0
+
+
+def test_eager_mode_runs_the_body_on_round_tripped_arguments(app):
+    app.conf.task_always_eager = True
+    seen = []
+
+    @app.task(base=PoolTask)
+    def echo(value):
+        seen.append(value)
+        return "ran"
+
+    result = echo.delay((1, 2))
+    assert result.get() == "ran"
+    assert seen == [[1, 2]]  # as a worker would see it after JSON
+    assert echo.pool.stats().offered == 0
+    with pytest.raises(SerializationError):
+        echo.delay({1, 2})
+
+
+def test_drain_job_header_passes_through_apply_async(app, redqueue_redis, redqueue_prefix):
+    @app.task(base=PoolTask)
+    def noop(i):
+        pass
+
+    noop.apply_async((), {}, headers={DRAIN_HEADER: 1})  # what beat does
+    assert broker_depth(redqueue_redis, redqueue_prefix) == 1
+    assert noop.pool.stats().offered == 0
+
+
+def test_beat_schedule_is_registered(app):
+    @app.task(base=PoolTask, pool_drain_interval=5)
+    def a(i):
+        pass
+
+    @app.task(base=PoolTask, pool_drain_interval=None)
+    def b(i):
+        pass
+
+    app.finalize()
+    schedule = app.conf.beat_schedule
+    entry = schedule[f"redqueue: drain {a.name}"]
+    assert entry["schedule"] == 5 and entry["options"]["headers"] == {DRAIN_HEADER: 1}
+    assert f"redqueue: drain {b.name}" not in schedule
+    assert schedule["redqueue: reap"]["task"] == "celery_redqueue.reap"
+
+
+def test_beat_registration_can_be_switched_off(app):
+    app.conf.redqueue_beat = False
+
+    @app.task(base=PoolTask)
+    def a(i):
+        pass
+
+    app.finalize()
+    assert not [k for k in app.conf.beat_schedule if k.startswith("redqueue")]
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"pool_size": 0}, "pool_size"),
+        ({"pool_policy": "lifo"}, "pool_policy"),
+        ({"pool_batch_size": -5}, "pool_batch_size"),
+        ({"pool_drain_interval": 0}, "pool_drain_interval"),
+        ({"pool_drain_concurrency": 0}, "pool_drain_concurrency"),
+    ],
+)
+def test_bad_options_fail_at_decoration(options, name):
+    with pytest.raises(ConfigurationError, match=name):
+
+        @pool_task(**options)
+        def f(x):
+            pass
+
+
+def test_bad_options_on_app_task_fail_at_finalization(app):
+    @app.task(base=PoolTask, pool_size=-1)
+    def f(x):
+        pass
+
+    with pytest.raises(ConfigurationError, match="pool_size"):
+        app.finalize()
+
+
+def test_missing_url_is_named(redqueue_prefix):
+    app = Celery("no-redis", broker="amqp://localhost//", set_as_current=False)
+
+    @app.task(base=PoolTask)
+    def f(x):
+        pass
+
+    with pytest.raises(ConfigurationError, match="redqueue_url"):
+        app.finalize()
+
+
+def test_django_style_namespace_settings(redqueue_server_url, redqueue_prefix, redqueue_redis):
+    class Settings:
+        CELERY_BROKER_URL = "amqp://localhost//"
+        CELERY_REDQUEUE_URL = redqueue_server_url
+        CELERY_REDQUEUE_KEY_PREFIX = redqueue_prefix
+
+    app = Celery("django-like", set_as_current=False)
+    app.config_from_object(Settings, namespace="CELERY")
+
+    @app.task(base=PoolTask, pool_drain_interval=None)
+    def f(x):
+        pass
+
+    app.conf.redqueue_beat = False
+    f.pool.add([[1], {}])
+    assert redqueue_redis.exists(f"{redqueue_prefix}:{{pool:{f.name}}}:items")

@@ -1,0 +1,75 @@
+"""`celery worker` (prefork) and `celery beat` as real subprocesses."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from celery_redqueue import CappedPool
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def proc_env(redqueue_server_url, redqueue_prefix, tmp_path):
+    env = dict(os.environ)
+    env.update(
+        REDQUEUE_TEST_URL=redqueue_server_url,
+        REDQUEUE_TEST_PREFIX=redqueue_prefix,
+        REDQUEUE_TEST_BEAT_FILE=str(tmp_path / "beat-schedule"),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+@pytest.fixture
+def spawn(proc_env, tmp_path):
+    procs = []
+
+    def start(*args):
+        log = open(tmp_path / f"{args[0]}.log", "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
+            env=proc_env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append((proc, log))
+        return proc
+
+    yield start
+    for proc, log in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def test_beat_drains_a_pool_that_no_call_announced(redqueue_redis, redqueue_prefix, spawn, tmp_path):
+    """Items put straight into the pool send no drain job; beat's schedule drains them anyway,
+    and a prefork worker with two processes runs them."""
+    pool = CappedPool(redqueue_redis, "tests.integration.proc_app.record", 1000, prefix=redqueue_prefix)
+    # A producer that stored calls but whose drain message was lost: the flag is armed, no job.
+    results = pool.add_many([[[i], {}] for i in range(100)])
+    assert results[0].drain_needed
+    spawn("worker", "--pool=prefork", "--concurrency=2", "--loglevel=INFO")
+    spawn("beat", "--loglevel=INFO", "--max-interval=1")
+    try:
+        wait_for(lambda: pool.stats().processed == 100, timeout=90, message="beat-run drain")
+    except AssertionError:
+        for log in tmp_path.glob("*.log"):
+            print(log.name, log.read_text()[-3000:])
+        raise
+    ran = [x.decode().split(":") for x in redqueue_redis.lrange(f"{redqueue_prefix}:ran", 0, -1)]
+    assert sorted(int(i) for _, i in ran) == list(range(100))
+    assert pool.stats().depth == 0

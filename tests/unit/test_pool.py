@@ -1,0 +1,294 @@
+"""CappedPool against a real Redis: policies, accounting, sampling, coalescing, the drain flag."""
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+import redis
+
+from celery_redqueue import (
+    CappedPool,
+    ConfigurationError,
+    RedisUnavailableError,
+    SerializationError,
+)
+
+
+def assert_identities(stats):
+    assert stats.offered == stats.accepted + stats.rejected, stats
+    assert (
+        stats.accepted
+        == stats.processed + stats.failed + stats.evicted + stats.depth + stats.in_flight + stats.lost
+    ), stats
+
+
+def drain_all(pool, n=100):
+    seen = []
+    while True:
+        batch = pool.pop(n)
+        if not batch:
+            return seen
+        seen.extend(item.payload for item in batch.items)
+        pool.ack(batch)
+
+
+def test_reject_keeps_oldest_and_refuses_new(make_pool):
+    pool = make_pool(capacity=3, policy="reject")
+    results = pool.add_many(range(10))
+    assert [r.kept for r in results] == [True] * 3 + [False] * 7
+    assert drain_all(pool) == [0, 1, 2]
+    stats = pool.stats()
+    assert (stats.offered, stats.accepted, stats.rejected, stats.processed) == (10, 3, 7, 3)
+    assert_identities(stats)
+
+
+def test_newest_keeps_newest_and_evicts_oldest(make_pool):
+    pool = make_pool(capacity=3, policy="newest")
+    results = pool.add_many(range(10))
+    assert all(r.kept for r in results)
+    assert [r.evicted for r in results] == [False] * 3 + [True] * 7
+    assert drain_all(pool) == [7, 8, 9]
+    stats = pool.stats()
+    assert (stats.accepted, stats.evicted, stats.processed) == (10, 7, 3)
+    assert_identities(stats)
+
+
+def test_sample_never_exceeds_capacity_and_counts_exactly(make_pool):
+    pool = make_pool(capacity=50)
+    for start in range(0, 2000, 100):
+        pool.add_many(range(start, start + 100))
+        stats = pool.stats()
+        assert stats.entries <= 50
+        assert_identities(stats)
+    kept = drain_all(pool)
+    assert len(kept) == 50 and len(set(kept)) == 50
+    stats = pool.stats()
+    assert stats.offered == 2000 and stats.processed == 50
+    assert stats.rejected + stats.evicted == 1950
+    assert_identities(stats)
+
+
+def chi_square_over_deciles(kept, offered):
+    counts = [0] * 10
+    for value in kept:
+        counts[value * 10 // offered] += 1
+    expected = len(kept) / 10
+    return sum((c - expected) ** 2 / expected for c in counts)
+
+
+# 9 degrees of freedom: P(chi2 > 33.7) = 1e-4, so a uniform sample fails 1 run in 10,000.
+CHI2_CRITICAL = 33.7
+
+
+@pytest.mark.parametrize("policy, uniform", [("sample", True), ("newest", False), ("reject", False)])
+def test_sample_policy_keeps_a_uniform_sample(make_pool, policy, uniform):
+    """Sample must spread its 500 survivors evenly over 10,000 offers; newest/oldest must not."""
+    offered = 10_000
+    pool = make_pool(name=f"u-{policy}", capacity=500, policy=policy)
+    for start in range(0, offered, 1000):
+        pool.add_many(range(start, start + 1000))
+    kept = drain_all(pool, n=500)
+    assert len(kept) == 500
+    statistic = chi_square_over_deciles(kept, offered)
+    assert (statistic < CHI2_CRITICAL) is uniform, statistic
+
+
+def test_sample_pops_in_random_order(make_pool):
+    pool = make_pool(capacity=1000)
+    pool.add_many(range(1000))
+    popped = drain_all(pool, n=1000)
+    assert sorted(popped) == list(range(1000))
+    assert popped != list(range(1000))
+
+
+def test_coalescing_merges_equal_payloads_and_counts_calls(make_pool):
+    pool = make_pool(capacity=2, coalesce=True, policy="reject")
+    results = pool.add_many(["a", "b", "a", {"k": 1, "j": 2}, "a", {"j": 2, "k": 1}])
+    assert [r.merged for r in results] == [False, False, True, False, True, False]
+    assert [r.kept for r in results] == [True, True, True, False, True, False]
+    batch = pool.pop(10)
+    assert sorted((i.payload, i.count) for i in batch.items) == [("a", 3), ("b", 1)]
+    pool.ack(batch, failed=1)
+    stats = pool.stats()
+    assert (stats.offered, stats.accepted, stats.rejected) == (6, 4, 2)
+    assert (stats.processed, stats.failed, stats.entries) == (3, 1, 0)
+    assert_identities(stats)
+
+
+def test_coalescing_eviction_counts_every_merged_call(make_pool):
+    pool = make_pool(capacity=1, coalesce=True, policy="newest")
+    pool.add_many(["old", "old", "old", "new"])
+    stats = pool.stats()
+    assert (stats.evicted, stats.depth, stats.entries) == (3, 1, 1)
+    assert_identities(stats)
+    assert [(i.payload, i.count) for i in pool.pop(5).items] == [("new", 1)]
+
+
+def test_equal_payloads_stay_apart_without_coalescing(make_pool):
+    pool = make_pool(capacity=10, policy="newest")
+    pool.add_many(["x", "x", "x"])
+    assert drain_all(pool) == ["x", "x", "x"]
+
+
+def test_drain_flag_is_armed_once_and_cleared_only_by_an_empty_pop(make_pool):
+    pool = make_pool(capacity=100)
+    first = pool.add_many(range(10))
+    assert [r.drain_needed for r in first] == [True] + [False] * 9
+    assert not pool.add("more").drain_needed
+    batch = pool.pop(100)
+    assert len(batch) == 11
+    # A call arriving while the last batch is processed sees the flag and sends nothing...
+    assert not pool.add("late").drain_needed
+    pool.ack(batch)
+    # ...and the drain's next pop finds it: nothing is stranded.
+    late = pool.pop(100)
+    assert [i.payload for i in late.items] == ["late"]
+    pool.ack(late)
+    assert not pool.pop(100)
+    assert pool.stats().drains_pending == 0
+    assert pool.add("next").drain_needed
+
+
+def _produce(url, prefix, worker, count, broker_key):
+    client = redis.Redis.from_url(url)
+    pool = CappedPool(client, "race", 20, prefix=prefix)
+    for i in range(count):
+        if i % 3:
+            result = pool.add({"w": worker, "i": i})
+        else:
+            result = pool.add_many([{"w": worker, "i": i, "m": 1}])[0]
+        if result.drain_needed:
+            client.rpush(broker_key, "drain")
+        if i % 50 == 0:
+            time.sleep(0.001)
+
+
+def test_concurrent_producers_never_strand_a_call(redqueue_server_url, redqueue_redis, redqueue_prefix):
+    """Producers in four processes, one consumer that only runs when a drain job was 'sent'.
+
+    The broker is simulated by a Redis list of drain tokens: the consumer works only after
+    taking a token, exactly like a drain job. When everything settles the pool must be empty;
+    a call stranded by the flag race would stay in it.
+    """
+    broker_key = f"{redqueue_prefix}:fake-broker"
+    pool = CappedPool(redqueue_redis, "race", 20, prefix=redqueue_prefix)
+    observed = []
+    stop = threading.Event()
+
+    def consume():
+        client = redis.Redis.from_url(redqueue_server_url)
+        local = CappedPool(client, "race", 20, prefix=redqueue_prefix)
+        while not stop.is_set():
+            if client.blpop([broker_key], timeout=0.2) is None:
+                continue
+            while True:
+                batch = local.pop(7)
+                if not batch:
+                    break
+                local.ack(batch, failed=len(batch) % 2)
+                observed.append(local.stats())
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    ctx = multiprocessing.get_context("spawn")
+    producers = [
+        ctx.Process(target=_produce, args=(redqueue_server_url, redqueue_prefix, w, 1500, broker_key))
+        for w in range(4)
+    ]
+    for p in producers:
+        p.start()
+    while any(p.is_alive() for p in producers):
+        assert_identities(pool.stats())
+        assert pool.stats().entries <= 20
+        time.sleep(0.01)
+    for p in producers:
+        p.join()
+        assert p.exitcode == 0
+    deadline = time.monotonic() + 30
+    while redqueue_redis.llen(broker_key) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stop.set()
+    consumer.join()
+    stats = pool.stats()
+    assert stats.offered == 6000
+    assert stats.depth == 0 and stats.entries == 0 and stats.in_flight == 0
+    assert stats.processed + stats.failed > 0
+    assert_identities(stats)
+    for snapshot in observed:
+        assert_identities(snapshot)
+
+
+def test_fan_out_is_bounded_by_max_drains(make_pool):
+    pool = make_pool(capacity=1000, max_drains=3)
+    pool.add_many(range(1000))
+    fan_outs = 0
+    for _ in range(5):
+        batch = pool.pop(10)
+        fan_outs += batch.fan_out
+    assert fan_outs == 2  # the first drain plus two more make three
+    assert pool.stats().drains_pending == 3
+
+
+def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool):
+    pool = make_pool(capacity=10, batch_timeout=0.05)
+    pool.add_many(range(4))
+    batch = pool.pop(3)
+    time.sleep(0.1)
+    assert pool.reap() == 3
+    assert pool.ack(batch) is False  # too late: already counted as lost
+    stats = pool.stats()
+    assert (stats.lost, stats.processed, stats.in_flight, stats.depth) == (3, 0, 0, 1)
+    assert_identities(stats)
+
+
+def test_reaper_leaves_live_batches_alone(make_pool):
+    pool = make_pool(capacity=10)
+    pool.add_many(range(4))
+    batch = pool.pop(3)
+    assert pool.reap() == 0
+    assert pool.ack(batch) is True
+    assert pool.stats().processed == 3
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "10"])
+def test_bad_capacity_is_refused(redqueue_redis, capacity):
+    with pytest.raises(ConfigurationError, match="pool_size"):
+        CappedPool(redqueue_redis, "p", capacity)
+
+
+def test_bad_policy_and_names_are_refused(redqueue_redis):
+    with pytest.raises(ConfigurationError, match="pool_policy"):
+        CappedPool(redqueue_redis, "p", 10, policy="oldest")
+    with pytest.raises(ConfigurationError, match="must not contain"):
+        CappedPool(redqueue_redis, "a{b}", 10)
+    with pytest.raises(ConfigurationError, match="prefix"):
+        CappedPool(redqueue_redis, "p", 10, prefix="x{y}")
+
+
+def test_unserializable_payload_raises_and_stores_nothing(make_pool):
+    pool = make_pool()
+    with pytest.raises(SerializationError):
+        pool.add(object())
+    with pytest.raises(SerializationError):
+        pool.add_many([1, 2, object()])
+    assert pool.stats().offered == 0
+    assert pool.stats().entries == 0
+
+
+def test_unreachable_redis_raises_a_package_error():
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    pool = CappedPool(client, "p", 10)
+    with pytest.raises(RedisUnavailableError):
+        pool.add(1)
+    with pytest.raises(RedisUnavailableError):
+        pool.stats()
+
+
+def test_keys_share_one_hash_tag(make_pool, redqueue_redis, redqueue_prefix):
+    pool = make_pool(name="events", coalesce=True)
+    pool.add("x")
+    pool.pop(1)
+    keys = {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")}
+    assert keys and all(k.startswith(f"{redqueue_prefix}:{{pool:events}}:") for k in keys)
