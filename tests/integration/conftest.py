@@ -25,4 +25,3 @@ def app(redqueue_celery_app):
 
 def broker_depth(client, prefix, queue="celery"):
     return client.llen(f"{prefix}:broker:{queue}")
-

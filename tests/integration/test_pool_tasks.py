@@ -45,7 +45,9 @@ def test_worker_drains_calls(app, pooled, recorded):
 
 
 def test_one_failing_call_does_not_lose_its_batch(app, pooled, recorded):
-    calls = [((i,), {}) for i in range(10)] + [(("boom",), {})] + [((i,), {}) for i in range(10, 20)]
+    calls = (
+        [((i,), {}) for i in range(10)] + [(("boom",), {})] + [((i,), {}) for i in range(10, 20)]
+    )
     pooled.add_many(calls)
     with running_worker(app):
         wait_for(lambda: pooled.pool.stats().processed == 20, message="20 processed")
@@ -92,7 +94,9 @@ def test_coalescing_task_gets_counts(app):
 def test_batch_task_gets_lists_of_calls(app):
     batches = []
 
-    @app.task(base=PoolTask, pool_size=1000, pool_batch=True, pool_batch_size=40, pool_policy="newest")
+    @app.task(
+        base=PoolTask, pool_size=1000, pool_batch=True, pool_batch_size=40, pool_policy="newest"
+    )
     def store(calls):
         assert all(isinstance(c, PoolCall) for c in calls)
         batches.append([c.args[0] for c in calls])

@@ -31,7 +31,7 @@ def spawn(proc_env, tmp_path):
     procs = []
 
     def start(*args):
-        log = open(tmp_path / f"{args[0]}.log", "wb")
+        log = open(tmp_path / f"{args[0]}.log", "wb")  # noqa: SIM115 (closed at teardown)
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
             env=proc_env,
@@ -55,10 +55,14 @@ def spawn(proc_env, tmp_path):
         log.close()
 
 
-def test_beat_drains_a_pool_that_no_call_announced(redqueue_redis, redqueue_prefix, spawn, tmp_path):
+def test_beat_drains_a_pool_that_no_call_announced(
+    redqueue_redis, redqueue_prefix, spawn, tmp_path
+):
     """Items put straight into the pool send no drain job; beat's schedule drains them anyway,
     and a prefork worker with two processes runs them."""
-    pool = CappedPool(redqueue_redis, "tests.integration.proc_app.record", 1000, prefix=redqueue_prefix)
+    pool = CappedPool(
+        redqueue_redis, "tests.integration.proc_app.record", 1000, prefix=redqueue_prefix
+    )
     # A producer that stored calls but whose drain message was lost: the flag is armed, no job.
     results = pool.add_many([[[i], {}] for i in range(100)])
     assert results[0].drain_needed

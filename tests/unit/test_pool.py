@@ -19,7 +19,12 @@ def assert_identities(stats):
     assert stats.offered == stats.accepted + stats.rejected, stats
     assert (
         stats.accepted
-        == stats.processed + stats.failed + stats.evicted + stats.depth + stats.in_flight + stats.lost
+        == stats.processed
+        + stats.failed
+        + stats.evicted
+        + stats.depth
+        + stats.in_flight
+        + stats.lost
     ), stats
 
 
@@ -81,7 +86,9 @@ def chi_square_over_deciles(kept, offered):
 CHI2_CRITICAL = 33.7
 
 
-@pytest.mark.parametrize("policy, uniform", [("sample", True), ("newest", False), ("reject", False)])
+@pytest.mark.parametrize(
+    "policy, uniform", [("sample", True), ("newest", False), ("reject", False)]
+)
 def test_sample_policy_keeps_a_uniform_sample(make_pool, policy, uniform):
     """Sample must spread its 500 survivors evenly over 10,000 offers; newest/oldest must not."""
     offered = 10_000
@@ -164,7 +171,9 @@ def _produce(url, prefix, worker, count, broker_key):
             time.sleep(0.001)
 
 
-def test_concurrent_producers_never_strand_a_call(redqueue_server_url, redqueue_redis, redqueue_prefix):
+def test_concurrent_producers_never_strand_a_call(
+    redqueue_server_url, redqueue_redis, redqueue_prefix
+):
     """Producers in four processes, one consumer that only runs when a drain job was 'sent'.
 
     The broker is simulated by a Redis list of drain tokens: the consumer works only after
@@ -193,7 +202,9 @@ def test_concurrent_producers_never_strand_a_call(redqueue_server_url, redqueue_
     consumer.start()
     ctx = multiprocessing.get_context("spawn")
     producers = [
-        ctx.Process(target=_produce, args=(redqueue_server_url, redqueue_prefix, w, 1500, broker_key))
+        ctx.Process(
+            target=_produce, args=(redqueue_server_url, redqueue_prefix, w, 1500, broker_key)
+        )
         for w in range(4)
     ]
     for p in producers:
