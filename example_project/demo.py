@@ -57,8 +57,9 @@ def main():
                 count_error.delay(random.choice(["KeyError@cart", "Timeout@pay", "404@img"]))
             elapsed = time.perf_counter() - started
             drains = sum(r.drain_needed for r in receipts)
+            kept = sum(r.kept for r in receipts)
             print(
-                f"  {BURST + 5_000:,} calls in {elapsed:.2f}s; kept {sum(r.kept for r in receipts):,} "
+                f"  {BURST + 5_000:,} calls in {elapsed:.2f}s; kept {kept:,} "
                 f"page views at the door; {drains} drain job(s) sent to the broker"
             )
             broker = app.connection().default_channel.client.llen("celery")
@@ -73,6 +74,10 @@ def main():
                 time.sleep(0.2)
             for task in (record_page_view, count_error):
                 s = task.pool.stats()
+                balanced = (
+                    s.accepted
+                    == s.processed + s.failed + s.evicted + s.depth + s.in_flight + s.lost
+                )
                 print(
                     f"\n{task.name}\n  offered {s.offered:,}  accepted {s.accepted:,}  "
                     f"rejected {s.rejected:,}  evicted {s.evicted:,}\n"
@@ -80,7 +85,7 @@ def main():
                     f"in flight {s.in_flight}  lost {s.lost}\n"
                     f"  offered == accepted + rejected: {s.offered == s.accepted + s.rejected}; "
                     f"accepted == processed + failed + evicted + waiting + in flight + lost: "
-                    f"{s.accepted == s.processed + s.failed + s.evicted + s.depth + s.in_flight + s.lost}"
+                    f"{balanced}"
                 )
             if not settled():
                 print("the pools did not drain within two minutes", file=sys.stderr)
