@@ -33,8 +33,22 @@ class LuaScript:
                 return client.evalsha(self.sha, len(keys), *keys, *args)
 
 
+INCLUDE = "--#include "
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
 @cache
 def script(name: str) -> LuaScript:
-    """Return the script ``scripts/<name>.lua`` (read once per process)."""
-    source = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    return LuaScript(name, source)
+    """Return the script ``scripts/<name>.lua`` (read once per process).
+
+    A line ``--#include other`` is replaced by ``other.lua``: Redis has no modules, and helpers
+    shared by several scripts (the bucket's rate lookup) should be written once.
+    """
+    lines = [
+        _read(line[len(INCLUDE) :].strip()) if line.startswith(INCLUDE) else line
+        for line in _read(name).splitlines()
+    ]
+    return LuaScript(name, "\n".join(lines) + "\n")

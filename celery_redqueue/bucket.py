@@ -1,0 +1,470 @@
+"""LeakyBucket: per-key FIFO queues released no faster than each key's rate, fairly.
+
+Many producers enqueue work for many keys (a domain, a customer, an API account); consumers
+dequeue from whichever key has been eligible longest. Each key has a rate (``"10/s"``) stored in
+Redis and seen by every process, and an optional burst allowance. A key's next release time
+follows GCRA: it advances by one interval from the key's own theoretical schedule, so any number
+of consumers together never start more than ``rate * t + burst`` items of one key in any window
+of length ``t``, and a backlogged key runs at its full rate. All time is the Redis server's.
+
+A dequeued item is *reserved* until committed. If its consumer dies, the reaper puts it back at
+the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
+to the dead-letter list instead.
+
+Layout (all under one hash tag): per-key FIFOs live in one hash (``key NUL position``) with head
+and tail positions per key, so every script touches only the fixed keys it is given and works on
+Redis Cluster, and every operation is O(log K) in the number of keys.
+
+Example::
+
+    bucket = LeakyBucket(redis.Redis(), "crawl", default_rate="2/s")
+    bucket.set_rate("example.com", "10/s")
+    bucket.enqueue("example.com", {"url": "https://example.com/"})
+    reservation = bucket.dequeue()
+    if reservation:
+        fetch(reservation.payload["url"])
+        bucket.commit(reservation)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .client import redis_errors
+from .errors import ConfigurationError, ReservationError
+from .keys import DEFAULT_PREFIX, StructureKeys
+from .scripts import script
+from .serializers import Serializer, get_serializer, to_bytes
+
+#: The keys every bucket script receives, in this order (see scripts/bucket_enqueue.lua).
+PARTS = (
+    "ready",
+    "tat",
+    "rates",
+    "items",
+    "heads",
+    "tails",
+    "inflight",
+    "res_keys",
+    "res_items",
+    "stats",
+    "keystats",
+    "dead",
+    "drains",
+    "wake",
+)
+OVERFLOWS = ("reject", "drop_oldest")
+ENQUEUE_CHUNK = 1000
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
+_RESERVATION_ID = re.compile(r"^\d+\.\d+$")
+
+
+def parse_rate(rate: str | float | int) -> float:
+    """Return the interval in milliseconds of a Celery-style rate: ``"10/s"``, ``"100/m"``,
+    ``"5/h"``, ``"0.5/s"``; a bare number is per second."""
+    if isinstance(rate, bool):
+        raise ConfigurationError(f"bad rate {rate!r}")
+    if isinstance(rate, int | float):
+        per_second = float(rate)
+    else:
+        match = _RATE.match(rate) if isinstance(rate, str) else None
+        if not match:
+            raise ConfigurationError(
+                f"bad rate {rate!r}: use a number per unit like '10/s', '100/m', '5/h', '0.5/s'"
+            )
+        per_second = float(match.group(1)) / _UNITS[match.group(2) or "s"]
+    if not per_second > 0:
+        raise ConfigurationError(f"bad rate {rate!r}: it must be greater than zero")
+    return 1000.0 / per_second
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or "\0" in key:
+        raise ConfigurationError(f"bucket key must be a non-empty string without NUL, got {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What happened to one enqueued item. Truthy when it was queued."""
+
+    queued: bool
+    #: The key was full (``max_depth``) and its oldest item was dropped to make room.
+    dropped_oldest: bool = False
+    #: This call armed the bucket's drain flag: the caller should send a drain job.
+    drain_needed: bool = False
+
+    def __bool__(self) -> bool:
+        return self.queued
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A released item, held for its consumer until commit, release or its deadline."""
+
+    id: str
+    key: str
+    payload: Any
+    #: How many times this item has been handed out, this time included.
+    receives: int
+    #: Server time (seconds since the epoch) after which the reaper may take it back.
+    deadline: float
+    #: Server time (seconds) at which it was released.
+    released_at: float
+    #: The structure it belongs to; committing it on another bucket is an error.
+    bucket: str = ""
+    #: The bucket is busy: one more drain job should be sent to share the work.
+    fan_out: bool = False
+
+
+@dataclass(frozen=True)
+class Poll:
+    """The answer of :meth:`LeakyBucket.poll`: a reservation, or how long until one can go."""
+
+    reservation: Reservation | None = None
+    #: Seconds until the next key becomes eligible (items are queued); None when empty.
+    wait: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.reservation is None and self.wait is None
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    returned: int
+    dead_lettered: int
+    drain_needed: bool
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    key: str
+    payload: Any
+    receives: int
+    error: str
+    #: Server time (seconds) when it was dead-lettered.
+    at: float
+    id: int
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """Counters of the whole bucket, read in one MULTI/EXEC."""
+
+    enqueued: int
+    rejected: int
+    dropped: int
+    depth: int
+    in_flight: int
+    processed: int
+    dead: int
+    receives: int
+    redelivered: int
+    keys_ready: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    key: str
+    depth: int
+    in_flight: int
+    processed: int
+    dead: int
+    #: Server time (seconds) from which the key may release its next item; None if not queued.
+    next_eligible: float | None
+    #: Interval between releases (seconds) and burst allowance in force for the key.
+    interval: float
+    burst: float
+
+
+class LeakyBucket:
+    """A per-key leaky bucket; see the module docstring."""
+
+    kind = "bucket"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        default_rate: str | float = "1/s",
+        default_burst: float = 0,
+        ordered: bool = False,
+        reservation_timeout: float = 60.0,
+        max_receives: int = 5,
+        max_depth: int | None = None,
+        overflow: str = "reject",
+        prefix: str = DEFAULT_PREFIX,
+        serializer: str | Serializer | None = None,
+        drain_flag_ttl: float = 300.0,
+        max_drains: int = 1,
+    ) -> None:
+        validate_bucket_options(
+            rate=default_rate,
+            burst=default_burst,
+            reservation_timeout=reservation_timeout,
+            max_receives=max_receives,
+            max_depth=max_depth,
+            overflow=overflow,
+            max_drains=max_drains,
+        )
+        self.client = client
+        self.name = name
+        self.keys = StructureKeys(prefix, self.kind, name)
+        self._keys = [self.keys(part) for part in PARTS]
+        self.default_interval_ms = parse_rate(default_rate)
+        self.default_burst = float(default_burst)
+        self.ordered = ordered
+        self.reservation_timeout_ms = int(reservation_timeout * 1000)
+        self.max_receives = max_receives
+        self.max_depth = max_depth or 0
+        self.overflow = overflow
+        self.serializer = get_serializer(serializer)
+        self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
+        self.max_drains = max_drains
+
+    def __repr__(self) -> str:
+        return f"<LeakyBucket {self.keys.base} ordered={self.ordered}>"
+
+    def _run(self, name: str, args: list[Any]) -> Any:
+        head = [self.default_interval_ms, self.default_burst, int(self.ordered)]
+        return script(name)(self.client, self._keys, head + args)
+
+    # Rates
+
+    def set_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
+        """Set a key's rate (and burst) for every process; takes effect at its next release."""
+        interval = parse_rate(rate)
+        burst = self.default_burst if burst is None else burst
+        _check_burst(burst)
+        with redis_errors("setting a rate"):
+            self.client.hset(self.keys("rates"), _check_key(key), f"{interval!r} {float(burst)!r}")
+
+    def clear_rate(self, key: str) -> None:
+        """Make a key use the default rate again."""
+        with redis_errors("clearing a rate"):
+            self.client.hdel(self.keys("rates"), _check_key(key))
+
+    # Producing
+
+    def enqueue(self, key: str, payload: Any) -> EnqueueResult:
+        """Append ``payload`` to ``key``'s queue; one round trip."""
+        return self.enqueue_many([(key, payload)])[0]
+
+    def enqueue_many(self, items: Iterable[tuple[str, Any]]) -> list[EnqueueResult]:
+        """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
+        encoded = [(_check_key(k), self.encode(p)) for k, p in items]
+        results: list[EnqueueResult] = []
+        for start in range(0, len(encoded), ENQUEUE_CHUNK):
+            results.extend(self._enqueue_encoded(encoded[start : start + ENQUEUE_CHUNK]))
+        return results
+
+    def encode(self, payload: Any) -> bytes:
+        return to_bytes(self.serializer.dumps(payload))
+
+    def _enqueue_encoded(self, encoded: list[tuple[str, bytes]]) -> list[EnqueueResult]:
+        args: list[Any] = [self.max_depth, self.overflow, self.drain_flag_ttl_ms]
+        for key, data in encoded:
+            args.extend((key, data))
+        reply = self._run("bucket_enqueue", args)
+        send = bool(reply[0])
+        return [
+            EnqueueResult(queued=s > 0, dropped_oldest=s == 2, drain_needed=send and i == 0)
+            for i, s in enumerate(reply[1:])
+        ]
+
+    # Consuming
+
+    def poll(self) -> Poll:
+        """Reserve the head item of the key eligible longest, or say how long until one is."""
+        reply = self._run(
+            "bucket_dequeue", [self.reservation_timeout_ms, self.drain_flag_ttl_ms, self.max_drains]
+        )
+        if reply[0] == 0:
+            return Poll()
+        if reply[0] == 1:
+            return Poll(wait=float(reply[1]) / 1000.0)
+        _, key, res_id, payload, receives, deadline, now, fan_out = reply
+        return Poll(
+            Reservation(
+                id=res_id.decode(),
+                key=key.decode(),
+                payload=self.serializer.loads(payload),
+                receives=int(receives),
+                deadline=float(deadline) / 1000.0,
+                released_at=float(now) / 1000.0,
+                bucket=self.keys.base,
+                fan_out=bool(fan_out),
+            )
+        )
+
+    def dequeue(self) -> Reservation | None:
+        """Reserve the next releasable item, or None when no key is eligible now."""
+        return self.poll().reservation
+
+    def _reservation_id(self, reservation: Reservation | str) -> str:
+        if isinstance(reservation, Reservation):
+            if reservation.bucket and reservation.bucket != self.keys.base:
+                raise ReservationError(
+                    f"reservation {reservation.id} belongs to {reservation.bucket}, "
+                    f"not {self.keys.base}"
+                )
+            return reservation.id
+        if isinstance(reservation, str) and _RESERVATION_ID.match(reservation):
+            return reservation
+        raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
+
+    def _settle(self, reservation: Reservation | str, action: str, detail: Any) -> int:
+        res_id = self._reservation_id(reservation)
+        return int(self._run("bucket_settle", [res_id, action, detail, self.drain_flag_ttl_ms]))
+
+    def commit(self, reservation: Reservation | str) -> bool:
+        """Finish an item. False when it is no longer held (the reaper took it back)."""
+        return self._settle(reservation, "commit", "") > 0
+
+    def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
+        """Put an item back at the head of its key's queue; the key waits ``delay`` seconds.
+
+        Returns False when the reservation is no longer held. Use it after an HTTP 429, or to
+        retry later: the item keeps its place in its key's order.
+        """
+        if delay < 0:
+            raise ConfigurationError(f"release delay must be >= 0 seconds, got {delay!r}")
+        return self._settle(reservation, "release", int(delay * 1000)) > 0
+
+    def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
+        """Move a held item to the dead-letter list with the text of its last error."""
+        return self._settle(reservation, "dead", str(error)[:4000]) > 0
+
+    def reap(self, limit: int = 1000) -> ReapResult:
+        """Return expired reservations to their keys (or dead-letter them past max_receives)."""
+        returned, dead, send = self._run(
+            "bucket_reap", [self.max_receives, limit, self.drain_flag_ttl_ms]
+        )
+        return ReapResult(int(returned), int(dead), bool(send))
+
+    # Reading
+
+    def stats(self) -> BucketStats:
+        with redis_errors(f"reading stats of {self.keys.base}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(self.keys("stats"))
+            pipe.zcard(self.keys("ready"))
+            raw, ready = pipe.execute()
+        counters = {k.decode(): int(v) for k, v in raw.items()}
+        fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
+        return BucketStats(
+            **{f: counters.get(f, 0) for f in fields},
+            receives=counters.get("receives", 0),
+            redelivered=counters.get("redelivered", 0),
+            keys_ready=int(ready),
+        )
+
+    def key_stats(self, key: str) -> KeyStats:
+        _check_key(key)
+        with redis_errors(f"reading stats of {self.keys.base}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(self.keys("heads"), key)
+            pipe.hget(self.keys("tails"), key)
+            pipe.hmget(
+                self.keys("keystats"), [f"{key}\0{c}" for c in ("in_flight", "processed", "dead")]
+            )
+            pipe.zscore(self.keys("ready"), key)
+            pipe.hget(self.keys("rates"), key)
+            head, tail, counters, ready, rate = pipe.execute()
+        in_flight, processed, dead = (int(c or 0) for c in counters)
+        if rate:
+            interval_ms, burst = (float(x) for x in rate.split())
+        else:
+            interval_ms, burst = self.default_interval_ms, self.default_burst
+        return KeyStats(
+            key=key,
+            depth=int(tail or 0) - int(head or 0),
+            in_flight=in_flight,
+            processed=processed,
+            dead=dead,
+            next_eligible=None if ready is None else float(ready) / 1000.0,
+            interval=interval_ms / 1000.0,
+            burst=burst,
+        )
+
+    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
+        """Dead letters from oldest, with their payload, receives and last error."""
+        with redis_errors("reading dead letters"):
+            raw = self.client.lrange(self.keys("dead"), start, stop)
+        letters = []
+        for entry in raw:
+            info_text, _, payload = entry.partition(b"\n")
+            info = json.loads(info_text)
+            letters.append(
+                DeadLetter(
+                    key=info["key"],
+                    payload=self.serializer.loads(payload),
+                    receives=int(info["receives"]),
+                    error=info["error"],
+                    at=float(info["at"]) / 1000.0,
+                    id=int(info["id"]),
+                )
+            )
+        return letters
+
+    def clear(self) -> None:
+        """Delete everything of this bucket (its own keys only)."""
+        with redis_errors(f"clearing {self.keys.base}"):
+            self.client.delete(*self._keys)
+
+
+def _check_burst(burst: Any) -> None:
+    if isinstance(burst, bool) or not isinstance(burst, int | float) or burst < 0:
+        raise ConfigurationError(f"bucket_burst must be a number >= 0, got {burst!r}")
+
+
+def validate_bucket_options(
+    *,
+    rate: Any,
+    burst: Any,
+    reservation_timeout: Any,
+    max_receives: Any,
+    max_depth: Any,
+    overflow: Any,
+    max_drains: Any = 1,
+) -> None:
+    """Shared by LeakyBucket and BucketTask so both fail with the same messages."""
+    try:
+        parse_rate(rate)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"bucket_rate: {exc}") from None
+    _check_burst(burst)
+    if (
+        isinstance(reservation_timeout, bool)
+        or not isinstance(reservation_timeout, int | float)
+        or reservation_timeout <= 0
+    ):
+        raise ConfigurationError(
+            f"bucket_reservation_timeout must be positive seconds, got {reservation_timeout!r}"
+        )
+    if isinstance(max_receives, bool) or not isinstance(max_receives, int) or max_receives < 1:
+        raise ConfigurationError(
+            f"bucket_max_receives must be a positive integer, got {max_receives!r}"
+        )
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
+    ):
+        raise ConfigurationError(
+            f"bucket_max_depth must be a positive integer or None, got {max_depth!r}"
+        )
+    if overflow not in OVERFLOWS:
+        raise ConfigurationError(f"bucket_overflow must be one of {OVERFLOWS}, got {overflow!r}")
+    if isinstance(max_drains, bool) or not isinstance(max_drains, int) or max_drains < 1:
+        raise ConfigurationError(
+            f"bucket_drain_concurrency must be a positive integer, got {max_drains!r}"
+        )
