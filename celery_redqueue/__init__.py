@@ -1,5 +1,16 @@
 """celery-redqueue: Redis-backed queueing patterns for Celery."""
 
+from .bucket import (
+    BucketStats,
+    DeadLetter,
+    EnqueueResult,
+    KeyStats,
+    LeakyBucket,
+    Poll,
+    ReapResult,
+    Reservation,
+    parse_rate,
+)
 from .errors import (
     ConfigurationError,
     PickleWarning,
@@ -9,25 +20,36 @@ from .errors import (
     SerializationError,
 )
 from .pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
-from .tasks import DrainSummary, PoolCall, PoolTask, pool_task
+from .tasks import BucketTask, DrainSummary, PoolCall, PoolTask, bucket_task, pool_task
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AddResult",
+    "BucketStats",
+    "BucketTask",
     "CappedPool",
     "ConfigurationError",
+    "DeadLetter",
     "DrainSummary",
+    "EnqueueResult",
+    "KeyStats",
+    "LeakyBucket",
     "PickleWarning",
+    "Poll",
     "PoolBatch",
     "PoolCall",
     "PoolItem",
     "PoolStats",
     "PoolTask",
+    "ReapResult",
     "RedQueueError",
     "RedisUnavailableError",
+    "Reservation",
     "ReservationError",
     "SerializationError",
     "__version__",
+    "bucket_task",
+    "parse_rate",
     "pool_task",
 ]

@@ -7,6 +7,7 @@ header. The worker runs a drain job by popping the pool and calling the body for
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -15,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task, shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
 
+from .bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
 from .config import get_config
 from .errors import ConfigurationError, RedQueueError, SerializationError
 from .pool import AddResult, CappedPool, PoolBatch, validate_pool_options
@@ -112,6 +115,31 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """Return expired reservations of this task's structure; returns how many."""
         raise NotImplementedError
 
+    def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+        if (
+            not isinstance(payload, list | tuple)
+            or len(payload) != 2
+            or not isinstance(payload[0], list | tuple)
+            or not isinstance(payload[1], dict)
+        ):
+            raise SerializationError(
+                f"{self.name}: stored call has an unexpected shape: {payload!r}"
+            )
+        return list(payload[0]), dict(payload[1])
+
+    def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
+        """Build a structure once per process: a prefork child must not reuse the parent's."""
+        cached: tuple[int, Any] | None = self.__dict__.get(attr)
+        if cached is None or cached[0] != os.getpid():
+            cached = (os.getpid(), build())
+            self.__dict__[attr] = cached
+        return cached[1]
+
+    def _body(self) -> Callable[..., Any]:
+        """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""
+        body: Callable[..., Any] = getattr(self, "_orig_run", None) or self.run
+        return body
+
 
 class PoolTask(RedQueueTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
@@ -176,23 +204,22 @@ class PoolTask(RedQueueTask):
     @property
     def pool(self) -> CappedPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        cached: tuple[int, CappedPool] | None = self.__dict__.get("_redqueue_pool")
-        if cached is None or cached[0] != os.getpid():
-            config = get_config(self.app)
-            pool = CappedPool(
-                config.client(),
-                self.pool_name or self.name,
-                self.pool_size,
-                policy=self.pool_policy,
-                coalesce=self.pool_coalesce,
-                prefix=config.key_prefix,
-                serializer=config.serializer,
-                batch_timeout=self.pool_batch_timeout,
-                max_drains=self.pool_drain_concurrency,
-            )
-            cached = (os.getpid(), pool)
-            self.__dict__["_redqueue_pool"] = cached
-        return cached[1]
+        pool: CappedPool = self._per_process("_redqueue_pool", self._make_pool)
+        return pool
+
+    def _make_pool(self) -> CappedPool:
+        config = get_config(self.app)
+        return CappedPool(
+            config.client(),
+            self.pool_name or self.name,
+            self.pool_size,
+            policy=self.pool_policy,
+            coalesce=self.pool_coalesce,
+            prefix=config.key_prefix,
+            serializer=config.serializer,
+            batch_timeout=self.pool_batch_timeout,
+            max_drains=self.pool_drain_concurrency,
+        )
 
     # Producing
 
@@ -279,18 +306,6 @@ class PoolTask(RedQueueTask):
                 self.send_drain()
                 return DrainSummary(processed, failed, batches, continued=True)
 
-    def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
-        if (
-            not isinstance(payload, list | tuple)
-            or len(payload) != 2
-            or not isinstance(payload[0], list | tuple)
-            or not isinstance(payload[1], dict)
-        ):
-            raise SerializationError(
-                f"{self.name}: stored call has an unexpected shape: {payload!r}"
-            )
-        return list(payload[0]), dict(payload[1])
-
     def _run_batch(self, batch: PoolBatch) -> int:
         """Run the body over a batch; returns how many calls failed (each is logged)."""
         if self.pool_batch:
@@ -300,7 +315,7 @@ class PoolTask(RedQueueTask):
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
-                self.run(calls)
+                self._body()(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failed=sum(item.count for item in batch.items))
                 raise
@@ -314,7 +329,7 @@ class PoolTask(RedQueueTask):
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                self.run(*call_args, **call_kwargs)
+                self._body()(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failed=failed + sum(i.count for i in batch.items[index:]))
                 raise
@@ -325,6 +340,279 @@ class PoolTask(RedQueueTask):
 
     def reap(self) -> int:
         return self.pool.reap()
+
+
+class BucketTask(RedQueueTask):
+    """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
+
+    Example::
+
+        @app.task(base=BucketTask, bucket_key=lambda url: urlsplit(url).hostname,
+                  bucket_rate="2/s")
+        def fetch(url):
+            ...
+
+        fetch.bucket.set_rate("example.com", "10/s")   # seen by every worker
+        fetch.delay("https://example.com/")            # -> EnqueueResult, not an AsyncResult
+    """
+
+    #: The key of a call: a callable taking the call's arguments and returning a string, or
+    #: the name of one of the body's arguments.
+    bucket_key: Callable[..., str] | str | None = None
+    #: Rate of keys with no rate of their own: "10/s", "100/m", "5/h", "0.5/s".
+    bucket_rate: str | float = "1/s"
+    #: Items a key may release beyond its rate after a pause (GCRA burst allowance).
+    bucket_burst: float = 0
+    #: Seconds a released item stays reserved before the reaper takes it back.
+    bucket_reservation_timeout: float = 300.0
+    #: Receives (first delivery, retries and redeliveries) before an item is dead-lettered.
+    bucket_max_receives: int = 5
+    #: At most one item in flight per key, so each key's items complete in order.
+    bucket_ordered: bool = False
+    #: Most items queued per key; None: unbounded.
+    bucket_max_depth: int | None = None
+    #: What a full key does with a new item: "reject" it or "drop_oldest".
+    bucket_overflow: str = "reject"
+    #: Seconds between beat-run drains (a safety net). None: no beat entry.
+    bucket_drain_interval: float | None = 30.0
+    #: Most drain jobs releasing this bucket's items at once.
+    bucket_drain_concurrency: int = 1
+    #: Seconds one drain job works before handing over to a fresh one.
+    bucket_drain_time_budget: float = 10.0
+    #: Bucket name; defaults to the task name.
+    bucket_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        validate_bucket_options(
+            rate=cls.bucket_rate,
+            burst=cls.bucket_burst,
+            reservation_timeout=cls.bucket_reservation_timeout,
+            max_receives=cls.bucket_max_receives,
+            max_depth=cls.bucket_max_depth,
+            overflow=cls.bucket_overflow,
+            max_drains=cls.bucket_drain_concurrency,
+        )
+        _positive(cls, "bucket_drain_interval", optional=True)
+        _positive(cls, "bucket_drain_time_budget")
+        key = cls.__dict__.get("bucket_key")
+        if key is not None:
+            if not (isinstance(key, str) or callable(key)):
+                raise ConfigurationError(
+                    f"bucket_key must be a callable or an argument name, got {key!r}"
+                )
+            if callable(key) and not isinstance(key, staticmethod):
+                # A plain function stored on the class would become a bound method.
+                cls.bucket_key = staticmethod(key)
+        if "run" in cls.__dict__ and cls.bucket_key is None:
+            raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        if cls.bucket_drain_interval:
+            _register_beat(
+                app,
+                f"redqueue: drain {cls.name}",
+                cls.bucket_drain_interval,
+                cls.name,
+                {DRAIN_HEADER: 1},
+            )
+
+    @property
+    def bucket(self) -> LeakyBucket:
+        """This task's bucket (rates, stats, dead letters), built once per process."""
+        bucket: LeakyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
+        return bucket
+
+    def _make_bucket(self) -> LeakyBucket:
+        config = get_config(self.app)
+        return LeakyBucket(
+            config.client(),
+            self.bucket_name or self.name,
+            default_rate=self.bucket_rate,
+            default_burst=self.bucket_burst,
+            ordered=self.bucket_ordered,
+            reservation_timeout=self.bucket_reservation_timeout,
+            max_receives=self.bucket_max_receives,
+            max_depth=self.bucket_max_depth,
+            overflow=self.bucket_overflow,
+            prefix=config.key_prefix,
+            serializer=config.serializer,
+            max_drains=self.bucket_drain_concurrency,
+        )
+
+    def key_for(self, args: Any, kwargs: Any) -> str:
+        """The bucket key of a call; a key function that fails is an error at the call site."""
+        key_spec = self.bucket_key
+        try:
+            if isinstance(key_spec, str):
+                bound = inspect.signature(self._body()).bind(*(args or ()), **(kwargs or {}))
+                bound.apply_defaults()
+                key = bound.arguments[key_spec]
+            else:
+                assert key_spec is not None
+                key = key_spec(*(args or ()), **(kwargs or {}))
+        except Exception as exc:
+            raise RedQueueError(f"{self.name}: bucket_key failed on this call: {exc!r}") from exc
+        if not isinstance(key, str) or not key or "\0" in key:
+            raise RedQueueError(
+                f"{self.name}: bucket_key must return a non-empty string, got {key!r}"
+            )
+        return key
+
+    # Producing
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Queue the call under its key; returns an :class:`EnqueueResult` receipt."""
+        if (options.get("headers") or {}).get(DRAIN_HEADER):
+            return self.send_drain(producer=producer, **options)
+        for unsupported in ("countdown", "eta"):
+            if options.get(unsupported) is not None:
+                raise RedQueueError(
+                    f"{unsupported}= is not supported on bucket tasks yet ({self.name})"
+                )
+        self.check_call(args, kwargs)
+        key = self.key_for(args, kwargs)
+        bucket = self.bucket
+        encoded = bucket.encode([list(args or ()), dict(kwargs or {})])
+        if self.app.conf.task_always_eager:
+            stored_args, stored_kwargs = bucket.serializer.loads(encoded)
+            return self.apply(
+                stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
+            )
+        result: EnqueueResult = bucket._enqueue_encoded([(key, encoded)])[0]
+        if result.drain_needed:
+            self.send_drain()
+        return result
+
+    # Consuming
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        return super().__call__(*args, **kwargs)
+
+    def drain(self) -> DrainSummary:
+        """Release eligible items until none is, or the time budget is spent.
+
+        When items remain but no key may release yet, the job schedules itself (countdown) for
+        the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
+        """
+        bucket = self.bucket
+        deadline = time.monotonic() + self.bucket_drain_time_budget
+        processed = failed = 0
+        while True:
+            poll = bucket.poll()
+            reservation = poll.reservation
+            if reservation is None:
+                if poll.wait is not None:
+                    self.send_drain(countdown=poll.wait)
+                    return DrainSummary(processed, failed, continued=True)
+                return DrainSummary(processed, failed)
+            if reservation.fan_out:
+                self.send_drain()
+            if self._run_reservation(reservation):
+                processed += 1
+            else:
+                failed += 1
+            if time.monotonic() >= deadline:
+                self.send_drain()
+                return DrainSummary(processed, failed, continued=True)
+
+    def _run_reservation(self, reservation: Reservation) -> bool:
+        """Run the body on one item; commit, retry later (release) or dead-letter it."""
+        bucket = self.bucket
+        try:
+            call_args, call_kwargs = self._unpack(reservation.payload)
+            self._body()(*call_args, **call_kwargs)
+        except Retry as exc:
+            delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
+            bucket.release(reservation, delay=float(delay or 0))
+            return False
+        except SoftTimeLimitExceeded:
+            bucket.release(reservation)
+            raise
+        except Exception as exc:
+            if self._should_retry(exc, reservation.receives):
+                delay = self._retry_delay(reservation.receives)
+                logger.warning(
+                    "%s: item for key %r failed (%r); retrying in %.1fs",
+                    self.name,
+                    reservation.key,
+                    exc,
+                    delay,
+                )
+                bucket.release(reservation, delay=delay)
+            else:
+                logger.exception(
+                    "%s: item for key %r dead-lettered after %d receive(s)",
+                    self.name,
+                    reservation.key,
+                    reservation.receives,
+                )
+                bucket.dead_letter(reservation, f"{type(exc).__name__}: {exc}")
+            return False
+        if not bucket.commit(reservation):
+            logger.warning(
+                "%s: item %s finished after its reservation expired; it may run again",
+                self.name,
+                reservation.id,
+            )
+        return True
+
+    def _should_retry(self, exc: Exception, receives: int) -> bool:
+        autoretry_for = tuple(getattr(self, "autoretry_for", ()) or ())
+        dont = tuple(getattr(self, "dont_autoretry_for", ()) or ())
+        if not autoretry_for or not isinstance(exc, autoretry_for) or isinstance(exc, dont):
+            return False
+        max_retries = self.max_retries
+        within_retries = max_retries is None or receives <= max_retries
+        return within_retries and receives < self.bucket_max_receives
+
+    def _retry_delay(self, receives: int) -> float:
+        """Celery's own backoff rules, with the receives so far as the retry count."""
+        backoff = getattr(self, "retry_backoff", False)
+        if backoff:
+            factor = 1 if backoff is True else int(backoff)
+            return float(
+                get_exponential_backoff_interval(
+                    factor=factor,
+                    retries=receives - 1,
+                    maximum=getattr(self, "retry_backoff_max", 600),
+                    full_jitter=getattr(self, "retry_jitter", True),
+                )
+            )
+        return float(self.default_retry_delay or 0)
+
+    def reap(self) -> int:
+        result = self.bucket.reap()
+        if result.drain_needed:
+            self.send_drain()
+        return result.returned + result.dead_lettered
+
+
+def bucket_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task with :class:`BucketTask` as base; options are checked at once.
+
+    Example::
+
+        @bucket_task(bucket_key="domain", bucket_rate="5/s")
+        def crawl(domain, path):
+            ...
+    """
+    if "bucket_key" not in options:
+        raise ConfigurationError("bucket_task needs bucket_key=")
+    return _decorator(BucketTask, args, options)
 
 
 def pool_task(*args: Any, **options: Any) -> Any:
