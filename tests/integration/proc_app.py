@@ -4,11 +4,12 @@ Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 """
 
 import os
+import time
 
 import redis
 from celery import Celery
 
-from celery_redqueue import PoolTask
+from celery_redqueue import BucketTask, PoolTask
 from celery_redqueue.testing import celery_test_config
 
 URL = os.environ["REDQUEUE_TEST_URL"]
@@ -32,3 +33,21 @@ def client():
 def record(i):
     """Records what ran, and in which process, where the test can read it."""
     client().rpush(f"{PREFIX}:ran", f"{os.getpid()}:{i}")
+
+
+app.conf.redqueue_reaper_interval = 1.0
+
+
+@app.task(
+    base=BucketTask,
+    bucket_key=lambda job: "jobs",
+    bucket_rate="100/s",
+    bucket_reservation_timeout=2.0,
+    bucket_drain_interval=1.0,
+)
+def slow_job(job):
+    """The first run of "hang" never finishes: the test kills its worker mid-item."""
+    client().rpush(f"{PREFIX}:started", job)
+    if job == "hang" and client().incr(f"{PREFIX}:hang-runs") == 1:
+        time.sleep(600)
+    client().rpush(f"{PREFIX}:done", job)

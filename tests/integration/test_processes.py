@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_redqueue import CappedPool
+from celery_redqueue import CappedPool, LeakyBucket
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,3 +77,35 @@ def test_beat_drains_a_pool_that_no_call_announced(
     ran = [x.decode().split(":") for x in redqueue_redis.lrange(f"{redqueue_prefix}:ran", 0, -1)]
     assert sorted(int(i) for _, i in ran) == list(range(100))
     assert pool.stats().depth == 0
+
+
+def test_worker_killed_mid_item_gets_its_item_back(
+    redqueue_redis, redqueue_prefix, spawn, tmp_path
+):
+    """SIGKILL the prefork worker while it runs an item; beat's reaper returns the item once its
+    reservation expires, and a new worker completes it."""
+    bucket = LeakyBucket(
+        redqueue_redis, "tests.integration.proc_app.slow_job", prefix=redqueue_prefix
+    )
+    bucket.enqueue_many([("jobs", [["hang"], {}]), ("jobs", [["after"], {}])])
+    spawn("beat", "--loglevel=INFO", "--max-interval=1")
+    worker = spawn("worker", "--pool=prefork", "--concurrency=1", "--loglevel=INFO")
+    try:
+        wait_for(
+            lambda: b"hang" in redqueue_redis.lrange(f"{redqueue_prefix}:started", 0, -1),
+            timeout=90,
+            message="the first run of the item",
+        )
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        assert bucket.stats().in_flight == 1
+        spawn("worker", "--pool=prefork", "--concurrency=1", "--loglevel=INFO")
+        wait_for(lambda: bucket.stats().processed == 2, timeout=90, message="redelivery")
+    except AssertionError:
+        for log in tmp_path.glob("*.log"):
+            print(log.name, log.read_text()[-3000:])
+        raise
+    done = [x.decode() for x in redqueue_redis.lrange(f"{redqueue_prefix}:done", 0, -1)]
+    assert sorted(done) == ["after", "hang"]
+    stats = bucket.stats()
+    assert (stats.redelivered, stats.in_flight, stats.dead) == (1, 0, 0)
