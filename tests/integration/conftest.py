@@ -1,4 +1,5 @@
 import contextlib
+import functools
 
 import pytest
 from celery.contrib.testing.worker import start_worker
@@ -20,6 +21,9 @@ def running_worker(app, **options):
 
 @pytest.fixture
 def app(redqueue_celery_app):
+    """The test's app. Its tasks are not shared: Celery's default (shared=True) would register
+    every test's tasks in every later test's app, under the same names."""
+    redqueue_celery_app.task = functools.partial(redqueue_celery_app.task, shared=False)
     return redqueue_celery_app
 
 
