@@ -536,8 +536,14 @@ class BucketTask(RedQueueTask):
             call_args, call_kwargs = self._unpack(reservation.payload)
             self._body()(*call_args, **call_kwargs)
         except Retry as exc:
-            delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
-            bucket.release(reservation, delay=float(delay or 0))
+            # self.retry() inside the body: the drain's request knows nothing of this item's
+            # retries, so the item's own receive count decides.
+            if self._retries_left(reservation.receives):
+                delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
+                bucket.release(reservation, delay=float(delay or 0))
+            else:
+                cause = exc.exc if exc.exc is not None else exc
+                bucket.dead_letter(reservation, f"{type(cause).__name__}: {cause}")
             return False
         except SoftTimeLimitExceeded:
             bucket.release(reservation)
@@ -575,8 +581,11 @@ class BucketTask(RedQueueTask):
         dont = tuple(getattr(self, "dont_autoretry_for", ()) or ())
         if not autoretry_for or not isinstance(exc, autoretry_for) or isinstance(exc, dont):
             return False
-        max_retries = self.max_retries
-        within_retries = max_retries is None or receives <= max_retries
+        return self._retries_left(receives)
+
+    def _retries_left(self, receives: int) -> bool:
+        """Another try is allowed: within max_retries and below bucket_max_receives."""
+        within_retries = self.max_retries is None or receives <= self.max_retries
         return within_retries and receives < self.bucket_max_receives
 
     def _retry_delay(self, receives: int) -> float:

@@ -177,3 +177,20 @@ def test_eager_mode_runs_the_body(app):
 
     assert notify.delay("ann", "hi").get() == "ann:hi"
     assert notify.bucket.stats().enqueued == 0
+
+
+def test_self_retry_in_a_bound_body_releases_then_dead_letters(app):
+    tries = []
+
+    @app.task(
+        base=BucketTask, bind=True, bucket_key=lambda x: "k", bucket_rate="100/s", max_retries=1
+    )
+    def flaky(self, x):
+        tries.append(x)
+        raise self.retry(exc=ConnectionError("upstream down"), countdown=0.05)
+
+    flaky.delay("a")
+    with running_worker(app):
+        wait_for(lambda: flaky.bucket.stats().dead == 1, timeout=60)
+    assert tries == ["a", "a"]
+    assert flaky.bucket.dead_letters()[0].error == "ConnectionError: upstream down"
