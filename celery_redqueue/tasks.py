@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -419,6 +420,17 @@ class BucketTask(RedQueueTask):
             )
 
     @property
+    def _local(self) -> threading.local:
+        local: threading.local = self._per_process("_redqueue_local", threading.local)
+        return local
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The reservation whose body is running in this thread (key, receives, released_at),
+        or None outside a drain (a direct or eager call)."""
+        return getattr(self._local, "reservation", None)
+
+    @property
     def bucket(self) -> LeakyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
         bucket: LeakyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
@@ -532,6 +544,7 @@ class BucketTask(RedQueueTask):
     def _run_reservation(self, reservation: Reservation) -> bool:
         """Run the body on one item; commit, retry later (release) or dead-letter it."""
         bucket = self.bucket
+        self._local.reservation = reservation
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             self._body()(*call_args, **call_kwargs)
@@ -568,6 +581,8 @@ class BucketTask(RedQueueTask):
                 )
                 bucket.dead_letter(reservation, f"{type(exc).__name__}: {exc}")
             return False
+        finally:
+            self._local.reservation = None
         if not bucket.commit(reservation):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",

@@ -1,11 +1,15 @@
 """The demo's Celery project: what a user writes. Configured by REDQUEUE_DEMO_URL."""
 
 import os
+import re
 import time
+import urllib.request
+from urllib.parse import urlsplit
 
 from celery import Celery
 
-from celery_redqueue import pool_task
+from celery_redqueue import bucket_task, pool_task
+from celery_redqueue.config import get_config
 
 app = Celery(
     "example_project", broker=os.environ.get("REDQUEUE_DEMO_URL", "redis://localhost:6379/0")
@@ -27,3 +31,24 @@ def record_page_view(page, user):
 def count_error(fingerprint, count=1):
     """Error tracking: one call per report, one body run per fingerprint with its count."""
     print(f"error {fingerprint}: {count} new reports", flush=True)
+
+
+# The crawler (python -m example_project.crawler): each domain has its own rate, held across
+# every worker process; links found are crawled in turn; a URL is fetched once.
+@bucket_task(
+    bucket_key=lambda url: urlsplit(url).netloc,
+    bucket_rate="2/s",
+    bucket_reservation_timeout=30,
+    autoretry_for=(OSError,),
+    max_retries=3,
+    retry_backoff=True,
+)
+def crawl(url):
+    redis = get_config(app).client()
+    if crawl.reservation:  # when the bucket released this call (server clock), for the demo
+        redis.rpush(f"demo:crawler:released:{urlsplit(url).netloc}", crawl.reservation.released_at)
+    with urllib.request.urlopen(url, timeout=10) as response:
+        page = response.read().decode()
+    for link in re.findall(r'href="([^"]+)"', page):
+        if redis.sadd("demo:crawler:seen", link):
+            crawl.delay(link)

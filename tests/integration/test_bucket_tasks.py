@@ -42,7 +42,7 @@ def test_worker_releases_each_key_at_its_rate(app):
 
 
 def test_failures_retry_with_backoff_then_dead_letter(app):
-    attempts = []
+    attempts, receives = [], []
 
     @app.task(
         base=BucketTask,
@@ -55,6 +55,8 @@ def test_failures_retry_with_backoff_then_dead_letter(app):
     )
     def apply_points(order):
         attempts.append(order["id"])
+        if order["id"] == 1:
+            receives.append(apply_points.reservation.receives)
         if order.get("malformed"):
             raise ValueError("order has no customer")
 
@@ -64,6 +66,8 @@ def test_failures_retry_with_backoff_then_dead_letter(app):
         wait_for(lambda: apply_points.bucket.stats().dead == 1, timeout=60)
         wait_for(lambda: apply_points.bucket.stats().processed == 1, timeout=60)
     assert attempts.count(1) == 3  # first try plus max_retries=2
+    assert receives == [1, 2, 3]  # the body sees its reservation
+    assert apply_points.reservation is None  # outside a drain
     (letter,) = apply_points.bucket.dead_letters()
     assert letter.payload == [[{"id": 1, "malformed": True}], {}]
     assert letter.receives == 3
