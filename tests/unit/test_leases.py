@@ -135,11 +135,11 @@ def test_leases_only_work_with_their_own_pool(make):
 
 def test_renew_extends_the_lease(make):
     pool = make(resources=["only"])
-    lease = pool.acquire(ttl=0.5)
+    lease = pool.acquire(ttl=1.5)
     renewed = pool.renew(lease, 60)
     assert renewed is not None and renewed.token == lease.token
     assert renewed.expires_at > lease.expires_at + 30
-    time.sleep(0.8)  # past the first expiry
+    time.sleep(1.8)  # past the first expiry
     assert pool.acquire(ttl=30) is None
     assert pool.stats().expired == 0
     assert pool.release(renewed) is True
@@ -370,7 +370,7 @@ def test_processes_never_share_a_resource(redqueue_server_url, redqueue_redis, r
 def _hold_until_killed(url, prefix, ready_key):
     client = redis.Redis.from_url(url)
     pool = ResourcePool(client, "doomed", prefix=prefix)
-    lease = pool.acquire(ttl=1.5)
+    lease = pool.acquire(ttl=3.0)  # long enough for the parent to see it still held
     client.rpush(ready_key, lease.resource if lease else "")
     time.sleep(600)
 
