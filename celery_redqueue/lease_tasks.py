@@ -18,7 +18,8 @@ that dies loses its lease ``lease_ttl`` seconds later at most.
 When every resource is leased, the call does not block the worker: it is retried with
 exponential backoff (``self.retry(countdown=...)``), up to ``lease_max_retries`` times, and then
 fails with :class:`~celery_redqueue.leases.NoFreeResourceError`. Those retries count in
-``self.request.retries`` like any other. Called directly or in eager mode, a call that finds no
+``self.request.retries`` like any other, so they also use up the body's own ``max_retries``.
+Called directly or in eager mode, a call that finds no
 free resource raises NoFreeResourceError at once (an eager retry would spin).
 """
 
@@ -244,11 +245,16 @@ class LeaseTask(Task):  # type: ignore[misc]
         request = self.request
         if request.called_directly or request.is_eager:
             return exc
-        result: BaseException = self.retry(
-            countdown=self.lease_retry_countdown(request.retries or 0),
-            exc=exc,
-            max_retries=self.lease_max_retries,
-        )
+        try:
+            result: BaseException = self.retry(
+                countdown=self.lease_retry_countdown(request.retries or 0),
+                exc=exc,
+                max_retries=self.lease_max_retries,
+            )
+        finally:
+            # retry() leaves max_retries= behind on the shared task object as
+            # override_max_retries, which autoretry_for would then apply to the body's own errors.
+            self.__dict__.pop("override_max_retries", None)
         return result
 
     def lease_retry_countdown(self, retries: int) -> float:

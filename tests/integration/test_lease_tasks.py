@@ -245,3 +245,32 @@ def test_resource_pool_helper_is_one_object_per_process_and_merges_declarations(
     assert first.resources() == {"a", "b"}
     with pytest.raises(ConfigurationError):
         resource_pool(app, "x{y}")
+
+
+def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals):
+    pool = resource_pool(app, "limits", ["one"])
+    held = pool.acquire(ttl=60)
+    runs = []
+
+    @app.task(
+        base=LeaseTask,
+        lease_pool="limits",
+        lease_retry_backoff=0.1,
+        lease_max_retries=10,
+        autoretry_for=(ValueError,),
+        max_retries=1,
+        retry_kwargs={"countdown": 0.1},
+    )
+    def flaky():
+        runs.append(1)
+        raise ValueError("always")
+
+    with running_worker(app):
+        flaky.delay()
+        wait_for(lambda: signals["retries"], message="a retry for want of a resource")
+        pool.release(held)
+        wait_for(lambda: signals["failures"], message="task gave up")
+    assert isinstance(signals["failures"][0][1], ValueError)
+    # The body's own limit (max_retries=1) still applies, not lease_max_retries=10; the retry
+    # spent waiting for the resource counts in request.retries (documented), so no run is left.
+    assert len(runs) == 1
