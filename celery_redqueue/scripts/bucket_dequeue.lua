@@ -8,7 +8,8 @@
 --   {0}                       nothing queued at all (the drain flag was cleared in this step)
 --   {1, wait_ms}              items queued, but no key is eligible for wait_ms more
 --   {2, key, reservation id, payload, receives, deadline ms, now ms, fan_out}
--- Bounded: O(log K).
+-- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
+-- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K).
 local ready, tat, rates, items, heads, tails = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local inflight, res_keys, res_items = KEYS[7], KEYS[8], KEYS[9]
 local stats, keystats, drains, wake = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
@@ -27,9 +28,9 @@ end
 local key, when = top[1], tonumber(top[2])
 if when > now then
   local wait = when - now
-  redis.call('SET', wake, tostring(when), 'PX', math.ceil(wait) + tonumber(ARGV[5]))
+  redis.call('SET', wake, string.format('%.17g', when), 'PX', math.ceil(wait) + tonumber(ARGV[5]))
   redis.call('SET', drains, redis.call('GET', drains) or '1', 'PX', math.ceil(wait) + tonumber(ARGV[5]))
-  return {1, tostring(wait)}
+  return {1, string.format('%.17g', wait)}
 end
 
 local head = tonumber(redis.call('HGET', heads, key) or '0')
@@ -51,7 +52,7 @@ local interval, burst = rate_of(key)
 -- GCRA: the schedule advances from the key's own theoretical arrival time, so a consumer that is
 -- late by less than the burst allowance loses no throughput, and none can exceed the rate.
 local next_tat = math.max(tonumber(redis.call('HGET', tat, key) or '0'), now) + interval
-redis.call('HSET', tat, key, tostring(next_tat))
+redis.call('HSET', tat, key, string.format('%.17g', next_tat))
 if head + 1 < tail and not ordered then
   redis.call('ZADD', ready, next_tat - burst * interval, key)
 else
@@ -82,4 +83,4 @@ if running < tonumber(ARGV[6]) and redis.call('ZCOUNT', ready, '-inf', now) > ru
   redis.call('INCR', drains)
   fan_out = 1
 end
-return {2, key, reservation, payload, receives, tostring(deadline), tostring(now), fan_out}
+return {2, key, reservation, payload, receives, string.format('%.17g', deadline), string.format('%.17g', now), fan_out}
