@@ -5,7 +5,9 @@ dequeue from whichever key has been eligible longest. Each key has a rate (``"10
 Redis and seen by every process, and an optional burst allowance. A key's next release time
 follows GCRA: it advances by one interval from the key's own theoretical schedule, so any number
 of consumers together never start more than ``rate * t + burst`` items of one key in any window
-of length ``t``, and a backlogged key runs at its full rate. All time is the Redis server's.
+of length ``t``. With a burst allowance of at least 1 a backlogged key runs at its full rate
+even when consumers come late (they catch up within the allowance); with burst 0 the rate is
+exact and a late consumer's lost time is not made up. All time is the Redis server's.
 
 A dequeued item is *reserved* until committed. If its consumer dies, the reaper puts it back at
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
