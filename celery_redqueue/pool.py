@@ -15,11 +15,14 @@ distinct entries and consumers receive each payload with its count.
 Accounting is exact and can be read at any moment from any process (``stats()``)::
 
     offered  == accepted + rejected
-    accepted == processed + failed + evicted + depth + in_flight + lost
+    accepted == processed + failed + evicted + depth + in_flight + lost + dead + purged
 
 ``depth`` counts calls waiting in the pool, ``in_flight`` calls popped but not yet
 acknowledged, ``lost`` calls whose batch was never acknowledged before its deadline (its
-consumer died: the pool delivers at most once).
+consumer died and the pool delivers at most once, the default). With
+``delivery="at_least_once"`` such calls go back into the pool instead, failed calls are retried,
+and past ``max_receives`` they land in the dead-letter list (``dead``; ``purged`` once purged).
+Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered when due.
 
 Example::
 
@@ -35,22 +38,43 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .client import redis_errors
+from .deadletters import DeadLetter, parse_dead_letter
 from .errors import ConfigurationError
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .scripts import script
 from .serializers import Serializer, get_serializer, to_bytes
 
 POLICIES = ("sample", "newest", "reject")
+DELIVERIES = ("at_most_once", "at_least_once")
+
+#: The keys every pool script receives, in this order (see scripts/pool_common.lua).
+PARTS = (
+    "items",
+    "counts",
+    "stats",
+    "drains",
+    "inflight",
+    "inflight_calls",
+    "inflight_items",
+    "receives",
+    "ages",
+    "dead",
+    "scheduled",
+    "dedupe",
+    "done",
+    "rates",
+    "wake",
+)
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
 
-_REFUSED, _KEPT, _KEPT_EVICTED, _MERGED = 0, 1, 2, 3
+_REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -64,9 +88,16 @@ class AddResult:
     merged: bool = False
     #: This call armed the pool's "drain pending" flag: the caller should send a drain job.
     drain_needed: bool = False
+    #: Refused because its dedupe id was seen within the dedupe window.
+    duplicate: bool = False
+    #: Held in the pool's delayed set until due (``delay=``); offered to the pool then.
+    delayed: bool = False
+    #: Seconds until this delayed call is due, when the caller should schedule a drain job
+    #: for then (it is earlier than any drain already scheduled); else None.
+    wake_in: float | None = None
 
     def __bool__(self) -> bool:
-        return self.kept
+        return self.kept or self.delayed
 
 
 @dataclass(frozen=True)
@@ -75,6 +106,10 @@ class PoolItem:
 
     payload: Any
     count: int = 1
+    #: Times this entry has been handed out, this time included (at-least-once redelivery).
+    receives: int = 1
+    #: The entry's id (what the processed-guard records).
+    id: str = ""
 
 
 @dataclass
@@ -87,18 +122,28 @@ class PoolBatch:
     remaining: int = 0
     #: The pool is deep enough that one more drain job should be sent to share the work.
     fan_out: bool = False
-    #: Entries whose payload could not be decoded; counted as failed on ack.
-    undecodable: list[bytes] = field(default_factory=list)
+    #: Entries whose payload could not be decoded: (id, count, raw); they fail on ack.
+    undecodable: list[tuple[str, int, bytes]] = field(default_factory=list)
+    #: Only delayed calls remain: the first is due in this many seconds (else None).
+    wait: float | None = None
 
     @property
     def calls(self) -> int:
-        return sum(item.count for item in self.items) + len(self.undecodable)
+        return sum(item.count for item in self.items) + sum(c for _, c, _ in self.undecodable)
 
     def __len__(self) -> int:
         return len(self.items) + len(self.undecodable)
 
     def __bool__(self) -> bool:
         return len(self) > 0
+
+
+@dataclass(frozen=True)
+class PoolReapResult:
+    lost: int
+    returned: int
+    dead_lettered: int
+    drain_needed: bool
 
 
 @dataclass(frozen=True)
@@ -117,6 +162,13 @@ class PoolStats:
     lost: int
     capacity: int
     drains_pending: int
+    dead: int = 0
+    purged: int = 0
+    delayed: int = 0
+    duplicates: int = 0
+    retried: int = 0
+    redelivered: int = 0
+    guard_skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -140,10 +192,26 @@ class CappedPool:
         drain_flag_ttl: float = 300.0,
         batch_timeout: float = 300.0,
         max_drains: int = 1,
+        delivery: str = "at_most_once",
+        max_receives: int = 5,
+        dedupe_window: float = 0.0,
+        processed_guard: float = 0.0,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
         if drain_flag_ttl <= 0 or batch_timeout <= 0:
             raise ConfigurationError("drain_flag_ttl and batch_timeout must be positive seconds")
+        if delivery not in DELIVERIES:
+            raise ConfigurationError(f"pool_delivery must be one of {DELIVERIES}, got {delivery!r}")
+        if isinstance(max_receives, bool) or not isinstance(max_receives, int) or max_receives < 1:
+            raise ConfigurationError(
+                f"pool_max_receives must be a positive integer, got {max_receives!r}"
+            )
+        for option, value in (
+            ("dedupe_window", dedupe_window),
+            ("processed_guard", processed_guard),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigurationError(f"{option} must be seconds >= 0, got {value!r}")
         self.client = client
         self.name = name
         self.capacity = capacity
@@ -151,20 +219,33 @@ class CappedPool:
         self.coalesce = coalesce
         self.serializer = get_serializer(serializer)
         self.keys = StructureKeys(prefix, self.kind, name)
+        self._keys = [self.keys(part) for part in PARTS]
         self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
         self.batch_timeout_ms = int(batch_timeout * 1000)
         self.max_drains = max_drains
+        self.at_least_once = delivery == "at_least_once"
+        self.max_receives = max_receives
+        self.dedupe_window_ms = int(dedupe_window * 1000)
+        self.guard_window_ms = int(processed_guard * 1000)
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
 
     # Producing
 
-    def add(self, payload: Any) -> AddResult:
-        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing."""
-        return self._add_encoded([self.encode(payload)])[0]
+    def _run(self, name: str, args: list[Any]) -> Any:
+        head: list[Any] = [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
+        return script(name)(self.client, self._keys, head + args)
 
-    def add_many(self, payloads: Iterable[Any]) -> list[AddResult]:
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
+        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
+
+        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
+        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
+        """
+        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[AddResult]:
         """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
 
         Every payload is serialized before anything is stored, so one bad payload stores none.
@@ -173,36 +254,39 @@ class CappedPool:
         encoded = [self.encode(p) for p in payloads]
         results: list[AddResult] = []
         for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK]))
+            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
         return results
 
     def encode(self, payload: Any) -> bytes:
         return to_bytes(self.serializer.dumps(payload))
 
-    def _add_encoded(self, encoded: Sequence[bytes]) -> list[AddResult]:
-        args: list[Any] = [
-            self.capacity,
-            self.policy,
-            int(self.coalesce),
-            self.drain_flag_ttl_ms,
-        ]
-        for data in encoded:
-            args.append(repr(random.random()))
-            args.append(data)
-        reply = script("pool_add")(
-            self.client,
-            [self.keys("items"), self.keys("counts"), self.keys("stats"), self.keys("drains")],
-            args,
-        )
-        send = bool(reply[0])
+    def _add_encoded(
+        self,
+        encoded: Sequence[bytes],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: Sequence[str | None] | None = None,
+    ) -> list[AddResult]:
+        if delay < 0:
+            raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
+        delay_ms = int(delay * 1000)
+        ids = dedupe_ids or [None] * len(encoded)
+        args: list[Any] = [self.dedupe_window_ms]
+        for data, dedupe_id in zip(encoded, ids, strict=True):
+            args.extend((repr(random.random()), data, dedupe_id or "", delay_ms))
+        reply = self._run("pool_add", args)
+        send, wake_ms = bool(reply[0]), int(reply[1])
         results = []
-        for i, status in enumerate(reply[1:]):
+        for i, status in enumerate(reply[2:]):
             results.append(
                 AddResult(
-                    kept=status != _REFUSED,
+                    kept=status in (_KEPT, _KEPT_EVICTED, _MERGED),
                     evicted=status == _KEPT_EVICTED,
                     merged=status == _MERGED,
                     drain_needed=send and i == 0,
+                    duplicate=status == _DUPLICATE,
+                    delayed=status == _DELAYED,
+                    wake_in=wake_ms / 1000.0 if wake_ms >= 0 and i == 0 else None,
                 )
             )
         return results
@@ -210,68 +294,116 @@ class CappedPool:
     # Consuming
 
     def pop(self, n: int = 100) -> PoolBatch:
-        """Atomically pop up to ``n`` entries as one in-flight batch.
+        """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
+        enter the pool).
 
-        An empty batch means the pool was empty at that instant; the drain-pending flag was
-        cleared in the same step, so nothing that arrives afterwards is stranded.
+        An empty batch with ``wait`` None means the pool was empty at that instant; the
+        drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
+        stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s.
         """
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
         batch_id = uuid.uuid4().hex
-        reply = script("pool_pop")(
-            self.client,
-            [
-                self.keys("items"),
-                self.keys("counts"),
-                self.keys("stats"),
-                self.keys("drains"),
-                self.keys("inflight"),
-                self.keys("inflight_calls"),
-            ],
+        reply = self._run(
+            "pool_pop",
             [
                 n,
                 batch_id,
                 self.batch_timeout_ms,
-                self.drain_flag_ttl_ms,
                 self.max_drains,
-                int(self.coalesce),
+                int(self.at_least_once),
+                int(self.guard_window_ms > 0),
             ],
         )
-        batch = PoolBatch(id=batch_id, items=[], fan_out=bool(reply[0]), remaining=int(reply[1]))
-        for i in range(2, len(reply), 2):
-            raw, count = reply[i], int(reply[i + 1])
+        wait_ms = int(reply[2])
+        batch = PoolBatch(
+            id=batch_id,
+            items=[],
+            fan_out=bool(reply[0]),
+            remaining=int(reply[1]),
+            wait=wait_ms / 1000.0 if wait_ms >= 0 else None,
+        )
+        for i in range(3, len(reply), 4):
+            raw, count, receives, entry_id = reply[i : i + 4]
+            entry_id = entry_id.decode(errors="replace")
             try:
-                batch.items.append(PoolItem(self.serializer.loads(raw), count))
+                payload = self.serializer.loads(raw)
             except Exception:
-                batch.undecodable.extend([raw] * count)
+                batch.undecodable.append((entry_id, int(count), raw))
+            else:
+                batch.items.append(PoolItem(payload, int(count), int(receives), entry_id))
         return batch
 
-    def ack(self, batch: PoolBatch, *, failed: int = 0) -> bool:
-        """Finish a batch: its calls count as processed, except ``failed`` of them.
+    def ack(
+        self,
+        batch: PoolBatch,
+        *,
+        failures: Mapping[int, str] | None = None,
+        seconds: float = 0.0,
+    ) -> bool:
+        """Finish a batch. ``failures`` maps positions in ``batch.items`` to error texts.
 
-        Returns False when the batch had already been reaped as lost (it ran past its
-        deadline), in which case nothing is counted twice.
+        At most once, failed calls are counted as ``failed``. At least once, they go back into
+        the pool to be retried, or to the dead-letter list once received ``max_receives`` times.
+        ``seconds`` (the time the bodies took) feeds the workers-needed figure. Returns False
+        when the batch had already been taken back by the reaper; nothing is counted twice.
         """
-        failed += len(batch.undecodable)
-        return self._finish(batch.id, batch.calls - failed, failed)
+        failures = failures or {}
+        args: list[Any] = [
+            batch.id,
+            int(self.at_least_once),
+            self.max_receives,
+            self.guard_window_ms,
+            repr(float(seconds)),
+        ]
+        for index, item in enumerate(batch.items):
+            args.extend((item.id, item.count, str(failures.get(index, ""))[:4000]))
+        for entry_id, count, _ in batch.undecodable:
+            args.extend((entry_id, count, "undecodable payload"))
+        return bool(self._run("pool_ack", args))
 
-    def _finish(self, batch_id: str, processed: int, failed: int) -> bool:
-        reply = script("pool_ack")(
-            self.client,
-            [self.keys("stats"), self.keys("inflight"), self.keys("inflight_calls")],
-            [batch_id, processed, failed],
+    def reap(self, limit: int = 1000) -> PoolReapResult:
+        """Take back batches past their deadline: lost (at most once) or returned to the pool
+        / dead-lettered (at least once)."""
+        lost, returned, dead, send = self._run(
+            "pool_reap", [limit, int(self.at_least_once), self.max_receives]
         )
-        return bool(reply)
+        return PoolReapResult(int(lost), int(returned), int(dead), bool(send))
 
-    def reap(self, limit: int = 1000) -> int:
-        """Count batches past their deadline as lost; returns how many calls that was."""
-        return int(
-            script("pool_reap")(
-                self.client,
-                [self.keys("stats"), self.keys("inflight"), self.keys("inflight_calls")],
-                [limit],
-            )
-        )
+    # Dead letters
+
+    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
+        """Dead letters from the oldest: payload, receives, count and last error."""
+        with redis_errors("reading dead letters"):
+            raw = self.client.lrange(self.keys("dead"), start, stop)
+        return [parse_dead_letter(entry, self.serializer) for entry in raw]
+
+    def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
+        if letters is not None:
+            raws = [letter.raw for letter in letters]
+            if not raws:
+                return 0
+            calls, _ = self._run("pool_dead", [action, 0, *raws])
+            return int(calls)
+        total = 0
+        while limit != 0:
+            chunk = 1000 if limit < 0 else min(limit, 1000)
+            calls, _ = self._run("pool_dead", [action, chunk])
+            if not calls:
+                break
+            total += int(calls)
+            limit = limit - chunk if limit > 0 else limit
+        return total
+
+    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Put dead letters back into the pool (receives reset): the ``letters`` given, or the
+        oldest ``limit`` (-1: all). Returns how many calls went back."""
+        return self._act_on_dead("requeue", letters, limit)
+
+    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
+        ``limit`` (-1: all). Returns how many calls were purged."""
+        return self._act_on_dead("purge", letters, limit)
 
     # Reading
 
@@ -301,6 +433,13 @@ class CappedPool:
             lost=get("lost"),
             capacity=self.capacity,
             drains_pending=int(drains or 0),
+            dead=get("dead"),
+            purged=get("purged"),
+            delayed=get("delayed"),
+            duplicates=get("duplicates"),
+            retried=get("retried"),
+            redelivered=get("redelivered"),
+            guard_skipped=get("guard_skipped"),
         )
 
     def __len__(self) -> int:
@@ -310,12 +449,7 @@ class CappedPool:
     def clear(self) -> None:
         """Delete the pool's items and counters (this pool's keys only)."""
         with redis_errors(f"clearing {self.keys.base}"):
-            self.client.delete(
-                *(
-                    self.keys(part)
-                    for part in ("items", "counts", "stats", "drains", "inflight", "inflight_calls")
-                )
-            )
+            self.client.delete(*self._keys)
 
 
 def validate_pool_options(*, capacity: Any, policy: Any, max_drains: Any = 1) -> None:

@@ -14,16 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import Retry, SoftTimeLimitExceeded
-from celery.utils.time import get_exponential_backoff_interval
+from celery.utils.time import get_exponential_backoff_interval, maybe_make_aware
 
 from .bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
 from .config import get_config
 from .errors import ConfigurationError, RedQueueError, SerializationError
-from .pool import AddResult, CappedPool, PoolBatch, validate_pool_options
+from .pool import DELIVERIES, AddResult, CappedPool, PoolBatch, validate_pool_options
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,21 @@ class DrainSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _error_text(exc: BaseException) -> str:
+    """What a dead letter keeps of a failure."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _staticmethod_option(cls: type, name: str) -> None:
+    """A function given as a class option must not become a bound method."""
+    value = cls.__dict__.get(name)
+    if value is None or isinstance(value, staticmethod):
+        return
+    if not callable(value):
+        raise ConfigurationError(f"{name} must be a callable, got {value!r}")
+    setattr(cls, name, staticmethod(value))
 
 
 def _positive(cls: type, name: str, *, integer: bool = False, optional: bool = False) -> None:
@@ -128,6 +144,50 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return list(payload[0]), dict(payload[1])
 
+    def _delay_of(self, options: dict[str, Any]) -> float:
+        """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``)."""
+        countdown, eta = options.get("countdown"), options.get("eta")
+        if countdown is not None and eta is not None:
+            raise RedQueueError(f"{self.name}: pass countdown= or eta=, not both")
+        if countdown is not None:
+            if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+                raise RedQueueError(f"{self.name}: countdown must be seconds, got {countdown!r}")
+            return max(float(countdown), 0.0)
+        if eta is not None:
+            if isinstance(eta, str):
+                eta = datetime.fromisoformat(eta)
+            if not isinstance(eta, datetime):
+                raise RedQueueError(f"{self.name}: eta must be a datetime, got {eta!r}")
+            now = self.app.now()
+            eta = maybe_make_aware(eta, now.tzinfo)
+            return max(float((eta - now).total_seconds()), 0.0)
+        return 0.0
+
+    def _dedupe_id(
+        self, key_function: Any, args: Any, kwargs: Any, options: dict[str, Any]
+    ) -> str | None:
+        """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
+        dedupe_id = options.get("dedupe_id")
+        if dedupe_id is None and key_function is not None:
+            try:
+                dedupe_id = key_function(*(args or ()), **(kwargs or {}))
+            except Exception as exc:
+                raise RedQueueError(
+                    f"{self.name}: dedupe key failed on this call: {exc!r}"
+                ) from exc
+        if dedupe_id is not None and (not isinstance(dedupe_id, str) or not dedupe_id):
+            raise RedQueueError(
+                f"{self.name}: a dedupe id must be a non-empty string, got {dedupe_id!r}"
+            )
+        return dedupe_id
+
+    def _after_add(self, drain_needed: bool, wake_in: float | None) -> None:
+        """Send the drain job an add asked for: now, or when its delayed call is due."""
+        if drain_needed:
+            self.send_drain()
+        if wake_in is not None:
+            self.send_drain(countdown=wake_in)
+
     def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
         cached: tuple[int, Any] | None = self.__dict__.get(attr)
@@ -174,6 +234,21 @@ class PoolTask(RedQueueTask):
     pool_drain_time_budget: float = 10.0
     #: Seconds a popped batch may take before the reaper counts it as lost.
     pool_batch_timeout: float = 300.0
+    #: "at_most_once" (default: a batch whose worker dies is counted as lost) or
+    #: "at_least_once" (it comes back; failed calls are retried; past pool_max_receives they
+    #: go to the dead-letter list).
+    pool_delivery: str = "at_most_once"
+    #: Receives before an at-least-once call is dead-lettered.
+    pool_max_receives: int = 5
+    #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
+    #: whose id was seen within pool_dedupe_window seconds is refused. ``apply_async(...,
+    #: dedupe_id=...)`` gives an id explicitly.
+    pool_dedupe_key: Callable[..., str] | None = None
+    #: Seconds a dedupe id is remembered.
+    pool_dedupe_window: float = 300.0
+    #: Consumer-side guard (seconds, 0: off): an entry whose body completed is recorded with
+    #: its acknowledgement, and a redelivered copy is skipped rather than applied twice.
+    pool_processed_guard: float = 0.0
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
 
@@ -186,6 +261,21 @@ class PoolTask(RedQueueTask):
         _positive(cls, "pool_drain_interval", optional=True)
         _positive(cls, "pool_drain_time_budget")
         _positive(cls, "pool_batch_timeout")
+        _positive(cls, "pool_dedupe_window")
+        _staticmethod_option(cls, "pool_dedupe_key")
+        if cls.pool_delivery not in DELIVERIES:
+            raise ConfigurationError(
+                f"pool_delivery must be one of {DELIVERIES}, got {cls.pool_delivery!r}"
+            )
+        _positive(cls, "pool_max_receives", integer=True)
+        if (
+            isinstance(cls.pool_processed_guard, bool)
+            or not isinstance(cls.pool_processed_guard, int | float)
+            or cls.pool_processed_guard < 0
+        ):
+            raise ConfigurationError(
+                f"pool_processed_guard must be seconds >= 0, got {cls.pool_processed_guard!r}"
+            )
         if not isinstance(cls.pool_count_kwarg, str) or not cls.pool_count_kwarg.isidentifier():
             raise ConfigurationError(
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
@@ -220,6 +310,10 @@ class PoolTask(RedQueueTask):
             serializer=config.serializer,
             batch_timeout=self.pool_batch_timeout,
             max_drains=self.pool_drain_concurrency,
+            delivery=self.pool_delivery,
+            max_receives=self.pool_max_receives,
+            dedupe_window=self.pool_dedupe_window,
+            processed_guard=self.pool_processed_guard,
         )
 
     # Producing
@@ -243,11 +337,8 @@ class PoolTask(RedQueueTask):
         if (options.get("headers") or {}).get(DRAIN_HEADER):
             return self.send_drain(producer=producer, **options)
         self.check_call(args, kwargs)
-        for unsupported in ("countdown", "eta"):
-            if options.get(unsupported) is not None:
-                raise RedQueueError(
-                    f"{unsupported}= is not supported on pooled tasks ({self.name})"
-                )
+        delay = self._delay_of(options)
+        dedupe_id = self._dedupe_id(self.pool_dedupe_key, args, kwargs, options)
         call_args = list(args or ())
         call_kwargs = dict(kwargs or {})
         if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
@@ -262,17 +353,22 @@ class PoolTask(RedQueueTask):
             return self.apply(
                 stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
             )
-        result = pool._add_encoded([encoded])[0]
-        if result.drain_needed:
-            self.send_drain()
+        result = pool._add_encoded([encoded], delay=delay, dedupe_ids=[dedupe_id])[0]
+        self._after_add(result.drain_needed, result.wake_in)
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[AddResult]:
         """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain."""
         results = self.pool.add_many([[list(a), dict(k)] for a, k in calls])
-        if any(r.drain_needed for r in results):
-            self.send_drain()
+        self._after_add(any(r.drain_needed for r in results), None)
         return results
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+        """Put dead letters back into the pool and make sure a drain job runs."""
+        count = self.pool.requeue_dead(letters, limit)
+        if count:
+            self.send_drain()
+        return count
 
     # Consuming
 
@@ -293,22 +389,32 @@ class PoolTask(RedQueueTask):
             if batch.fan_out:
                 self.send_drain()
             if not batch:
+                if batch.wait is not None:
+                    # Only delayed calls remain: come back when the first is due.
+                    self.send_drain(countdown=batch.wait)
+                    return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
-            batch_failed = self._run_batch(batch)
-            if not pool.ack(batch, failed=batch_failed):
+            started = time.monotonic()
+            failures = self._run_batch(batch)
+            if not pool.ack(batch, failures=failures, seconds=time.monotonic() - started):
                 logger.warning(
-                    "%s: batch %s finished after its deadline; counted as lost", self.name, batch.id
+                    "%s: batch %s finished after its deadline; the reaper had taken it back",
+                    self.name,
+                    batch.id,
                 )
             batches += 1
-            failed += batch_failed + len(batch.undecodable)
-            processed += batch.calls - batch_failed - len(batch.undecodable)
+            batch_failed = sum(batch.items[i].count for i in failures) + sum(
+                c for _, c, _ in batch.undecodable
+            )
+            failed += batch_failed
+            processed += batch.calls - batch_failed
             if time.monotonic() >= deadline:
                 # Hand over to a fresh job so one pool cannot hold a worker forever.
                 self.send_drain()
                 return DrainSummary(processed, failed, batches, continued=True)
 
-    def _run_batch(self, batch: PoolBatch) -> int:
-        """Run the body over a batch; returns how many calls failed (each is logged)."""
+    def _run_batch(self, batch: PoolBatch) -> dict[int, str]:
+        """Run the body over a batch; returns the failures by position (each is logged)."""
         if self.pool_batch:
             try:
                 calls = [
@@ -318,13 +424,13 @@ class PoolTask(RedQueueTask):
                 ]
                 self._body()(calls)
             except SoftTimeLimitExceeded:
-                self.pool.ack(batch, failed=sum(item.count for item in batch.items))
+                self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
                 raise
-            except Exception:
+            except Exception as exc:
                 logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
-                return sum(item.count for item in batch.items)
-            return 0
-        failed = 0
+                return dict.fromkeys(range(len(batch.items)), _error_text(exc))
+            return {}
+        failures: dict[int, str] = {}
         for index, item in enumerate(batch.items):
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
@@ -332,15 +438,19 @@ class PoolTask(RedQueueTask):
                     call_kwargs[self.pool_count_kwarg] = item.count
                 self._body()(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
-                self.pool.ack(batch, failed=failed + sum(i.count for i in batch.items[index:]))
+                failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
+                self.pool.ack(batch, failures=failures)
                 raise
-            except Exception:
+            except Exception as exc:
                 logger.exception("%s: pooled call %r failed", self.name, item.payload)
-                failed += item.count
-        return failed
+                failures[index] = _error_text(exc)
+        return failures
 
     def reap(self) -> int:
-        return self.pool.reap()
+        result = self.pool.reap()
+        if result.drain_needed:
+            self.send_drain()
+        return result.lost + result.returned + result.dead_lettered
 
 
 class BucketTask(RedQueueTask):
@@ -555,8 +665,9 @@ class BucketTask(RedQueueTask):
                 delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
                 bucket.release(reservation, delay=float(delay or 0))
             else:
-                cause = exc.exc if exc.exc is not None else exc
-                bucket.dead_letter(reservation, f"{type(cause).__name__}: {cause}")
+                bucket.dead_letter(
+                    reservation, _error_text(exc.exc if exc.exc is not None else exc)
+                )
             return False
         except SoftTimeLimitExceeded:
             bucket.release(reservation)
@@ -579,7 +690,7 @@ class BucketTask(RedQueueTask):
                     reservation.key,
                     reservation.receives,
                 )
-                bucket.dead_letter(reservation, f"{type(exc).__name__}: {exc}")
+                bucket.dead_letter(reservation, _error_text(exc))
             return False
         finally:
             self._local.reservation = None

@@ -1,81 +1,55 @@
--- Add calls to a capped pool, trim to capacity, count, and arm the "drain pending" flag.
--- KEYS[1] items   zset: member -> score (lowest score is popped first, highest evicted by sample)
--- KEYS[2] counts  hash: member -> number of merged calls (coalescing pools only)
--- KEYS[3] stats   hash: counters (offered, accepted, rejected, evicted, queued, seq, capacity)
--- KEYS[4] drains  string: number of drain jobs pending; absent when none is
--- ARGV[1] capacity (distinct entries)
--- ARGV[2] policy: sample | newest | reject
--- ARGV[3] coalesce: 1 | 0
--- ARGV[4] time-to-live of the drains flag, ms (a lost drain message is re-sent after it)
--- ARGV[5], ARGV[6], ... pairs of (random score in [0, 1), payload)
--- Returns {send_drain, status...}: 0 refused, 1 kept, 2 kept and an older entry evicted,
--- 3 merged into an equal entry. Bounded: O(batch * log N).
-local items, counts, stats, drains = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local capacity = tonumber(ARGV[1])
-local policy = ARGV[2]
-local coalesce = ARGV[3] == '1'
+-- Offer calls to a capped pool (or hold them until due), and arm the drain flag.
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- ARGV[5] dedupe window ms (0: no producer-side deduplication)
+-- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
+-- delay ms (0: now)
+-- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
+-- wake_in_ms >= 0 means "send a drain job with this countdown" (an earlier delayed call).
+-- Status: 0 refused, 1 kept, 2 kept and an older entry evicted, 3 merged into an equal entry,
+-- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log N).
+--#include pool_common
+local window = tonumber(ARGV[5])
+local now = now_ms()
+local accepted, rejected, evicted, queued, duplicates, delayed = 0, 0, 0, 0, 0, 0
+local result = {0, -1}
+local earliest_due = nil
 
-local size = redis.call('ZCARD', items)
-local accepted, rejected, evicted, queued = 0, 0, 0, 0
-local result = {0}
-
--- Remove one entry, returning how many calls it stood for.
-local function drop(member)
-  redis.call('ZREM', items, member)
-  if coalesce then
-    local n = tonumber(redis.call('HGET', counts, member) or '1')
-    redis.call('HDEL', counts, member)
-    return n
-  end
-  return 1
+-- Forget a few expired dedupe ids per call: bounded work, and the set cannot grow unbounded.
+if window > 0 then
+  local old = redis.call('ZRANGEBYSCORE', K_DEDUPE, '-inf', now, 'LIMIT', 0, 100)
+  if #old > 0 then redis.call('ZREM', K_DEDUPE, unpack(old)) end
 end
 
-for i = 5, #ARGV, 2 do
-  local payload = ARGV[i + 1]
-  local status = 0
-  if coalesce and redis.call('HEXISTS', counts, payload) == 1 then
-    redis.call('HINCRBY', counts, payload, 1)
-    status = 3
+for i = 6, #ARGV, 4 do
+  local score, payload, dedupe_id, delay = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local status
+  if dedupe_id ~= '' and window > 0 and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
+    status = 4
   else
-    local seq = redis.call('HINCRBY', stats, 'seq', 1)
-    local member = payload
-    if not coalesce then
-      -- A unique prefix keeps equal payloads apart; pop strips it.
-      member = string.format('%x', seq) .. ':' .. payload
+    if dedupe_id ~= '' and window > 0 then
+      redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
     end
-    local score = seq
-    if policy == 'sample' then
-      score = tonumber(ARGV[i])
-    end
-    if size < capacity then
-      status = 1
-    elseif policy == 'newest' then
-      local oldest = redis.call('ZRANGE', items, 0, 0)
-      local n = drop(oldest[1])
-      evicted = evicted + n
-      queued = queued - n
-      size = size - 1
-      status = 2
-    elseif policy == 'sample' then
-      -- Bottom-k sample: keep the `capacity` lowest random scores seen since the last drain.
-      local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
-      if score < tonumber(top[2]) then
-        local n = drop(top[1])
-        evicted = evicted + n
-        queued = queued - n
-        size = size - 1
-        status = 2
-      end
-    end
-    if status > 0 then
-      redis.call('ZADD', items, score, member)
-      if coalesce then
-        redis.call('HSET', counts, member, 1)
-      end
-      size = size + 1
+    local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
+    if delay > 0 then
+      redis.call('ZADD', K_SCHEDULED, now + delay, string.format('%x', seq) .. ':' .. ARGV[i] .. ':' .. payload)
+      if earliest_due == nil or now + delay < earliest_due then earliest_due = now + delay end
+      status = 5
+    else
+      local member = payload
+      if not COALESCE then member = string.format('%x', seq) .. ':' .. payload end
+      if POLICY ~= 'sample' then score = seq end
+      local out
+      status, out = admit(member, score, 1, 0, now)
+      evicted = evicted + out
+      queued = queued - out
     end
   end
-  if status > 0 then
+  if status == 5 then
+    delayed = delayed + 1
+  elseif status == 4 then
+    duplicates = duplicates + 1
+    rejected = rejected + 1
+  elseif status > 0 then
     accepted = accepted + 1
     queued = queued + 1
   else
@@ -84,14 +58,25 @@ for i = 5, #ARGV, 2 do
   result[#result + 1] = status
 end
 
-redis.call('HINCRBY', stats, 'offered', accepted + rejected)
-if accepted > 0 then redis.call('HINCRBY', stats, 'accepted', accepted) end
-if rejected > 0 then redis.call('HINCRBY', stats, 'rejected', rejected) end
-if evicted > 0 then redis.call('HINCRBY', stats, 'evicted', evicted) end
-if queued ~= 0 then redis.call('HINCRBY', stats, 'queued', queued) end
-redis.call('HSET', stats, 'capacity', capacity)
+if accepted + rejected > 0 then redis.call('HINCRBY', K_STATS, 'offered', accepted + rejected) end
+if accepted > 0 then redis.call('HINCRBY', K_STATS, 'accepted', accepted) end
+if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
+if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
+if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
+if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
+if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
+redis.call('HSET', K_STATS, 'capacity', CAPACITY)
+tick('in', accepted + rejected, now)
 
-if size > 0 and redis.call('SET', drains, 1, 'NX', 'PX', ARGV[4]) then
+if redis.call('ZCARD', K_ITEMS) > 0 and arm_drain() then
   result[1] = 1
+end
+if earliest_due ~= nil then
+  -- One drain job sleeps until the earliest due call; an earlier one needs its own job.
+  local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
+  if sleeping_until < 0 or sleeping_until > earliest_due then
+    redis.call('SET', K_WAKE, earliest_due, 'PX', earliest_due - now + tonumber(DRAIN_TTL))
+    result[2] = earliest_due - now
+  end
 end
 return result

@@ -1,69 +1,113 @@
--- Pop up to n entries, record them as one in-flight batch, and manage the drains flag.
--- KEYS[1] items           zset: member -> score
--- KEYS[2] counts          hash: member -> merged calls (coalescing pools only)
--- KEYS[3] stats           hash: counters
--- KEYS[4] drains          string: number of drain jobs pending
--- KEYS[5] inflight        zset: batch id -> deadline (ms, server clock)
--- KEYS[6] inflight_calls  hash: batch id -> number of calls in the batch
--- ARGV[1] n, the batch size
--- ARGV[2] batch id (unique, chosen by the caller)
--- ARGV[3] how long the batch may stay in flight, ms
--- ARGV[4] time-to-live of the drains flag, ms
--- ARGV[5] most drain jobs that may run at once (fan-out limit)
--- ARGV[6] coalesce: 1 | 0
--- Returns {fan_out, remaining, payload1, count1, payload2, count2, ...}.
--- An empty pop means the pool was empty at that instant, and the drains flag was cleared in
--- the same step, so a call added right after it sees no flag and sends a fresh drain job.
-local items, counts, stats, drains = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local inflight, inflight_calls = KEYS[5], KEYS[6]
-local n = tonumber(ARGV[1])
-local coalesce = ARGV[6] == '1'
+-- Move due delayed calls in, pop up to n entries as one in-flight batch, manage the drain flag.
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
+-- ARGV[9] at least once (1|0): keep the entries so the reaper can return them,
+-- ARGV[10] processed-guard (1|0): skip entries whose id completed already.
+-- Returns {fan_out, remaining, wait_ms, then per entry: payload, count, receives, id}.
+-- An empty pop with wait_ms = -1 means the pool and its delayed set were empty at that instant
+-- and the drain flag was cleared in the same step, so nothing arriving afterwards is stranded;
+-- wait_ms >= 0 means only delayed calls remain, the first due in wait_ms.
+--#include pool_common
+local n = tonumber(ARGV[5])
+local batch_id = ARGV[6]
+local at_least_once, guard = ARGV[9] == '1', ARGV[10] == '1'
+local now = now_ms()
 
-local popped = redis.call('ZPOPMIN', items, n)
-if #popped == 0 then
-  redis.call('DEL', drains)
-  return {0, 0}
-end
-
-local result = {0, 0}
-local calls = 0
-for i = 1, #popped, 2 do
-  local member = popped[i]
-  local count = 1
-  local payload = member
-  if coalesce then
-    count = tonumber(redis.call('HGET', counts, member) or '1')
-    redis.call('HDEL', counts, member)
-  else
-    payload = string.sub(member, string.find(member, ':', 1, true) + 1)
+-- Due delayed calls are offered now, in due order (bounded by the batch size).
+local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, n)
+if #due > 0 then
+  local accepted, rejected, evicted, queued = 0, 0, 0, 0
+  for _, entry in ipairs(due) do
+    redis.call('ZREM', K_SCHEDULED, entry)
+    local seq, score, payload = string.match(entry, '^(%x+):([^:]*):(.*)$')
+    local member = payload
+    if not COALESCE then member = seq .. ':' .. payload end
+    local sc = tonumber(score)
+    if POLICY ~= 'sample' then sc = tonumber(seq, 16) end
+    local status, out = admit(member, sc, 1, 0, now)
+    evicted = evicted + out
+    queued = queued - out
+    if status > 0 then accepted = accepted + 1; queued = queued + 1 else rejected = rejected + 1 end
   end
-  calls = calls + count
-  result[#result + 1] = payload
-  result[#result + 1] = count
+  redis.call('HINCRBY', K_STATS, 'delayed', -#due)
+  redis.call('HINCRBY', K_STATS, 'offered', #due)
+  redis.call('HINCRBY', K_STATS, 'accepted', accepted)
+  redis.call('HINCRBY', K_STATS, 'rejected', rejected)
+  redis.call('HINCRBY', K_STATS, 'evicted', evicted)
+  redis.call('HINCRBY', K_STATS, 'queued', queued)
+  tick('in', #due, now)
 end
 
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', inflight, now_ms + tonumber(ARGV[3]), ARGV[2])
-redis.call('HSET', inflight_calls, ARGV[2], calls)
-redis.call('HINCRBY', stats, 'queued', -calls)
-redis.call('HINCRBY', stats, 'in_flight', calls)
+local popped = redis.call('ZPOPMIN', K_ITEMS, n)
+if #popped == 0 then
+  local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    redis.call('DEL', K_DRAINS, K_WAKE)
+    return {0, 0, -1}
+  end
+  -- Only delayed calls remain: the caller schedules a drain job for the first one.
+  local when = tonumber(first[2])
+  redis.call('SET', K_WAKE, when, 'PX', when - now + tonumber(DRAIN_TTL))
+  redis.call('SET', K_DRAINS, 1, 'PX', when - now + tonumber(DRAIN_TTL))
+  return {0, 0, when - now}
+end
+
+local result = {0, 0, -1}
+local kept = {}
+local calls, skipped = 0, 0
+for i = 1, #popped, 2 do
+  local member, score = popped[i], popped[i + 1]
+  local count = count_of(member)
+  local receives = tonumber(redis.call('HGET', K_RECEIVES, member) or '0') + 1
+  local offered_at = redis.call('ZSCORE', K_AGES, member)
+  local id = member
+  if not COALESCE then id = string.sub(member, 1, string.find(member, ':', 1, true) - 1) end
+  redis.call('ZREM', K_AGES, member)
+  redis.call('HDEL', K_RECEIVES, member)
+  if COALESCE then redis.call('HDEL', K_COUNTS, member) end
+  if guard and redis.call('ZSCORE', K_DONE, id) then
+    -- A redelivered entry whose body already completed: it is not applied twice.
+    skipped = skipped + count
+  else
+    calls = calls + count
+    local payload = payload_of(member)
+    result[#result + 1] = payload
+    result[#result + 1] = count
+    result[#result + 1] = receives
+    result[#result + 1] = id
+    kept[#kept + 1] = {member, score, count, receives, offered_at or now}
+  end
+end
+
+redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped))
+if skipped > 0 then
+  redis.call('HINCRBY', K_STATS, 'processed', skipped)
+  redis.call('HINCRBY', K_STATS, 'guard_skipped', skipped)
+  tick('out', skipped, now)
+end
+if calls > 0 then
+  redis.call('ZADD', K_INFLIGHT, now + tonumber(ARGV[7]), batch_id)
+  redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
+  if at_least_once then redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept)) end
+  redis.call('HINCRBY', K_STATS, 'in_flight', calls)
+end
 
 -- A drain that runs without a pending flag (started by beat) claims it, so producers do not
 -- send another job while it works.
-local running = tonumber(redis.call('GET', drains) or '0')
+local running = tonumber(redis.call('GET', K_DRAINS) or '0')
 if running == 0 then
   running = 1
-  redis.call('SET', drains, 1, 'PX', ARGV[4])
+  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
 else
-  redis.call('PEXPIRE', drains, ARGV[4])
+  redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
 end
+redis.call('DEL', K_WAKE)
 
-local remaining = redis.call('ZCARD', items)
+local remaining = redis.call('ZCARD', K_ITEMS)
 result[2] = remaining
 -- Fan out while there is more than one batch left for every running drain.
-if running < tonumber(ARGV[5]) and remaining > n * running then
-  redis.call('INCR', drains)
+if running < tonumber(ARGV[8]) and remaining > n * running then
+  redis.call('INCR', K_DRAINS)
   result[1] = 1
 end
 return result

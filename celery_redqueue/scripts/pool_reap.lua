@@ -1,20 +1,46 @@
--- Count in-flight batches whose deadline passed as lost (their drain died: at-most-once).
--- KEYS[1] stats           hash: counters
--- KEYS[2] inflight        zset: batch id -> deadline
--- KEYS[3] inflight_calls  hash: batch id -> number of calls
--- ARGV[1] most batches to reap in this call
--- Returns the number of calls counted as lost. Bounded: O(limit * log N).
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[1]))
-local lost = 0
+-- Take back in-flight batches whose deadline passed (their drain died or overran).
+-- At most once: their calls count as lost. At least once: each entry goes back into the pool
+-- (competing for room like any entry; what does not fit counts as evicted), or to the
+-- dead-letter list once it has been received max_receives times.
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
+-- Returns {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
+--#include pool_common
+local at_least_once, max_receives = ARGV[6] == '1', tonumber(ARGV[7])
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+local lost, returned, buried, evicted = 0, 0, 0, 0
 for _, batch in ipairs(expired) do
-  lost = lost + tonumber(redis.call('HGET', KEYS[3], batch) or '0')
-  redis.call('HDEL', KEYS[3], batch)
-  redis.call('ZREM', KEYS[2], batch)
+  local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch) or '0')
+  local packed = redis.call('HGET', K_INFLIGHT_ITEMS, batch)
+  redis.call('HDEL', K_INFLIGHT_CALLS, batch)
+  redis.call('HDEL', K_INFLIGHT_ITEMS, batch)
+  redis.call('ZREM', K_INFLIGHT, batch)
+  if calls > 0 then redis.call('HINCRBY', K_STATS, 'in_flight', -calls) end
+  if at_least_once and packed then
+    for _, entry in ipairs(cjson.decode(packed)) do
+      local member, score, count = entry[1], tonumber(entry[2]), tonumber(entry[3])
+      local receives, offered_at = tonumber(entry[4]), tonumber(entry[5])
+      if receives >= max_receives then
+        bury(payload_of(member), count, receives, 'batch not acknowledged before its deadline ('
+          .. receives .. ' receives)', now)
+        buried = buried + count
+      else
+        local status, out = admit(member, score, count, receives, offered_at)
+        evicted = evicted + out
+        if status > 0 then returned = returned + count else evicted = evicted + count end
+      end
+    end
+  else
+    lost = lost + calls
+  end
 end
-if lost > 0 then
-  redis.call('HINCRBY', KEYS[1], 'in_flight', -lost)
-  redis.call('HINCRBY', KEYS[1], 'lost', lost)
+if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
+if returned > 0 then
+  redis.call('HINCRBY', K_STATS, 'queued', returned)
+  redis.call('HINCRBY', K_STATS, 'redelivered', returned)
 end
-return lost
+if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
+local send = 0
+if returned > 0 and arm_drain() then send = 1 end
+return {lost, returned, buried, send}

@@ -129,7 +129,7 @@ def test_calls_are_checked_at_the_call_site(pooled):
     with pytest.raises(TypeError):
         pooled.delay(1, 2, 3)
     with pytest.raises(RedQueueError, match="countdown"):
-        pooled.apply_async((1,), countdown=5)
+        pooled.apply_async((1,), countdown="soon")
     assert pooled.pool.stats().offered == 0
 
 

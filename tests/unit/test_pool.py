@@ -17,15 +17,10 @@ from celery_redqueue import (
 
 def assert_identities(stats):
     assert stats.offered == stats.accepted + stats.rejected, stats
-    assert (
-        stats.accepted
-        == stats.processed
-        + stats.failed
-        + stats.evicted
-        + stats.depth
-        + stats.in_flight
-        + stats.lost
-    ), stats
+    terminal = (
+        stats.processed + stats.failed + stats.evicted + stats.lost + stats.dead + stats.purged
+    )
+    assert stats.accepted == terminal + stats.depth + stats.in_flight, stats
 
 
 def drain_all(pool, n=100):
@@ -116,7 +111,8 @@ def test_coalescing_merges_equal_payloads_and_counts_calls(make_pool):
     assert [r.kept for r in results] == [True, True, True, False, True, False]
     batch = pool.pop(10)
     assert sorted((i.payload, i.count) for i in batch.items) == [("a", 3), ("b", 1)]
-    pool.ack(batch, failed=1)
+    b_index = next(i for i, item in enumerate(batch.items) if item.payload == "b")
+    pool.ack(batch, failures={b_index: "ValueError: b"})
     stats = pool.stats()
     assert (stats.offered, stats.accepted, stats.rejected) == (6, 4, 2)
     assert (stats.processed, stats.failed, stats.entries) == (3, 1, 0)
@@ -195,7 +191,7 @@ def test_concurrent_producers_never_strand_a_call(
                 batch = local.pop(7)
                 if not batch:
                     break
-                local.ack(batch, failed=len(batch) % 2)
+                local.ack(batch, failures={0: "x"} if len(batch) % 2 else None)
                 observed.append(local.stats())
 
     consumer = threading.Thread(target=consume)
@@ -247,7 +243,7 @@ def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool):
     pool.add_many(range(4))
     batch = pool.pop(3)
     time.sleep(0.1)
-    assert pool.reap() == 3
+    assert pool.reap().lost == 3
     assert pool.ack(batch) is False  # too late: already counted as lost
     stats = pool.stats()
     assert (stats.lost, stats.processed, stats.in_flight, stats.depth) == (3, 0, 0, 1)
@@ -258,7 +254,7 @@ def test_reaper_leaves_live_batches_alone(make_pool):
     pool = make_pool(capacity=10)
     pool.add_many(range(4))
     batch = pool.pop(3)
-    assert pool.reap() == 0
+    assert pool.reap().lost == 0
     assert pool.ack(batch) is True
     assert pool.stats().processed == 3
 

@@ -1,0 +1,53 @@
+"""Dead letters: what a structure gave up on, with the payload, receives and last error.
+
+Both pools and buckets keep them in a Redis list, one entry per item: JSON metadata, a newline,
+then the payload exactly as stored (so any serializer round-trips).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .serializers import Serializer
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered item. Pass it back to ``requeue_dead``/``purge_dead`` to act on it."""
+
+    payload: Any
+    #: How many times the item had been handed out.
+    receives: int
+    #: The text of its last failure (an exception, or why its reservation ran out).
+    error: str
+    #: Server time (seconds since the epoch) when it was dead-lettered.
+    at: float
+    #: Calls it stands for (a coalesced pool entry may merge several).
+    count: int = 1
+    #: The bucket key it was queued under (buckets only).
+    key: str | None = None
+    #: The item's id (buckets only).
+    id: int | None = None
+    #: The stored entry, used to find this exact letter again.
+    raw: bytes = field(default=b"", repr=False)
+
+
+def parse_dead_letter(raw: bytes, serializer: Serializer) -> DeadLetter:
+    info_text, _, payload = raw.partition(b"\n")
+    info = json.loads(info_text)
+    try:
+        value = serializer.loads(payload)
+    except Exception:  # keep undecodable letters listable: the raw bytes are the evidence
+        value = payload
+    return DeadLetter(
+        payload=value,
+        receives=int(info.get("receives", 0)),
+        error=str(info.get("error", "")),
+        at=float(info.get("at", 0)) / 1000.0,
+        count=int(info.get("count", 1)),
+        key=info.get("key"),
+        id=info.get("id"),
+        raw=raw,
+    )

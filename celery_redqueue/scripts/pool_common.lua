@@ -1,0 +1,113 @@
+-- Shared by the pool scripts (spliced in by the loader at "--#include pool_common").
+-- Every pool script receives the same KEYS (see pool.PARTS in pool.py):
+-- KEYS[1] items           zset: member -> score (lowest popped first; sample evicts the highest)
+-- KEYS[2] counts          hash: member -> merged calls (coalescing pools)
+-- KEYS[3] stats           hash: counters
+-- KEYS[4] drains          string: number of drain jobs pending; absent when none is
+-- KEYS[5] inflight        zset: batch id -> deadline (ms)
+-- KEYS[6] inflight_calls  hash: batch id -> calls in the batch
+-- KEYS[7] inflight_items  hash: batch id -> cjson list of entries (at-least-once pools)
+-- KEYS[8] receives        hash: member -> times handed out so far (returned entries only)
+-- KEYS[9] ages            zset: member -> when (ms) it was first offered
+-- KEYS[10] dead           list: dead letters, "json NL payload"
+-- KEYS[11] scheduled      zset: "id:score:payload" -> due time (ms)
+-- KEYS[12] dedupe         zset: dedupe id -> end of its window (ms)
+-- KEYS[13] done           zset: entry id -> end of its processed-guard window (ms)
+-- KEYS[14] rates          hash: per-second ring counters for the last minute
+-- KEYS[15] wake           string: when (ms) a sleeping drain job wakes up
+-- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
+-- [4] drain flag time-to-live ms.
+local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[5], KEYS[6], KEYS[7]
+local K_RECEIVES, K_AGES, K_DEAD, K_SCHEDULED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local K_DEDUPE, K_DONE, K_RATES, K_WAKE = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local CAPACITY, POLICY, COALESCE, DRAIN_TTL = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
+
+-- The server clock in ms: one clock for every worker.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Add `n` to a per-second counter in a ring of 60 slots ("sec value" per slot).
+local function tick(kind, n, now)
+  if n == 0 then return end
+  local sec = math.floor(now / 1000)
+  local field = kind .. ':' .. (sec % 60)
+  local old = redis.call('HGET', K_RATES, field)
+  local value = n
+  if old then
+    local old_sec, old_value = string.match(old, '^(%d+) (%S+)$')
+    if tonumber(old_sec) == sec then value = tonumber(old_value) + n end
+  end
+  redis.call('HSET', K_RATES, field, sec .. ' ' .. value)
+end
+
+-- The payload of a member: coalescing members are payloads, others carry a unique prefix.
+local function payload_of(member)
+  if COALESCE then return member end
+  return string.sub(member, string.find(member, ':', 1, true) + 1)
+end
+
+local function count_of(member)
+  if COALESCE then return tonumber(redis.call('HGET', K_COUNTS, member) or '1') end
+  return 1
+end
+
+-- Remove an entry with everything kept about it; returns how many calls it stood for.
+local function remove(member)
+  local n = count_of(member)
+  redis.call('ZREM', K_ITEMS, member)
+  redis.call('ZREM', K_AGES, member)
+  redis.call('HDEL', K_RECEIVES, member)
+  if COALESCE then redis.call('HDEL', K_COUNTS, member) end
+  return n
+end
+
+-- Let an entry in (new, returned by the reaper, requeued or due): it takes a free place, or
+-- the policy decides. Returns status (0 refused, 1 kept, 2 kept and an older entry evicted,
+-- 3 merged) and the calls evicted to make room.
+local function admit(member, score, count, receives, offered_at)
+  if COALESCE and redis.call('ZSCORE', K_ITEMS, member) then
+    redis.call('HINCRBY', K_COUNTS, member, count)
+    return 3, 0
+  end
+  local size = redis.call('ZCARD', K_ITEMS)
+  local status, evicted = 1, 0
+  if size >= CAPACITY then
+    if POLICY == 'newest' then
+      evicted = remove(redis.call('ZRANGE', K_ITEMS, 0, 0)[1])
+      status = 2
+    elseif POLICY == 'sample' then
+      -- Bottom-k sample: keep the CAPACITY lowest random scores seen since the last drain.
+      local top = redis.call('ZRANGE', K_ITEMS, -1, -1, 'WITHSCORES')
+      if score < tonumber(top[2]) then
+        evicted = remove(top[1])
+        status = 2
+      else
+        status = 0
+      end
+    else
+      status = 0
+    end
+  end
+  if status > 0 then
+    redis.call('ZADD', K_ITEMS, score, member)
+    redis.call('ZADD', K_AGES, offered_at, member)
+    if COALESCE then redis.call('HSET', K_COUNTS, member, count) end
+    if receives > 0 then redis.call('HSET', K_RECEIVES, member, receives) end
+  end
+  return status, evicted
+end
+
+-- Arm the drain flag if no drain job is pending; true means "send one".
+local function arm_drain()
+  return redis.call('SET', K_DRAINS, 1, 'NX', 'PX', DRAIN_TTL) and true or false
+end
+
+-- Append a dead letter: metadata as JSON, then the payload after a newline.
+local function bury(payload, count, receives, err, now)
+  local info = cjson.encode({count = count, receives = receives, error = err, at = now})
+  redis.call('RPUSH', K_DEAD, info .. '\n' .. payload)
+  redis.call('HINCRBY', K_STATS, 'dead', count)
+end

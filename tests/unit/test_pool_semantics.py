@@ -1,0 +1,136 @@
+"""Queue semantics of CappedPool: at-least-once, dead letters, delays, dedupe, the guard."""
+
+import time
+
+import pytest
+
+from celery_redqueue import ConfigurationError
+
+from .test_pool import assert_identities
+
+
+def test_at_least_once_returns_a_dead_drains_batch(make_pool):
+    pool = make_pool(capacity=10, policy="reject", delivery="at_least_once", batch_timeout=0.05)
+    pool.add_many(["a", "b", "c"])
+    batch = pool.pop(2)
+    assert [i.receives for i in batch.items] == [1, 1]
+    assert_identities(pool.stats())  # in flight, still accounted
+    time.sleep(0.1)
+    reaped = pool.reap()
+    assert (reaped.lost, reaped.returned, reaped.drain_needed) == (0, 2, False)
+    assert pool.ack(batch) is False
+    again = pool.pop(10)
+    assert [(i.payload, i.receives) for i in again.items] == [("a", 2), ("b", 2), ("c", 1)]
+    pool.ack(again)
+    stats = pool.stats()
+    assert (stats.processed, stats.lost, stats.redelivered, stats.depth) == (3, 0, 2, 0)
+    assert_identities(stats)
+
+
+def test_failed_calls_are_retried_then_dead_lettered(make_pool):
+    pool = make_pool(capacity=10, policy="reject", delivery="at_least_once", max_receives=3)
+    pool.add_many(["poison", "fine"])
+    for attempt in range(1, 4):
+        batch = pool.pop(10)
+        by_payload = {i.payload: (n, i) for n, i in enumerate(batch.items)}
+        assert by_payload["poison"][1].receives == attempt
+        pool.ack(batch, failures={by_payload["poison"][0]: f"ValueError: bad #{attempt}"})
+        assert_identities(pool.stats())
+    assert not pool.pop(10)
+    (letter,) = pool.dead_letters()
+    assert (letter.payload, letter.receives, letter.error) == ("poison", 3, "ValueError: bad #3")
+    stats = pool.stats()
+    assert (stats.processed, stats.dead, stats.retried) == (1, 1, 2)
+    assert_identities(stats)
+
+
+def test_dead_letters_requeue_and_purge(make_pool):
+    pool = make_pool(capacity=10, delivery="at_least_once", max_receives=1)
+    pool.add_many([f"x{i}" for i in range(5)])
+    batch = pool.pop(10)
+    pool.ack(batch, failures={i: "boom" for i in range(5)})
+    letters = pool.dead_letters()
+    assert sorted(x.payload for x in letters) == [f"x{i}" for i in range(5)]
+    one = next(x for x in letters if x.payload == "x3")
+    assert pool.requeue_dead([one]) == 1
+    assert [i.payload for i in pool.pop(10).items] == ["x3"]
+    assert pool.requeue_dead(limit=2) == 2
+    assert pool.purge_dead() == 2
+    assert pool.dead_letters() == []
+    stats = pool.stats()
+    assert (stats.dead, stats.purged, stats.depth, stats.in_flight) == (0, 2, 2, 1)
+    assert_identities(stats)
+
+
+def test_delayed_calls_wait_in_the_delayed_set(make_pool):
+    pool = make_pool(capacity=10, policy="newest")
+    first = pool.add("later", delay=0.3)
+    assert first.delayed and not first.kept
+    assert first.wake_in == pytest.approx(0.3, abs=0.01)
+    assert pool.add("later still", delay=1.0).wake_in is None  # the earlier wake-up covers it
+    assert pool.stats().delayed == 2
+    batch = pool.pop(10)
+    assert not batch and batch.wait == pytest.approx(0.3, abs=0.05)
+    time.sleep(batch.wait + 0.05)
+    due = pool.pop(10)
+    assert [i.payload for i in due.items] == ["later"]
+    pool.ack(due)
+    stats = pool.stats()
+    assert (stats.delayed, stats.offered, stats.processed) == (1, 1, 1)
+    assert_identities(stats)
+
+
+def test_duplicates_inside_the_window_are_refused(make_pool):
+    pool = make_pool(capacity=10, dedupe_window=0.3)
+    assert pool.add("sms", dedupe_id="order-1:sms")
+    second = pool.add("sms again", dedupe_id="order-1:sms")
+    assert second.duplicate and not second.kept
+    assert pool.add("other", dedupe_id="order-2:sms")
+    time.sleep(0.35)
+    assert pool.add("sms later", dedupe_id="order-1:sms").kept
+    stats = pool.stats()
+    assert (stats.duplicates, stats.rejected, stats.accepted) == (1, 1, 3)
+    assert_identities(stats)
+
+
+def test_processed_guard_skips_a_redelivered_completed_entry(make_pool):
+    """A drain that finished its bodies but acknowledged after the deadline: the reaper has
+    returned the entries, and the guard keeps them from being applied a second time."""
+    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05, processed_guard=60)
+    pool.add_many(["points for order 1", "points for order 2"])
+    slow = pool.pop(1)
+    time.sleep(0.1)
+    assert pool.reap().returned == 1
+    assert pool.ack(slow) is False  # too late, but its completion is recorded
+    rest = pool.pop(10)
+    assert [i.payload for i in rest.items] == ["points for order 2"]
+    pool.ack(rest)
+    stats = pool.stats()
+    assert (stats.guard_skipped, stats.processed, stats.depth) == (1, 2, 0)
+    assert_identities(stats)
+
+
+def test_without_the_guard_the_copy_is_delivered_again(make_pool):
+    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05)
+    pool.add("points")
+    slow = pool.pop(1)
+    time.sleep(0.1)
+    pool.reap()
+    pool.ack(slow)
+    assert [i.payload for i in pool.pop(1).items] == ["points"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"delivery": "exactly_once"}, {"max_receives": 0}, {"dedupe_window": -1}],
+)
+def test_bad_semantics_options(make_pool, options):
+    with pytest.raises(ConfigurationError):
+        make_pool(**options)
+
+
+def test_bad_delay_stores_nothing(make_pool):
+    pool = make_pool()
+    with pytest.raises(ConfigurationError):
+        pool.add("x", delay=-1)
+    assert pool.stats().delayed == 0
