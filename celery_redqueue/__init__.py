@@ -2,7 +2,6 @@
 
 from .bucket import (
     BucketStats,
-    DeadLetter,
     EnqueueResult,
     KeyStats,
     LeakyBucket,
@@ -11,6 +10,7 @@ from .bucket import (
     Reservation,
     parse_rate,
 )
+from .deadletters import DeadLetter
 from .errors import (
     ConfigurationError,
     PickleWarning,

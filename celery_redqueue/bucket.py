@@ -30,13 +30,13 @@ Example::
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .client import redis_errors
+from .deadletters import DeadLetter, parse_dead_letter
 from .errors import ConfigurationError, ReservationError
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .scripts import script
@@ -58,6 +58,11 @@ PARTS = (
     "dead",
     "drains",
     "wake",
+    "ages",
+    "scheduled",
+    "dedupe",
+    "done",
+    "flow",
 )
 OVERFLOWS = ("reject", "drop_oldest")
 ENQUEUE_CHUNK = 1000
@@ -100,9 +105,16 @@ class EnqueueResult:
     dropped_oldest: bool = False
     #: This call armed the bucket's drain flag: the caller should send a drain job.
     drain_needed: bool = False
+    #: Refused because its dedupe id was seen within the dedupe window.
+    duplicate: bool = False
+    #: Held in the delayed set until due (``delay=``); queued under its key then.
+    delayed: bool = False
+    #: Seconds until this delayed item is due, when the caller should schedule a drain job for
+    #: then (it is earlier than any drain already scheduled); else None.
+    wake_in: float | None = None
 
     def __bool__(self) -> bool:
-        return self.queued
+        return self.queued or self.delayed
 
 
 @dataclass(frozen=True)
@@ -145,17 +157,6 @@ class ReapResult:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    key: str
-    payload: Any
-    receives: int
-    error: str
-    #: Server time (seconds) when it was dead-lettered.
-    at: float
-    id: int
-
-
-@dataclass(frozen=True)
 class BucketStats:
     """Counters of the whole bucket, read in one MULTI/EXEC."""
 
@@ -169,6 +170,12 @@ class BucketStats:
     receives: int
     redelivered: int
     keys_ready: int
+    delayed: int = 0
+    duplicates: int = 0
+    purged: int = 0
+    requeued: int = 0
+    reaped: int = 0
+    guard_skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -209,7 +216,15 @@ class LeakyBucket:
         serializer: str | Serializer | None = None,
         drain_flag_ttl: float = 300.0,
         max_drains: int = 1,
+        dedupe_window: float = 0.0,
+        processed_guard: float = 0.0,
     ) -> None:
+        for option, value in (
+            ("dedupe_window", dedupe_window),
+            ("processed_guard", processed_guard),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigurationError(f"{option} must be seconds >= 0, got {value!r}")
         validate_bucket_options(
             rate=default_rate,
             burst=default_burst,
@@ -233,12 +248,22 @@ class LeakyBucket:
         self.serializer = get_serializer(serializer)
         self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
         self.max_drains = max_drains
+        self.dedupe_window_ms = int(dedupe_window * 1000)
+        self.guard_window_ms = int(processed_guard * 1000)
 
     def __repr__(self) -> str:
         return f"<LeakyBucket {self.keys.base} ordered={self.ordered}>"
 
     def _run(self, name: str, args: list[Any]) -> Any:
-        head = [self.default_interval_ms, self.default_burst, int(self.ordered)]
+        head: list[Any] = [
+            repr(self.default_interval_ms),
+            repr(self.default_burst),
+            int(self.ordered),
+            self.max_depth,
+            self.overflow,
+            self.drain_flag_ttl_ms,
+            self.max_receives,
+        ]
         return script(name)(self.client, self._keys, head + args)
 
     # Rates
@@ -258,30 +283,57 @@ class LeakyBucket:
 
     # Producing
 
-    def enqueue(self, key: str, payload: Any) -> EnqueueResult:
-        """Append ``payload`` to ``key``'s queue; one round trip."""
-        return self.enqueue_many([(key, payload)])[0]
+    def enqueue(
+        self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None
+    ) -> EnqueueResult:
+        """Append ``payload`` to ``key``'s queue; one round trip.
 
-    def enqueue_many(self, items: Iterable[tuple[str, Any]]) -> list[EnqueueResult]:
+        ``delay`` holds the item for that many seconds before it joins its key's queue (its
+        reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
+        the same id was seen within ``dedupe_window``.
+        """
+        encoded = [(_check_key(key), self.encode(payload))]
+        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def enqueue_many(
+        self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
+    ) -> list[EnqueueResult]:
         """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
         encoded = [(_check_key(k), self.encode(p)) for k, p in items]
         results: list[EnqueueResult] = []
         for start in range(0, len(encoded), ENQUEUE_CHUNK):
-            results.extend(self._enqueue_encoded(encoded[start : start + ENQUEUE_CHUNK]))
+            chunk = encoded[start : start + ENQUEUE_CHUNK]
+            results.extend(self._enqueue_encoded(chunk, delay=delay))
         return results
 
     def encode(self, payload: Any) -> bytes:
         return to_bytes(self.serializer.dumps(payload))
 
-    def _enqueue_encoded(self, encoded: list[tuple[str, bytes]]) -> list[EnqueueResult]:
-        args: list[Any] = [self.max_depth, self.overflow, self.drain_flag_ttl_ms]
-        for key, data in encoded:
-            args.extend((key, data))
+    def _enqueue_encoded(
+        self,
+        encoded: list[tuple[str, bytes]],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: list[str | None] | None = None,
+    ) -> list[EnqueueResult]:
+        if delay < 0:
+            raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
+        ids = dedupe_ids or [None] * len(encoded)
+        args: list[Any] = [self.dedupe_window_ms]
+        for (key, data), dedupe_id in zip(encoded, ids, strict=True):
+            args.extend((key, data, dedupe_id or "", int(delay * 1000)))
         reply = self._run("bucket_enqueue", args)
-        send = bool(reply[0])
+        send, wake_ms = bool(reply[0]), int(reply[1])
         return [
-            EnqueueResult(queued=s > 0, dropped_oldest=s == 2, drain_needed=send and i == 0)
-            for i, s in enumerate(reply[1:])
+            EnqueueResult(
+                queued=status in (1, 2),
+                dropped_oldest=status == 2,
+                drain_needed=send and i == 0,
+                duplicate=status == 4,
+                delayed=status == 5,
+                wake_in=wake_ms / 1000.0 if wake_ms >= 0 and i == 0 else None,
+            )
+            for i, status in enumerate(reply[2:])
         ]
 
     # Consuming
@@ -289,7 +341,8 @@ class LeakyBucket:
     def poll(self) -> Poll:
         """Reserve the head item of the key eligible longest, or say how long until one is."""
         reply = self._run(
-            "bucket_dequeue", [self.reservation_timeout_ms, self.drain_flag_ttl_ms, self.max_drains]
+            "bucket_dequeue",
+            [self.reservation_timeout_ms, self.max_drains, int(self.guard_window_ms > 0)],
         )
         if reply[0] == 0:
             return Poll()
@@ -325,13 +378,18 @@ class LeakyBucket:
             return reservation
         raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
 
-    def _settle(self, reservation: Reservation | str, action: str, detail: Any) -> int:
+    def _settle(
+        self, reservation: Reservation | str, action: str, detail: Any, seconds: float = 0.0
+    ) -> int:
         res_id = self._reservation_id(reservation)
-        return int(self._run("bucket_settle", [res_id, action, detail, self.drain_flag_ttl_ms]))
+        args = [res_id, action, detail, self.guard_window_ms, repr(float(seconds))]
+        return int(self._run("bucket_settle", args))
 
-    def commit(self, reservation: Reservation | str) -> bool:
-        """Finish an item. False when it is no longer held (the reaper took it back)."""
-        return self._settle(reservation, "commit", "") > 0
+    def commit(self, reservation: Reservation | str, *, seconds: float = 0.0) -> bool:
+        """Finish an item. False when it is no longer held (the reaper took it back); with the
+        processed-guard on, its id is recorded either way, so a returned copy is skipped.
+        ``seconds`` (the time the body took) feeds the workers-needed figure."""
+        return self._settle(reservation, "commit", "", seconds) > 0
 
     def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
         """Put an item back at the head of its key's queue; the key waits ``delay`` seconds.
@@ -349,9 +407,7 @@ class LeakyBucket:
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Return expired reservations to their keys (or dead-letter them past max_receives)."""
-        returned, dead, send = self._run(
-            "bucket_reap", [self.max_receives, limit, self.drain_flag_ttl_ms]
-        )
+        returned, dead, send = self._run("bucket_reap", [limit])
         return ReapResult(int(returned), int(dead), bool(send))
 
     # Reading
@@ -364,11 +420,12 @@ class LeakyBucket:
             raw, ready = pipe.execute()
         counters = {k.decode(): int(v) for k, v in raw.items()}
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
+        extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued")
         return BucketStats(
-            **{f: counters.get(f, 0) for f in fields},
-            receives=counters.get("receives", 0),
-            redelivered=counters.get("redelivered", 0),
+            **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),
+            reaped=counters.get("reaped", 0),
+            guard_skipped=counters.get("guard_skipped", 0),
         )
 
     def key_stats(self, key: str) -> KeyStats:
@@ -400,24 +457,39 @@ class LeakyBucket:
         )
 
     def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
-        """Dead letters from oldest, with their payload, receives and last error."""
+        """Dead letters from the oldest, with their key, payload, receives and last error."""
         with redis_errors("reading dead letters"):
             raw = self.client.lrange(self.keys("dead"), start, stop)
-        letters = []
-        for entry in raw:
-            info_text, _, payload = entry.partition(b"\n")
-            info = json.loads(info_text)
-            letters.append(
-                DeadLetter(
-                    key=info["key"],
-                    payload=self.serializer.loads(payload),
-                    receives=int(info["receives"]),
-                    error=info["error"],
-                    at=float(info["at"]) / 1000.0,
-                    id=int(info["id"]),
-                )
-            )
-        return letters
+        return [parse_dead_letter(entry, self.serializer) for entry in raw]
+
+    def _act_on_dead(
+        self, action: str, letters: Iterable[DeadLetter] | None, limit: int
+    ) -> tuple[int, bool]:
+        if letters is not None:
+            raws = [letter.raw for letter in letters]
+            if not raws:
+                return 0, False
+            count, send = self._run("bucket_dead", [action, 0, *raws])
+            return int(count), bool(send)
+        total, sent = 0, False
+        while limit != 0:
+            chunk = 1000 if limit < 0 else min(limit, 1000)
+            count, send = self._run("bucket_dead", [action, chunk])
+            total, sent = total + int(count), sent or bool(send)
+            if not count:
+                break
+            limit = limit - chunk if limit > 0 else limit
+        return total, sent
+
+    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Put dead letters back at the tail of their keys' queues (receives reset): the
+        ``letters`` given, or the oldest ``limit`` (-1: all). Returns how many."""
+        return self._act_on_dead("requeue", letters, limit)[0]
+
+    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
+        ``limit`` (-1: all). Returns how many."""
+        return self._act_on_dead("purge", letters, limit)[0]
 
     def clear(self) -> None:
         """Delete everything of this bucket (its own keys only)."""

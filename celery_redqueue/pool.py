@@ -67,7 +67,7 @@ PARTS = (
     "scheduled",
     "dedupe",
     "done",
-    "rates",
+    "flow",
     "wake",
 )
 

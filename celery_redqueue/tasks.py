@@ -70,6 +70,12 @@ def _staticmethod_option(cls: type, name: str) -> None:
     setattr(cls, name, staticmethod(value))
 
 
+def _non_negative(cls: type, name: str) -> None:
+    value: Any = getattr(cls, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigurationError(f"{name} must be seconds >= 0, got {value!r}")
+
+
 def _positive(cls: type, name: str, *, integer: bool = False, optional: bool = False) -> None:
     value: Any = getattr(cls, name)
     if optional and value is None:
@@ -490,6 +496,15 @@ class BucketTask(RedQueueTask):
     bucket_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh one.
     bucket_drain_time_budget: float = 10.0
+    #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
+    #: whose id was seen within bucket_dedupe_window seconds is refused. ``apply_async(...,
+    #: dedupe_id=...)`` gives an id explicitly.
+    bucket_dedupe_key: Callable[..., str] | None = None
+    #: Seconds a dedupe id is remembered.
+    bucket_dedupe_window: float = 300.0
+    #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
+    #: its commit, and a redelivered copy is skipped rather than applied twice.
+    bucket_processed_guard: float = 0.0
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
 
@@ -506,6 +521,9 @@ class BucketTask(RedQueueTask):
         )
         _positive(cls, "bucket_drain_interval", optional=True)
         _positive(cls, "bucket_drain_time_budget")
+        _positive(cls, "bucket_dedupe_window")
+        _staticmethod_option(cls, "bucket_dedupe_key")
+        _non_negative(cls, "bucket_processed_guard")
         key = cls.__dict__.get("bucket_key")
         if key is not None:
             if not (isinstance(key, str) or callable(key)):
@@ -561,6 +579,8 @@ class BucketTask(RedQueueTask):
             prefix=config.key_prefix,
             serializer=config.serializer,
             max_drains=self.bucket_drain_concurrency,
+            dedupe_window=self.bucket_dedupe_window,
+            processed_guard=self.bucket_processed_guard,
         )
 
     def key_for(self, args: Any, kwargs: Any) -> str:
@@ -598,12 +618,9 @@ class BucketTask(RedQueueTask):
         """Queue the call under its key; returns an :class:`EnqueueResult` receipt."""
         if (options.get("headers") or {}).get(DRAIN_HEADER):
             return self.send_drain(producer=producer, **options)
-        for unsupported in ("countdown", "eta"):
-            if options.get(unsupported) is not None:
-                raise RedQueueError(
-                    f"{unsupported}= is not supported on bucket tasks yet ({self.name})"
-                )
         self.check_call(args, kwargs)
+        delay = self._delay_of(options)
+        dedupe_id = self._dedupe_id(self.bucket_dedupe_key, args, kwargs, options)
         key = self.key_for(args, kwargs)
         bucket = self.bucket
         encoded = bucket.encode([list(args or ()), dict(kwargs or {})])
@@ -612,10 +629,18 @@ class BucketTask(RedQueueTask):
             return self.apply(
                 stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
             )
-        result: EnqueueResult = bucket._enqueue_encoded([(key, encoded)])[0]
-        if result.drain_needed:
-            self.send_drain()
+        result: EnqueueResult = bucket._enqueue_encoded(
+            [(key, encoded)], delay=delay, dedupe_ids=[dedupe_id]
+        )[0]
+        self._after_add(result.drain_needed, result.wake_in)
         return result
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+        """Put dead letters back under their keys and make sure a drain job runs."""
+        count = self.bucket.requeue_dead(letters, limit)
+        if count:
+            self.send_drain()
+        return count
 
     # Consuming
 
@@ -655,6 +680,7 @@ class BucketTask(RedQueueTask):
         """Run the body on one item; commit, retry later (release) or dead-letter it."""
         bucket = self.bucket
         self._local.reservation = reservation
+        started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             self._body()(*call_args, **call_kwargs)
@@ -694,7 +720,7 @@ class BucketTask(RedQueueTask):
             return False
         finally:
             self._local.reservation = None
-        if not bucket.commit(reservation):
+        if not bucket.commit(reservation, seconds=time.monotonic() - started):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",
                 self.name,

@@ -1,6 +1,6 @@
 import pytest
 
-from celery_redqueue import CappedPool
+from celery_redqueue import CappedPool, LeakyBucket
 
 
 @pytest.fixture
@@ -9,5 +9,15 @@ def make_pool(redqueue_redis, redqueue_prefix):
 
     def make(name="p", capacity=10, **kwargs):
         return CappedPool(redqueue_redis, name, capacity, prefix=redqueue_prefix, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def make_bucket(redqueue_redis, redqueue_prefix):
+    """Build buckets under the test's prefix."""
+
+    def make(name="b", **kwargs):
+        return LeakyBucket(redqueue_redis, name, prefix=redqueue_prefix, **kwargs)
 
     return make

@@ -40,6 +40,21 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
+def _expand(name: str, seen: set[str]) -> list[str]:
+    """The lines of ``name``, with each ``--#include other`` replaced by ``other``'s lines,
+    once per script however many files include it."""
+    lines: list[str] = []
+    for line in _read(name).splitlines():
+        if line.startswith(INCLUDE):
+            included = line[len(INCLUDE) :].strip()
+            if included not in seen:
+                seen.add(included)
+                lines.extend(_expand(included, seen))
+        else:
+            lines.append(line)
+    return lines
+
+
 @cache
 def script(name: str) -> LuaScript:
     """Return the script ``scripts/<name>.lua`` (read once per process).
@@ -47,8 +62,4 @@ def script(name: str) -> LuaScript:
     A line ``--#include other`` is replaced by ``other.lua``: Redis has no modules, and helpers
     shared by several scripts (the bucket's rate lookup) should be written once.
     """
-    lines = [
-        _read(line[len(INCLUDE) :].strip()) if line.startswith(INCLUDE) else line
-        for line in _read(name).splitlines()
-    ]
-    return LuaScript(name, "\n".join(lines) + "\n")
+    return LuaScript(name, "\n".join(_expand(name, {name})) + "\n")

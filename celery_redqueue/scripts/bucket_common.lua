@@ -1,15 +1,38 @@
 -- Shared by the bucket scripts (spliced in by the loader at "--#include bucket_common").
--- Uses KEYS[2] tat and KEYS[3] rates, ARGV[1] default interval ms and ARGV[2] default burst.
-
--- The server clock in ms: one clock for every worker.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
+-- Every bucket script receives the same KEYS (see bucket.PARTS in bucket.py):
+-- KEYS[1] ready      zset: key -> time (ms) since which the key may release its head item
+-- KEYS[2] tat        hash: key -> theoretical arrival time (ms) of its next item (GCRA)
+-- KEYS[3] rates      hash: key -> "interval_ms burst" (absent: the default rate)
+-- KEYS[4] items      hash: key NUL position -> slot "receives:id:offered_at:payload"
+-- KEYS[5] heads      hash: key -> position of its head item
+-- KEYS[6] tails      hash: key -> position after its last item
+-- KEYS[7] inflight   zset: reservation id -> deadline (ms)
+-- KEYS[8] res_keys   hash: reservation id -> key
+-- KEYS[9] res_items  hash: reservation id -> slot
+-- KEYS[10] stats     hash: counters (seq, enqueued, rejected, dropped, processed, dead, ...)
+-- KEYS[11] keystats  hash: key NUL counter -> n (in_flight, processed, dead per key)
+-- KEYS[12] dead      list: dead letters, "json NL payload"
+-- KEYS[13] drains    string: number of drain jobs pending; absent when none is
+-- KEYS[14] wake      string: when (ms) the sleeping drain job will wake up
+-- KEYS[15] ages      zset: key -> when (ms) its head item was offered (oldest waiting item)
+-- KEYS[16] scheduled zset: "id key NUL payload" -> due time (ms) of a delayed item
+-- KEYS[17] dedupe    zset: dedupe id -> end of its window (ms)
+-- KEYS[18] done      zset: item id -> end of its processed-guard window (ms)
+-- KEYS[19] flow      hash: per-second ring counters for the last minute
+-- Common ARGV: [1] default interval ms, [2] default burst, [3] ordered (1|0),
+-- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),
+-- [6] drain flag time-to-live ms, [7] max receives. Script-specific ARGV start at 8.
+--#include common
+local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_INFLIGHT, K_RES_KEYS, K_RES_ITEMS, K_STATS, K_KEYSTATS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local K_DEAD, K_DRAINS, K_WAKE, K_AGES, K_SCHEDULED = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
+local ORDERED, MAX_DEPTH, OVERFLOW = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5]
+local DRAIN_TTL, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 -- A key's interval (ms between releases) and burst allowance (items), or the defaults.
 local function rate_of(key)
-  local spec = redis.call('HGET', KEYS[3], key)
+  local spec = redis.call('HGET', K_RATES, key)
   if spec then
     local interval, burst = string.match(spec, '^(%S+) (%S+)$')
     return tonumber(interval), tonumber(burst)
@@ -22,5 +45,100 @@ end
 -- keeps its place in its schedule instead of becoming "eligible now".
 local function eligible_at(key, earliest)
   local interval, burst = rate_of(key)
-  return math.max(tonumber(redis.call('HGET', KEYS[2], key) or '0') - burst * interval, earliest)
+  return math.max(tonumber(redis.call('HGET', K_TAT, key) or '0') - burst * interval, earliest)
+end
+
+local function parse_slot(slot)
+  local receives, id, at, payload = string.match(slot, '^(%d+):(%d+):(%d+):(.*)$')
+  return tonumber(receives), id, tonumber(at), payload
+end
+
+local function make_slot(receives, id, at, payload)
+  return receives .. ':' .. id .. ':' .. string.format('%d', at) .. ':' .. payload
+end
+
+local function key_depth(key)
+  return tonumber(redis.call('HGET', K_TAILS, key) or '0') - tonumber(redis.call('HGET', K_HEADS, key) or '0')
+end
+
+-- Keep `ages` pointing at the key's head item (or drop the key when its queue is empty).
+local function refresh_age(key)
+  local head = redis.call('HGET', K_HEADS, key) or '0'
+  local slot = redis.call('HGET', K_ITEMS, key .. '\0' .. head)
+  if slot then
+    local _, _, at = parse_slot(slot)
+    redis.call('ZADD', K_AGES, at, key)
+  else
+    redis.call('ZREM', K_AGES, key)
+  end
+end
+
+-- Make a key eligible if it has items, is not already, and (ordered) has none in flight.
+local function make_eligible(key, earliest)
+  if redis.call('ZSCORE', K_READY, key) or key_depth(key) <= 0 then return nil end
+  if ORDERED and tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0') > 0 then
+    return nil
+  end
+  local when = eligible_at(key, earliest)
+  redis.call('ZADD', K_READY, when, key)
+  return when
+end
+
+-- Append a slot to a key's queue, applying the per-key depth cap.
+-- Returns status (0 refused: key full, 1 queued, 2 queued and the key's oldest item dropped)
+-- and the time the key became eligible (nil when it already was, or is busy).
+local function append(key, slot, now)
+  local status = 1
+  if MAX_DEPTH > 0 and key_depth(key) >= MAX_DEPTH then
+    if OVERFLOW ~= 'drop_oldest' then
+      return 0, nil
+    end
+    local head = tonumber(redis.call('HGET', K_HEADS, key) or '0')
+    redis.call('HDEL', K_ITEMS, key .. '\0' .. head)
+    redis.call('HINCRBY', K_HEADS, key, 1)
+    redis.call('HINCRBY', K_STATS, 'dropped', 1)
+    redis.call('HINCRBY', K_STATS, 'depth', -1)
+    status = 2
+  end
+  local tail = redis.call('HINCRBY', K_TAILS, key, 1) - 1
+  redis.call('HSET', K_ITEMS, key .. '\0' .. tail, slot)
+  redis.call('HINCRBY', K_STATS, 'depth', 1)
+  if status == 2 or key_depth(key) == 1 then refresh_age(key) end
+  return status, make_eligible(key, now)
+end
+
+-- Put a slot back at the head of its key's queue (a released or reaped item).
+local function push_head(key, slot)
+  local head = redis.call('HINCRBY', K_HEADS, key, -1)
+  redis.call('HSET', K_ITEMS, key .. '\0' .. head, slot)
+  redis.call('HINCRBY', K_STATS, 'depth', 1)
+  refresh_age(key)
+end
+
+-- Forget a reservation; returns its key and slot, or nil when it is not held.
+local function take_reservation(reservation)
+  local key = redis.call('HGET', K_RES_KEYS, reservation)
+  if not key then return nil, nil end
+  local slot = redis.call('HGET', K_RES_ITEMS, reservation)
+  redis.call('ZREM', K_INFLIGHT, reservation)
+  redis.call('HDEL', K_RES_KEYS, reservation)
+  redis.call('HDEL', K_RES_ITEMS, reservation)
+  redis.call('HINCRBY', K_STATS, 'in_flight', -1)
+  redis.call('HINCRBY', K_KEYSTATS, key .. '\0in_flight', -1)
+  return key, slot
+end
+
+-- Append a dead letter with its key, id, receives and the text of its last failure.
+local function bury(key, slot, err, now)
+  local receives, id, at, payload = parse_slot(slot)
+  local info = cjson.encode({key = key, id = tonumber(id), receives = receives, error = err,
+                             at = now, offered_at = at})
+  redis.call('RPUSH', K_DEAD, info .. '\n' .. payload)
+  redis.call('HINCRBY', K_STATS, 'dead', 1)
+  redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', 1)
+end
+
+-- Arm the drain flag if no drain job is pending; true means "send one".
+local function arm_drain()
+  return redis.call('SET', K_DRAINS, 1, 'NX', 'PX', DRAIN_TTL) and true or false
 end

@@ -1,86 +1,111 @@
 -- Release the head item of the key that has been eligible longest, and reserve it.
--- KEYS: as in bucket_enqueue.lua (ready, tat, rates, items, heads, tails, inflight, res_keys,
--- res_items, stats, keystats, dead, drains, wake).
--- ARGV[1] default interval ms, ARGV[2] default burst, ARGV[3] ordered (1|0)
--- ARGV[4] reservation timeout ms, ARGV[5] drain flag time-to-live ms
--- ARGV[6] most drain jobs at once (fan-out limit)
+-- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- ARGV[8] reservation timeout ms, ARGV[9] most drain jobs at once (fan-out limit),
+-- ARGV[10] processed-guard (1|0): skip items whose id completed already.
 -- Returns one of:
---   {0}                       nothing queued at all (the drain flag was cleared in this step)
---   {1, wait_ms}              items queued, but no key is eligible for wait_ms more
+--   {0}                       nothing queued or due (the drain flag was cleared in this step)
+--   {1, wait_ms}              items queued or delayed, but none may go for wait_ms more
 --   {2, key, reservation id, payload, receives, deadline ms, now ms, fan_out}
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
--- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K).
-local ready, tat, rates, items, heads, tails = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local inflight, res_keys, res_items = KEYS[7], KEYS[8], KEYS[9]
-local stats, keystats, drains, wake = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
-local ordered = ARGV[3] == '1'
-
+-- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
+-- (plus at most 100 due delayed items moved in, and at most 100 guard-skipped items).
 --#include bucket_common
+local guard = ARGV[10] == '1'
 local now = now_ms()
 
-local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
-if #top == 0 then
-  -- Nothing is eligible, ever, until a new item, a commit (ordered keys) or the reaper adds a
-  -- key; the drain flag is cleared in this same step so that the next enqueue sends a job.
-  redis.call('DEL', drains, wake)
-  return {0}
+-- Due delayed items join the tail of their key's queue, in due order.
+local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, 100)
+for _, entry in ipairs(due) do
+  redis.call('ZREM', K_SCHEDULED, entry)
+  local id, key, payload = string.match(entry, '^(%d+) ([^%z]*)%z(.*)$')
+  local status = append(key, make_slot(0, id, now, payload), now)
+  if status == 0 then redis.call('HINCRBY', K_STATS, 'rejected', 1) else redis.call('HINCRBY', K_STATS, 'enqueued', 1) end
 end
-local key, when = top[1], tonumber(top[2])
-if when > now then
-  local wait = when - now
-  redis.call('SET', wake, string.format('%.17g', when), 'PX', math.ceil(wait) + tonumber(ARGV[5]))
-  redis.call('SET', drains, redis.call('GET', drains) or '1', 'PX', math.ceil(wait) + tonumber(ARGV[5]))
-  return {1, string.format('%.17g', wait)}
+if #due > 0 then redis.call('HINCRBY', K_STATS, 'delayed', -#due) end
+
+local function sleep_until(when)
+  redis.call('SET', K_WAKE, string.format('%.17g', when), 'PX', math.ceil(when - now) + DRAIN_TTL)
+  redis.call('SET', K_DRAINS, redis.call('GET', K_DRAINS) or '1', 'PX', math.ceil(when - now) + DRAIN_TTL)
+  return {1, string.format('%.17g', when - now)}
 end
 
-local head = tonumber(redis.call('HGET', heads, key) or '0')
-local tail = tonumber(redis.call('HGET', tails, key) or '0')
-local field = key .. '\0' .. head
-local slot = redis.call('HGET', items, field)
-redis.call('HDEL', items, field)
-if head + 1 >= tail then
-  redis.call('HDEL', heads, key)
-  redis.call('HDEL', tails, key)
-else
-  redis.call('HSET', heads, key, head + 1)
-end
+for _ = 1, 100 do
+  local top = redis.call('ZRANGE', K_READY, 0, 0, 'WITHSCORES')
+  local first_due = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+  if #top == 0 then
+    if #first_due > 0 then return sleep_until(tonumber(first_due[2])) end
+    -- Nothing is eligible until a new item, a commit (ordered keys) or the reaper adds a key;
+    -- the drain flag is cleared in this same step so that the next enqueue sends a job.
+    redis.call('DEL', K_DRAINS, K_WAKE)
+    return {0}
+  end
+  local key, when = top[1], tonumber(top[2])
+  if when > now then
+    if #first_due > 0 and tonumber(first_due[2]) < when then when = tonumber(first_due[2]) end
+    return sleep_until(when)
+  end
 
-local receives, id, payload = string.match(slot, '^(%d+):(%d+):(.*)$')
-receives = tonumber(receives) + 1
+  local head = tonumber(redis.call('HGET', K_HEADS, key) or '0')
+  local field = key .. '\0' .. head
+  local slot = redis.call('HGET', K_ITEMS, field)
+  redis.call('HDEL', K_ITEMS, field)
+  redis.call('HINCRBY', K_STATS, 'depth', -1)
+  local remaining = key_depth(key) - 1
+  if remaining <= 0 then
+    redis.call('HDEL', K_HEADS, key)
+    redis.call('HDEL', K_TAILS, key)
+  else
+    redis.call('HSET', K_HEADS, key, head + 1)
+  end
+  refresh_age(key)
+  local receives, id, at, payload = parse_slot(slot)
 
-local interval, burst = rate_of(key)
--- GCRA: the schedule advances from the key's own theoretical arrival time, so a consumer that is
--- late by less than the burst allowance loses no throughput, and none can exceed the rate.
-local next_tat = math.max(tonumber(redis.call('HGET', tat, key) or '0'), now) + interval
-redis.call('HSET', tat, key, string.format('%.17g', next_tat))
-if head + 1 < tail and not ordered then
-  redis.call('ZADD', ready, next_tat - burst * interval, key)
-else
-  redis.call('ZREM', ready, key)
-end
+  if guard and redis.call('ZSCORE', K_DONE, id) then
+    -- A redelivered item whose body already completed: not applied twice, and it does not
+    -- use up its key's rate.
+    redis.call('HINCRBY', K_STATS, 'processed', 1)
+    redis.call('HINCRBY', K_STATS, 'guard_skipped', 1)
+    redis.call('HINCRBY', K_KEYSTATS, key .. '\0processed', 1)
+    if remaining <= 0 then redis.call('ZREM', K_READY, key) end
+  else
+    receives = receives + 1
+    local interval, burst = rate_of(key)
+    -- GCRA: the schedule advances from the key's own theoretical arrival time, so a consumer
+    -- late by less than the burst allowance loses no throughput, and none can exceed the rate.
+    local next_tat = math.max(tonumber(redis.call('HGET', K_TAT, key) or '0'), now) + interval
+    redis.call('HSET', K_TAT, key, string.format('%.17g', next_tat))
+    if remaining > 0 and not ORDERED then
+      redis.call('ZADD', K_READY, next_tat - burst * interval, key)
+    else
+      redis.call('ZREM', K_READY, key)
+    end
 
-local reservation = id .. '.' .. receives
-local deadline = now + tonumber(ARGV[4])
-redis.call('ZADD', inflight, deadline, reservation)
-redis.call('HSET', res_keys, reservation, key)
-redis.call('HSET', res_items, reservation, receives .. ':' .. id .. ':' .. payload)
-redis.call('HINCRBY', stats, 'depth', -1)
-redis.call('HINCRBY', stats, 'in_flight', 1)
-redis.call('HINCRBY', stats, 'receives', 1)
-redis.call('HINCRBY', keystats, key .. '\0in_flight', 1)
-redis.call('DEL', wake)
+    local reservation = id .. '.' .. receives
+    local deadline = now + tonumber(ARGV[8])
+    redis.call('ZADD', K_INFLIGHT, deadline, reservation)
+    redis.call('HSET', K_RES_KEYS, reservation, key)
+    redis.call('HSET', K_RES_ITEMS, reservation, make_slot(receives, id, at, payload))
+    redis.call('HINCRBY', K_STATS, 'in_flight', 1)
+    redis.call('HINCRBY', K_STATS, 'receives', 1)
+    if receives > 1 then redis.call('HINCRBY', K_STATS, 'redelivered', 1) end
+    redis.call('HINCRBY', K_KEYSTATS, key .. '\0in_flight', 1)
+    redis.call('DEL', K_WAKE)
 
--- Fan out while more keys are eligible than drain jobs are running.
-local fan_out = 0
-local running = tonumber(redis.call('GET', drains) or '0')
-if running == 0 then
-  running = 1
-  redis.call('SET', drains, 1, 'PX', ARGV[5])
-else
-  redis.call('PEXPIRE', drains, ARGV[5])
+    -- Fan out while more keys are eligible than drain jobs are running.
+    local fan_out = 0
+    local running = tonumber(redis.call('GET', K_DRAINS) or '0')
+    if running == 0 then
+      running = 1
+      redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
+    else
+      redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
+    end
+    if running < tonumber(ARGV[9]) and redis.call('ZCOUNT', K_READY, '-inf', now) > running then
+      redis.call('INCR', K_DRAINS)
+      fan_out = 1
+    end
+    return {2, key, reservation, payload, receives, string.format('%.17g', deadline),
+            string.format('%.17g', now), fan_out}
+  end
 end
-if running < tonumber(ARGV[6]) and redis.call('ZCOUNT', ready, '-inf', now) > running then
-  redis.call('INCR', drains)
-  fan_out = 1
-end
-return {2, key, reservation, payload, receives, string.format('%.17g', deadline), string.format('%.17g', now), fan_out}
+return {1, '0'}

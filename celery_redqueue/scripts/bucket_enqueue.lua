@@ -1,82 +1,70 @@
--- Append items to their keys' FIFO queues, make those keys eligible, arm the drain flag.
--- Every bucket script receives the same KEYS (see LeakyBucket.PARTS in bucket.py):
--- KEYS[1] ready      zset: key -> time (ms) since which the key may release its head item
--- KEYS[2] tat        hash: key -> theoretical arrival time (ms) of its next item (GCRA)
--- KEYS[3] rates      hash: key -> "interval_ms burst" (absent: the default rate)
--- KEYS[4] items      hash: key NUL position -> "receives:id:payload"
--- KEYS[5] heads      hash: key -> position of its head item
--- KEYS[6] tails      hash: key -> position after its last item
--- KEYS[7] inflight   zset: reservation id -> deadline (ms)
--- KEYS[8] res_keys   hash: reservation id -> key
--- KEYS[9] res_items  hash: reservation id -> "receives:id:payload"
--- KEYS[10] stats     hash: counters (seq, enqueued, rejected, dropped, processed, dead, ...)
--- KEYS[11] keystats  hash: key NUL counter -> n (in_flight, processed, dead per key)
--- KEYS[12] dead      list: dead letters, "json NL payload"
--- KEYS[13] drains    string: number of drain jobs pending; absent when none is
--- KEYS[14] wake      string: when (ms) the sleeping drain job will wake up
--- ARGV[1] default interval ms, ARGV[2] default burst, ARGV[3] ordered (1|0)
--- ARGV[4] max depth per key (0: unbounded), ARGV[5] overflow: reject | drop_oldest
--- ARGV[6] drain flag time-to-live ms
--- ARGV[7], ARGV[8], ... pairs of (key, payload)
--- Returns {send_drain, status...}: 1 queued, 0 refused (key full), 2 queued and the key's
--- oldest item dropped. Bounded: O(batch * log K).
-local ready, tat, rates, items, heads, tails = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local stats, keystats, drains, wake = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
-local ordered = ARGV[3] == '1'
-local max_depth = tonumber(ARGV[4])
-
+-- Append items to their keys' FIFO queues (or hold them until due), make those keys eligible,
+-- and arm the drain flag. KEYS and ARGV[1..7]: see bucket_common.lua.
+-- ARGV[8] dedupe window ms (0: no producer-side deduplication)
+-- ARGV[9], ARGV[10], ... groups of 4: key, payload, dedupe id ('' for none), delay ms
+-- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
+-- wake_in_ms >= 0 means "send a drain job with this countdown" (for an earlier delayed item).
+-- Status: 0 refused (key full), 1 queued, 2 queued and the key's oldest item dropped,
+-- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
 --#include bucket_common
+local window = tonumber(ARGV[8])
 local now = now_ms()
+local result = {0, -1}
+local earliest, earliest_due = nil, nil
+local queued, rejected, duplicates, delayed = 0, 0, 0, 0
+if window > 0 then forget_expired(K_DEDUPE, now) end
 
-local result = {0}
-local earliest = nil
-local queued, rejected, dropped = 0, 0, 0
-for i = 7, #ARGV, 2 do
-  local key, payload = ARGV[i], ARGV[i + 1]
-  local head = tonumber(redis.call('HGET', heads, key) or '0')
-  local tail = tonumber(redis.call('HGET', tails, key) or '0')
-  local status = 1
-  if max_depth > 0 and tail - head >= max_depth then
-    if ARGV[5] == 'drop_oldest' then
-      redis.call('HDEL', items, key .. '\0' .. head)
-      head = redis.call('HINCRBY', heads, key, 1)
-      dropped = dropped + 1
-      status = 2
+for i = 9, #ARGV, 4 do
+  local key, payload, dedupe_id, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local status
+  if dedupe_id ~= '' and window > 0 and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
+    status = 4
+    duplicates = duplicates + 1
+  else
+    if dedupe_id ~= '' and window > 0 then redis.call('ZADD', K_DEDUPE, now + window, dedupe_id) end
+    local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
+    if delay > 0 then
+      redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
+      if earliest_due == nil or now + delay < earliest_due then earliest_due = now + delay end
+      delayed = delayed + 1
+      status = 5
     else
-      status = 0
-      rejected = rejected + 1
-    end
-  end
-  if status > 0 then
-    local id = redis.call('HINCRBY', stats, 'seq', 1)
-    redis.call('HSET', items, key .. '\0' .. tail, '0:' .. id .. ':' .. payload)
-    redis.call('HINCRBY', tails, key, 1)
-    queued = queued + 1
-    local busy = ordered and tonumber(redis.call('HGET', keystats, key .. '\0in_flight') or '0') > 0
-    if not busy and not redis.call('ZSCORE', ready, key) then
-      local when = eligible_at(key, now)
-      redis.call('ZADD', ready, when, key)
-      if earliest == nil or when < earliest then earliest = when end
+      local when
+      status, when = append(key, make_slot(0, id, now, payload), now)
+      if status == 0 then
+        rejected = rejected + 1
+      else
+        queued = queued + 1
+        if when and (earliest == nil or when < earliest) then earliest = when end
+      end
     end
   end
   result[#result + 1] = status
 end
 
-redis.call('HINCRBY', stats, 'enqueued', queued)
-if rejected > 0 then redis.call('HINCRBY', stats, 'rejected', rejected) end
-if dropped > 0 then redis.call('HINCRBY', stats, 'dropped', dropped) end
-redis.call('HINCRBY', stats, 'depth', queued - dropped)
+redis.call('HINCRBY', K_STATS, 'enqueued', queued)
+if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
+if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
+if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
+tick(K_FLOW, 'in', queued + rejected + duplicates, now)
 
 if queued > 0 then
-  if redis.call('SET', drains, 1, 'NX', 'PX', ARGV[6]) then
+  if arm_drain() then
     result[1] = 1
   elseif earliest ~= nil then
     -- A drain job sleeps until `wake`; a key that becomes eligible earlier needs its own job.
-    local sleeping_until = tonumber(redis.call('GET', wake) or '-1')
+    local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
     if sleeping_until > earliest then
-      redis.call('DEL', wake)
+      redis.call('DEL', K_WAKE)
       result[1] = 1
     end
+  end
+end
+if earliest_due ~= nil then
+  local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
+  if sleeping_until < 0 or sleeping_until > earliest_due then
+    redis.call('SET', K_WAKE, string.format('%.17g', earliest_due), 'PX', math.ceil(earliest_due - now) + DRAIN_TTL)
+    result[2] = math.ceil(earliest_due - now)
   end
 end
 return result

@@ -1,59 +1,46 @@
 -- Settle one reservation: commit it, put it back (now or after a delay), or dead-letter it.
--- KEYS: as in bucket_enqueue.lua (ready, tat, rates, items, heads, tails, inflight, res_keys,
--- res_items, stats, keystats, dead, drains, wake).
--- ARGV[1] default interval ms, ARGV[2] default burst, ARGV[3] ordered (1|0)
--- ARGV[4] reservation id
--- ARGV[5] action: commit | release | dead
--- ARGV[6] release: delay ms before the key may release again; dead: the error text
--- ARGV[7] drain flag time-to-live ms
--- Returns 0 when the reservation is not (or no longer) held, else 1; for release, 2 means the
--- drain flag was armed here and the caller should send a drain job.
-local ready, tat, rates, items, heads, tails = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local inflight, res_keys, res_items = KEYS[7], KEYS[8], KEYS[9]
-local stats, keystats, dead, drains = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+-- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- ARGV[8] reservation id, ARGV[9] action: commit | release | dead
+-- ARGV[10] release: delay ms before the key may release again; dead: the error text
+-- ARGV[11] processed-guard window ms (commit; 0: off), ARGV[12] seconds the body took
+-- Returns 0 when the reservation is not (or no longer) held, else 1; 2 means the drain flag
+-- was armed here and the caller should send a drain job. A commit of a reservation the
+-- reaper took back still records the item's id for the processed-guard, so its returned copy
+-- is skipped rather than applied twice.
 --#include bucket_common
-local ordered = ARGV[3] == '1'
-local reservation, action = ARGV[4], ARGV[5]
+local reservation, action = ARGV[8], ARGV[9]
+local now = now_ms()
+if action == 'commit' and tonumber(ARGV[11]) > 0 then
+  forget_expired(K_DONE, now)
+  redis.call('ZADD', K_DONE, now + tonumber(ARGV[11]), string.match(reservation, '^(%d+)'))
+end
 
-local key = redis.call('HGET', res_keys, reservation)
+local key, slot = take_reservation(reservation)
 if not key then
   return 0
 end
-local slot = redis.call('HGET', res_items, reservation)
-redis.call('ZREM', inflight, reservation)
-redis.call('HDEL', res_keys, reservation)
-redis.call('HDEL', res_items, reservation)
-redis.call('HINCRBY', stats, 'in_flight', -1)
-redis.call('HINCRBY', keystats, key .. '\0in_flight', -1)
-
-local now = now_ms()
+tick(K_FLOW, 'busy', tonumber(ARGV[12]), now)
 
 local result = 1
 if action == 'commit' then
-  redis.call('HINCRBY', stats, 'processed', 1)
-  redis.call('HINCRBY', keystats, key .. '\0processed', 1)
+  redis.call('HINCRBY', K_STATS, 'processed', 1)
+  redis.call('HINCRBY', K_KEYSTATS, key .. '\0processed', 1)
+  tick(K_FLOW, 'out', 1, now)
+  tick(K_FLOW, 'done', 1, now)
 elseif action == 'release' then
   -- Back to the head of its key's queue; the whole key waits out the delay (an HTTP 429 is
   -- about the key, and the key's order is kept).
-  local head = redis.call('HINCRBY', heads, key, -1)
-  redis.call('HSET', items, key .. '\0' .. head, slot)
-  redis.call('HINCRBY', stats, 'depth', 1)
-  local when = eligible_at(key, now + tonumber(ARGV[6]))
+  push_head(key, slot)
+  local when = eligible_at(key, now + tonumber(ARGV[10]))
   -- GT: never pull an already later eligibility forward; adds the key when it is absent.
-  redis.call('ZADD', ready, 'GT', when, key)
-  if redis.call('SET', drains, 1, 'NX', 'PX', ARGV[7]) then result = 2 end
+  redis.call('ZADD', K_READY, 'GT', when, key)
+  if arm_drain() then result = 2 end
 else
-  local receives, id, payload = string.match(slot, '^(%d+):(%d+):(.*)$')
-  local info = cjson.encode({key = key, id = tonumber(id), receives = tonumber(receives),
-                             error = ARGV[6], at = now})
-  redis.call('RPUSH', dead, info .. '\n' .. payload)
-  redis.call('HINCRBY', stats, 'dead', 1)
-  redis.call('HINCRBY', keystats, key .. '\0dead', 1)
+  bury(key, slot, ARGV[10], now)
+  tick(K_FLOW, 'out', 1, now)
+  tick(K_FLOW, 'done', 1, now)
 end
 
 -- An ordered key waits for its in-flight item; once settled, its next item may go.
-if ordered and action ~= 'release' and not redis.call('ZSCORE', ready, key)
-    and tonumber(redis.call('HGET', tails, key) or '0') > tonumber(redis.call('HGET', heads, key) or '0') then
-  redis.call('ZADD', ready, eligible_at(key, now), key)
-end
+if ORDERED and action ~= 'release' then make_eligible(key, now) end
 return result

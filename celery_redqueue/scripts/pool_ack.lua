@@ -9,11 +9,10 @@
 --#include pool_common
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
 local max_receives, guard_window = tonumber(ARGV[7]), tonumber(ARGV[8])
-local now = now_ms()
+local now = pool_now()
 
 if guard_window > 0 then
-  local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now, 'LIMIT', 0, 100)
-  if #old > 0 then redis.call('ZREM', K_DONE, unpack(old)) end
+  forget_expired(K_DONE, now)
   for i = 10, #ARGV, 3 do
     if ARGV[i + 2] == '' then redis.call('ZADD', K_DONE, now + guard_window, ARGV[i]) end
   end
@@ -68,8 +67,8 @@ if retried > 0 then
   redis.call('HINCRBY', K_STATS, 'queued', retried)
 end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
-tick('out', processed + failed + buried, now)
-tick('busy', tonumber(ARGV[9]), now)
-tick('done', processed + failed + buried, now)
+pool_tick('out', processed + failed + buried, now)
+pool_tick('busy', tonumber(ARGV[9]), now)
+pool_tick('done', processed + failed + buried, now)
 if retried > 0 and arm_drain() then return 2 end
 return 1

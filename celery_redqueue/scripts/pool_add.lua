@@ -9,16 +9,13 @@
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log N).
 --#include pool_common
 local window = tonumber(ARGV[5])
-local now = now_ms()
+local now = pool_now()
 local accepted, rejected, evicted, queued, duplicates, delayed = 0, 0, 0, 0, 0, 0
 local result = {0, -1}
 local earliest_due = nil
 
 -- Forget a few expired dedupe ids per call: bounded work, and the set cannot grow unbounded.
-if window > 0 then
-  local old = redis.call('ZRANGEBYSCORE', K_DEDUPE, '-inf', now, 'LIMIT', 0, 100)
-  if #old > 0 then redis.call('ZREM', K_DEDUPE, unpack(old)) end
-end
+if window > 0 then forget_expired(K_DEDUPE, now) end
 
 for i = 6, #ARGV, 4 do
   local score, payload, dedupe_id, delay = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -66,7 +63,7 @@ if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
 redis.call('HSET', K_STATS, 'capacity', CAPACITY)
-tick('in', accepted + rejected, now)
+pool_tick('in', accepted + rejected, now)
 
 if redis.call('ZCARD', K_ITEMS) > 0 and arm_drain() then
   result[1] = 1

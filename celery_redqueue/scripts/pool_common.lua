@@ -13,34 +13,26 @@
 -- KEYS[11] scheduled      zset: "id:score:payload" -> due time (ms)
 -- KEYS[12] dedupe         zset: dedupe id -> end of its window (ms)
 -- KEYS[13] done           zset: entry id -> end of its processed-guard window (ms)
--- KEYS[14] rates          hash: per-second ring counters for the last minute
+-- KEYS[14] flow           hash: per-second ring counters for the last minute
 -- KEYS[15] wake           string: when (ms) a sleeping drain job wakes up
 -- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
 -- [4] drain flag time-to-live ms.
 local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[5], KEYS[6], KEYS[7]
 local K_RECEIVES, K_AGES, K_DEAD, K_SCHEDULED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local K_DEDUPE, K_DONE, K_RATES, K_WAKE = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local K_DEDUPE, K_DONE, K_FLOW, K_WAKE = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local CAPACITY, POLICY, COALESCE, DRAIN_TTL = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
 
--- The server clock in ms: one clock for every worker.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include common
+
+-- Pools count whole milliseconds (deadlines and wake-ups feed PX, which takes integers).
+local function pool_now()
+  return math.floor(now_ms())
 end
 
--- Add `n` to a per-second counter in a ring of 60 slots ("sec value" per slot).
-local function tick(kind, n, now)
-  if n == 0 then return end
-  local sec = math.floor(now / 1000)
-  local field = kind .. ':' .. (sec % 60)
-  local old = redis.call('HGET', K_RATES, field)
-  local value = n
-  if old then
-    local old_sec, old_value = string.match(old, '^(%d+) (%S+)$')
-    if tonumber(old_sec) == sec then value = tonumber(old_value) + n end
-  end
-  redis.call('HSET', K_RATES, field, sec .. ' ' .. value)
+-- Per-second flow counters of this pool.
+local function pool_tick(kind, n, now)
+  tick(K_FLOW, kind, n, now)
 end
 
 -- The payload of a member: coalescing members are payloads, others carry a unique prefix.

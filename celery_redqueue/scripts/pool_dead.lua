@@ -8,7 +8,7 @@
 -- Bounded: O(entries * log N); "all" is done by the caller in chunks.
 --#include pool_common
 local action, limit = ARGV[5], tonumber(ARGV[6])
-local now = now_ms()
+local now = pool_now()
 local entries = {}
 if #ARGV >= 7 then
   for i = 7, #ARGV do

@@ -11,7 +11,7 @@
 local n = tonumber(ARGV[5])
 local batch_id = ARGV[6]
 local at_least_once, guard = ARGV[9] == '1', ARGV[10] == '1'
-local now = now_ms()
+local now = pool_now()
 
 -- Due delayed calls are offered now, in due order (bounded by the batch size).
 local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, n)
@@ -35,7 +35,7 @@ if #due > 0 then
   redis.call('HINCRBY', K_STATS, 'rejected', rejected)
   redis.call('HINCRBY', K_STATS, 'evicted', evicted)
   redis.call('HINCRBY', K_STATS, 'queued', queued)
-  tick('in', #due, now)
+  pool_tick('in', #due, now)
 end
 
 local popped = redis.call('ZPOPMIN', K_ITEMS, n)
@@ -83,7 +83,7 @@ redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped))
 if skipped > 0 then
   redis.call('HINCRBY', K_STATS, 'processed', skipped)
   redis.call('HINCRBY', K_STATS, 'guard_skipped', skipped)
-  tick('out', skipped, now)
+  pool_tick('out', skipped, now)
 end
 if calls > 0 then
   redis.call('ZADD', K_INFLIGHT, now + tonumber(ARGV[7]), batch_id)

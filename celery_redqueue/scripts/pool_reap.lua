@@ -7,7 +7,7 @@
 -- Returns {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
 --#include pool_common
 local at_least_once, max_receives = ARGV[6] == '1', tonumber(ARGV[7])
-local now = now_ms()
+local now = pool_now()
 local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
 local lost, returned, buried, evicted = 0, 0, 0, 0
 for _, batch in ipairs(expired) do

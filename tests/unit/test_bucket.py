@@ -12,14 +12,6 @@ import redis
 from celery_redqueue import ConfigurationError, LeakyBucket, ReservationError, parse_rate
 
 
-@pytest.fixture
-def make_bucket(redqueue_redis, redqueue_prefix):
-    def make(name="b", **kwargs):
-        return LeakyBucket(redqueue_redis, name, prefix=redqueue_prefix, **kwargs)
-
-    return make
-
-
 def _consume(url, prefix, seconds, queue):
     bucket = LeakyBucket(redis.Redis.from_url(url), "rate", prefix=prefix, default_rate="20/s")
     started = []

@@ -96,7 +96,13 @@ def test_duplicates_inside_the_window_are_refused(make_pool):
 def test_processed_guard_skips_a_redelivered_completed_entry(make_pool):
     """A drain that finished its bodies but acknowledged after the deadline: the reaper has
     returned the entries, and the guard keeps them from being applied a second time."""
-    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05, processed_guard=60)
+    pool = make_pool(
+        capacity=10,
+        policy="newest",
+        delivery="at_least_once",
+        batch_timeout=0.05,
+        processed_guard=60,
+    )
     pool.add_many(["points for order 1", "points for order 2"])
     slow = pool.pop(1)
     time.sleep(0.1)

@@ -1,0 +1,45 @@
+-- Requeue or purge dead letters of a bucket.
+-- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- ARGV[8] action: requeue | purge
+-- ARGV[9] how many from the oldest when no entries are named
+-- ARGV[10], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[9]
+-- Requeued items go to the tail of their key's queue with their receive count reset.
+-- Returns {items acted on, send_drain}. Bounded: O(entries * log K).
+--#include bucket_common
+local action = ARGV[8]
+local now = now_ms()
+local entries = {}
+if #ARGV >= 10 then
+  for i = 10, #ARGV do
+    if redis.call('LREM', K_DEAD, 1, ARGV[i]) == 1 then entries[#entries + 1] = ARGV[i] end
+  end
+else
+  for _ = 1, tonumber(ARGV[9]) do
+    local entry = redis.call('LPOP', K_DEAD)
+    if not entry then break end
+    entries[#entries + 1] = entry
+  end
+end
+local queued = 0
+for _, entry in ipairs(entries) do
+  local newline = string.find(entry, '\n', 1, true)
+  local info = cjson.decode(string.sub(entry, 1, newline - 1))
+  local payload = string.sub(entry, newline + 1)
+  local key = info['key']
+  redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1)
+  if action == 'requeue' then
+    local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
+    if append(key, make_slot(0, id, now, payload), now) > 0 then
+      queued = queued + 1
+    else
+      redis.call('HINCRBY', K_STATS, 'rejected', 1)
+    end
+  end
+end
+if #entries == 0 then return {0, 0} end
+redis.call('HINCRBY', K_STATS, 'dead', -#entries)
+if action == 'purge' then redis.call('HINCRBY', K_STATS, 'purged', #entries) end
+if queued > 0 then redis.call('HINCRBY', K_STATS, 'requeued', queued) end
+local send = 0
+if queued > 0 and arm_drain() then send = 1 end
+return {#entries, send}
