@@ -11,6 +11,7 @@ from .bucket import (
     parse_rate,
 )
 from .deadletters import DeadLetter
+from .drain import DrainSummary
 from .errors import (
     ConfigurationError,
     PickleWarning,
@@ -19,8 +20,9 @@ from .errors import (
     ReservationError,
     SerializationError,
 )
+from .figures import Figures
 from .pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
-from .tasks import BucketTask, DrainSummary, PoolCall, PoolTask, bucket_task, pool_task
+from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
 
 __version__ = "0.1.0"
 
@@ -33,6 +35,7 @@ __all__ = [
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",
+    "Figures",
     "KeyStats",
     "LeakyBucket",
     "PickleWarning",

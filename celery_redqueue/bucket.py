@@ -38,7 +38,9 @@ from typing import Any
 from .client import redis_errors
 from .deadletters import DeadLetter, parse_dead_letter
 from .errors import ConfigurationError, ReservationError
+from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
+from .registry import register
 from .scripts import script
 from .serializers import Serializer, get_serializer, to_bytes
 
@@ -194,6 +196,11 @@ class KeyStats:
     interval: float
     burst: float
 
+    @property
+    def drain_eta(self) -> float:
+        """Seconds the key needs to release what it holds, at its rate (however many workers)."""
+        return self.depth * self.interval
+
 
 class LeakyBucket:
     """A per-key leaky bucket; see the module docstring."""
@@ -250,11 +257,28 @@ class LeakyBucket:
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.guard_window_ms = int(processed_guard * 1000)
+        self._registered = False
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to open this bucket (the registry keeps it)."""
+        return {
+            "default_rate": 1000.0 / self.default_interval_ms,
+            "default_burst": self.default_burst,
+            "ordered": self.ordered,
+            "reservation_timeout": self.reservation_timeout_ms / 1000,
+            "max_receives": self.max_receives,
+            "max_depth": self.max_depth or None,
+            "overflow": self.overflow,
+            "max_drains": self.max_drains,
+        }
 
     def __repr__(self) -> str:
         return f"<LeakyBucket {self.keys.base} ordered={self.ordered}>"
 
     def _run(self, name: str, args: list[Any]) -> Any:
+        if not self._registered:
+            register(self.client, self.keys, self.settings())
+            self._registered = True
         head: list[Any] = [
             repr(self.default_interval_ms),
             repr(self.default_burst),
@@ -426,6 +450,31 @@ class LeakyBucket:
             keys_ready=int(ready),
             reaped=counters.get("reaped", 0),
             guard_skipped=counters.get("guard_skipped", 0),
+        )
+
+    def figures(self) -> Figures:
+        """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
+        and out over the last minute, oldest waiting item, time to drain, workers needed.
+        Per key, :meth:`key_stats` adds the rate-bound drain time (depth x interval)."""
+        with redis_errors(f"reading figures of {self.keys.base}"):
+            counters, sums, oldest, now = read_flow(
+                self.client, self.keys("stats"), self.keys("flow"), self.keys("ages")
+            )
+
+        def get(name: str) -> int:
+            return counters.get(name, 0)
+
+        return compute(
+            depth=get("depth"),
+            in_flight=get("in_flight"),
+            dead=get("dead"),
+            delayed=get("delayed"),
+            offered=get("enqueued") + get("rejected") + get("duplicates"),
+            processed=get("processed"),
+            dropped=get("rejected") + get("dropped") + get("duplicates"),
+            sums=sums,
+            oldest_ms=oldest,
+            now_ms=now,
         )
 
     def key_stats(self, key: str) -> KeyStats:

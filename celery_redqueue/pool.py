@@ -45,7 +45,9 @@ from typing import Any
 from .client import redis_errors
 from .deadletters import DeadLetter, parse_dead_letter
 from .errors import ConfigurationError
+from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
+from .registry import register
 from .scripts import script
 from .serializers import Serializer, get_serializer, to_bytes
 
@@ -227,6 +229,7 @@ class CappedPool:
         self.max_receives = max_receives
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.guard_window_ms = int(processed_guard * 1000)
+        self._registered = False
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
@@ -234,8 +237,23 @@ class CappedPool:
     # Producing
 
     def _run(self, name: str, args: list[Any]) -> Any:
+        if not self._registered:
+            register(self.client, self.keys, self.settings())
+            self._registered = True
         head: list[Any] = [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
         return script(name)(self.client, self._keys, head + args)
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to open this pool (the registry keeps it)."""
+        return {
+            "capacity": self.capacity,
+            "policy": self.policy,
+            "coalesce": self.coalesce,
+            "delivery": "at_least_once" if self.at_least_once else "at_most_once",
+            "max_receives": self.max_receives,
+            "batch_timeout": self.batch_timeout_ms / 1000,
+            "max_drains": self.max_drains,
+        }
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
@@ -440,6 +458,30 @@ class CappedPool:
             retried=get("retried"),
             redelivered=get("redelivered"),
             guard_skipped=get("guard_skipped"),
+        )
+
+    def figures(self) -> Figures:
+        """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
+        and out over the last minute, oldest waiting call, time to drain, workers needed."""
+        with redis_errors(f"reading figures of {self.keys.base}"):
+            counters, sums, oldest, now = read_flow(
+                self.client, self.keys("stats"), self.keys("flow"), self.keys("ages")
+            )
+
+        def get(name: str) -> int:
+            return counters.get(name, 0)
+
+        return compute(
+            depth=get("queued"),
+            in_flight=get("in_flight"),
+            dead=get("dead"),
+            delayed=get("delayed"),
+            offered=get("offered"),
+            processed=get("processed"),
+            dropped=get("rejected") + get("evicted") + get("lost"),
+            sums=sums,
+            oldest_ms=oldest,
+            now_ms=now,
         )
 
     def __len__(self) -> int:

@@ -23,14 +23,11 @@ from celery.utils.time import get_exponential_backoff_interval, maybe_make_aware
 
 from .bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
 from .config import get_config
+from .drain import DRAIN_HEADER, REAPER_TASK, DrainSummary, register_beat
 from .errors import ConfigurationError, RedQueueError, SerializationError
 from .pool import DELIVERIES, AddResult, CappedPool, PoolBatch, validate_pool_options
 
 logger = logging.getLogger(__name__)
-
-#: Message header that marks an argument-less drain job.
-DRAIN_HEADER = "redqueue_drain"
-REAPER_TASK = "celery_redqueue.reap"
 
 
 @dataclass(frozen=True)
@@ -40,19 +37,6 @@ class PoolCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     count: int = 1
-
-
-@dataclass(frozen=True)
-class DrainSummary:
-    """What one drain job did; also its (JSON-friendly) return value."""
-
-    processed: int = 0
-    failed: int = 0
-    batches: int = 0
-    continued: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -88,16 +72,6 @@ def _positive(cls: type, name: str, *, integer: bool = False, optional: bool = F
         )
 
 
-def _register_beat(
-    app: Any, key: str, interval: float, task_name: str, headers: dict[str, Any]
-) -> None:
-    """Add a beat entry once per app (re-binding the same task must not duplicate it)."""
-    from celery import signature
-
-    sig = signature(task_name, app=app, options={"headers": headers} if headers else {})
-    app.add_periodic_task(interval, sig, name=key)
-
-
 class RedQueueTask(Task):  # type: ignore[misc]
     """Shared plumbing of tasks backed by a redqueue structure."""
 
@@ -107,7 +81,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         if cls.name and cls.name != REAPER_TASK:
             config = get_config(app)
             if config.beat:
-                _register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
+                register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 cls._register_schedules(app)
         return bound
 
@@ -290,7 +264,7 @@ class PoolTask(RedQueueTask):
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
         if cls.pool_drain_interval:
-            _register_beat(
+            register_beat(
                 app,
                 f"redqueue: drain {cls.name}",
                 cls.pool_drain_interval,
@@ -303,6 +277,11 @@ class PoolTask(RedQueueTask):
         """This task's pool (stats, pop, clear), built once per process."""
         pool: CappedPool = self._per_process("_redqueue_pool", self._make_pool)
         return pool
+
+    @property
+    def structure(self) -> CappedPool:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
+        return self.pool
 
     def _make_pool(self) -> CappedPool:
         config = get_config(self.app)
@@ -539,7 +518,7 @@ class BucketTask(RedQueueTask):
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
         if cls.bucket_drain_interval:
-            _register_beat(
+            register_beat(
                 app,
                 f"redqueue: drain {cls.name}",
                 cls.bucket_drain_interval,
@@ -563,6 +542,11 @@ class BucketTask(RedQueueTask):
         """This task's bucket (rates, stats, dead letters), built once per process."""
         bucket: LeakyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
         return bucket
+
+    @property
+    def structure(self) -> LeakyBucket:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
+        return self.bucket
 
     def _make_bucket(self) -> LeakyBucket:
         config = get_config(self.app)
@@ -800,19 +784,3 @@ def _decorator(base: type[RedQueueTask], args: tuple[Any, ...], options: dict[st
     if args:
         raise TypeError("pool_task takes keyword options only, or is used bare: @pool_task")
     return decorate(base=base, **options)
-
-
-@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[misc, untyped-decorator]
-def reap(self: Task) -> dict[str, int]:
-    """Beat-run: return expired reservations of every redqueue task of this app."""
-    reaped: dict[str, int] = {}
-    for name, task in list(self.app.tasks.items()):
-        if isinstance(task, RedQueueTask) and name != REAPER_TASK:
-            try:
-                count = task.reap()
-            except RedQueueError:
-                logger.exception("redqueue: reaping %s failed", name)
-                continue
-            if count:
-                reaped[name] = count
-    return reaped

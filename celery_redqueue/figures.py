@@ -1,0 +1,109 @@
+"""Backpressure figures: how deep a structure is, how fast work comes and goes, and what it
+would take to keep up. One call, bounded Redis work (a few hash reads, no scan of the items).
+
+Rates come from per-second counters kept in a ring of 60 slots by the structure's scripts, so
+"per second" means "averaged over the last minute".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+WINDOW = 60
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What an operator asks of a queue: how far behind is it, and when will it catch up?"""
+
+    #: Items (calls) waiting to be handed out.
+    depth: int
+    #: Handed out and not yet finished.
+    in_flight: int
+    #: In the dead-letter list.
+    dead: int
+    #: Held until due (countdown/eta).
+    delayed: int
+    #: Counters since the structure was created.
+    offered: int
+    processed: int
+    #: Refused, evicted, dropped or lost: everything shed.
+    dropped: int
+    #: Items offered per second over the last minute.
+    rate_in: float
+    #: Items finished (processed, failed or dead-lettered) per second over the last minute.
+    rate_out: float
+    #: Seconds the oldest waiting item has waited; None when nothing waits.
+    oldest_age: float | None
+    #: Seconds to empty the structure at the current out-rate; None when nothing goes out.
+    drain_eta: float | None
+    #: Average seconds a body took over the last minute; None without data.
+    seconds_per_item: float | None
+    #: Worker processes needed to keep up with the in-rate at that time per item.
+    workers_needed: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def ring_sums(flow: dict[bytes, bytes], now_ms: float) -> dict[str, float]:
+    """Sum each kind's per-second slots that fall within the last minute."""
+    now_sec = int(now_ms // 1000)
+    sums: dict[str, float] = {}
+    for field, value in flow.items():
+        kind = field.decode().split(":", 1)[0]
+        sec_text, amount = value.decode().split(" ")
+        if now_sec - WINDOW < int(sec_text) <= now_sec:
+            sums[kind] = sums.get(kind, 0.0) + float(amount)
+    return sums
+
+
+def read_flow(
+    client: Any, stats_key: str, flow_key: str, ages_key: str
+) -> tuple[dict[str, int], dict[str, float], float | None, float]:
+    """Counters, last-minute sums, oldest offer time (ms) and the server time (ms), read in
+    one MULTI/EXEC so they agree with each other."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(stats_key)
+    pipe.hgetall(flow_key)
+    pipe.zrange(ages_key, 0, 0, withscores=True)
+    pipe.time()
+    stats, flow, oldest, (sec, usec) = pipe.execute()
+    now_ms = sec * 1000 + usec / 1000
+    counters = {k.decode(): int(v) for k, v in stats.items()}
+    return counters, ring_sums(flow, now_ms), (oldest[0][1] if oldest else None), now_ms
+
+
+def compute(
+    *,
+    depth: int,
+    in_flight: int,
+    dead: int,
+    delayed: int,
+    offered: int,
+    processed: int,
+    dropped: int,
+    sums: dict[str, float],
+    oldest_ms: float | None,
+    now_ms: float,
+) -> Figures:
+    rate_in = sums.get("in", 0.0) / WINDOW
+    rate_out = sums.get("out", 0.0) / WINDOW
+    done = sums.get("done", 0.0)
+    per_item = sums.get("busy", 0.0) / done if done else None
+    return Figures(
+        depth=depth,
+        in_flight=in_flight,
+        dead=dead,
+        delayed=delayed,
+        offered=offered,
+        processed=processed,
+        dropped=dropped,
+        rate_in=rate_in,
+        rate_out=rate_out,
+        oldest_age=max(now_ms - oldest_ms, 0.0) / 1000 if oldest_ms is not None else None,
+        drain_eta=(depth + in_flight) / rate_out if rate_out > 0 else (0.0 if not depth else None),
+        seconds_per_item=per_item,
+        workers_needed=rate_in * per_item if per_item is not None else None,
+    )
