@@ -575,6 +575,8 @@ class BucketTask(RedQueueTask):
                 bound = inspect.signature(self._body()).bind(*(args or ()), **(kwargs or {}))
                 bound.apply_defaults()
                 key = bound.arguments[key_spec]
+                if isinstance(key, int) and not isinstance(key, bool):
+                    key = str(key)  # an argument named as the key may be a numeric id
             else:
                 assert key_spec is not None
                 key = key_spec(*(args or ()), **(kwargs or {}))

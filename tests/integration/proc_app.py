@@ -51,3 +51,20 @@ def slow_job(job):
     if job == "hang" and client().incr(f"{PREFIX}:hang-runs") == 1:
         time.sleep(600)
     client().rpush(f"{PREFIX}:done", job)
+
+
+@app.task(
+    base=PoolTask,
+    pool_size=1000,
+    pool_batch_size=10,
+    pool_policy="newest",
+    pool_delivery="at_least_once",
+    pool_batch_timeout=2.0,
+    pool_drain_interval=1.0,
+)
+def durable(i):
+    """Item 5's first run never finishes: the test kills its worker mid-batch."""
+    if i == 5 and client().incr(f"{PREFIX}:durable-hang") == 1:
+        client().rpush(f"{PREFIX}:durable-hanging", i)
+        time.sleep(600)
+    client().rpush(f"{PREFIX}:durable-done", i)

@@ -109,3 +109,40 @@ def test_worker_killed_mid_item_gets_its_item_back(
     assert sorted(done) == ["after", "hang"]
     stats = bucket.stats()
     assert (stats.redelivered, stats.in_flight, stats.dead) == (1, 0, 0)
+
+
+def test_at_least_once_pool_loses_nothing_when_its_worker_is_killed(
+    redqueue_redis, redqueue_prefix, spawn, tmp_path
+):
+    """SIGKILL the worker in the middle of a batch: the reaper (beat) returns the whole batch
+    and a new worker runs it; every call completes, none is lost."""
+    pool = CappedPool(
+        redqueue_redis,
+        "tests.integration.proc_app.durable",
+        1000,
+        policy="newest",
+        prefix=redqueue_prefix,
+        delivery="at_least_once",
+    )
+    pool.add_many([[[i], {}] for i in range(20)])
+    spawn("beat", "--loglevel=INFO", "--max-interval=1")
+    worker = spawn("worker", "--pool=prefork", "--concurrency=1", "--loglevel=INFO")
+    try:
+        wait_for(
+            lambda: redqueue_redis.llen(f"{redqueue_prefix}:durable-hanging"),
+            timeout=90,
+            message="the hanging call",
+        )
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        assert pool.stats().in_flight == 10  # the first batch, 0..9, died with its worker
+        spawn("worker", "--pool=prefork", "--concurrency=1", "--loglevel=INFO")
+        wait_for(lambda: pool.stats().processed == 20, timeout=90, message="redelivery")
+    except AssertionError:
+        for log in tmp_path.glob("*.log"):
+            print(log.name, log.read_text()[-3000:])
+        raise
+    done = [int(x) for x in redqueue_redis.lrange(f"{redqueue_prefix}:durable-done", 0, -1)]
+    assert set(done) == set(range(20))
+    stats = pool.stats()
+    assert (stats.lost, stats.in_flight, stats.depth, stats.redelivered) == (0, 0, 0, 10)
