@@ -21,7 +21,10 @@ from .errors import (
     SerializationError,
 )
 from .figures import Figures
+from .lease_tasks import LeaseTask, lease_task, resource_pool
+from .leases import Lease, LeaseKeeper, LeaseStats, NoFreeResourceError, ResourcePool
 from .pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
+from .sets import ScheduledSet, SortedSet, TimeSortedSet, UndecodableItemsError
 from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
 
 __version__ = "0.1.0"
@@ -38,6 +41,11 @@ __all__ = [
     "Figures",
     "KeyStats",
     "LeakyBucket",
+    "Lease",
+    "LeaseKeeper",
+    "LeaseStats",
+    "LeaseTask",
+    "NoFreeResourceError",
     "PickleWarning",
     "Poll",
     "PoolBatch",
@@ -50,9 +58,16 @@ __all__ = [
     "RedisUnavailableError",
     "Reservation",
     "ReservationError",
+    "ResourcePool",
+    "ScheduledSet",
     "SerializationError",
+    "SortedSet",
+    "TimeSortedSet",
+    "UndecodableItemsError",
     "__version__",
     "bucket_task",
+    "lease_task",
     "parse_rate",
     "pool_task",
+    "resource_pool",
 ]
