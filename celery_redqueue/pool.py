@@ -56,22 +56,26 @@ DELIVERIES = ("at_most_once", "at_least_once")
 
 #: The keys every pool script receives, in this order (see scripts/pool_common.lua).
 PARTS = (
+    # What pool_add touches comes first: it receives only these (fewer arguments on the hot
+    # path), the other scripts receive them all.
     "items",
     "counts",
     "stats",
     "drains",
+    "receives",
+    "ages",
+    "scheduled",
+    "dedupe",
+    "flow",
+    "wake",
     "inflight",
     "inflight_calls",
     "inflight_items",
-    "receives",
-    "ages",
     "dead",
-    "scheduled",
-    "dedupe",
     "done",
-    "flow",
-    "wake",
 )
+#: How many of PARTS pool_add receives.
+ADD_PARTS = 10
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
@@ -128,6 +132,8 @@ class PoolBatch:
     undecodable: list[tuple[str, int, bytes]] = field(default_factory=list)
     #: Only delayed calls remain: the first is due in this many seconds (else None).
     wait: float | None = None
+    #: Empty, and the drain flag was kept because the pop asked to linger.
+    lingering: bool = False
 
     @property
     def calls(self) -> int:
@@ -241,7 +247,8 @@ class CappedPool:
             register(self.client, self.keys, self.settings())
             self._registered = True
         head: list[Any] = [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
-        return script(name)(self.client, self._keys, head + args)
+        keys = self._keys[:ADD_PARTS] if name == "pool_add" else self._keys
+        return script(name)(self.client, keys, head + args)
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this pool (the registry keeps it)."""
@@ -311,13 +318,15 @@ class CappedPool:
 
     # Consuming
 
-    def pop(self, n: int = 100) -> PoolBatch:
+    def pop(self, n: int = 100, *, linger: bool = False) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
         enter the pool).
 
         An empty batch with ``wait`` None means the pool was empty at that instant; the
         drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
         stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s.
+        With ``linger=True`` an empty pop keeps the flag (``batch.lingering``): the caller
+        promises to pop again soon, so calls arriving meanwhile send no drain job.
         """
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
@@ -331,6 +340,7 @@ class CappedPool:
                 self.max_drains,
                 int(self.at_least_once),
                 int(self.guard_window_ms > 0),
+                int(linger),
             ],
         )
         wait_ms = int(reply[2])
@@ -340,6 +350,7 @@ class CappedPool:
             fan_out=bool(reply[0]),
             remaining=int(reply[1]),
             wait=wait_ms / 1000.0 if wait_ms >= 0 else None,
+            lingering=wait_ms == -2,
         )
         for i in range(3, len(reply), 4):
             raw, count, receives, entry_id = reply[i : i + 4]

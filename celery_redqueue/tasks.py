@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import threading
 import time
@@ -37,6 +38,10 @@ class PoolCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     count: int = 1
+
+
+#: Seconds between looks at an empty pool while a drain lingers.
+LINGER_POLL = 0.02
 
 
 def _error_text(exc: BaseException) -> str:
@@ -212,6 +217,10 @@ class PoolTask(RedQueueTask):
     pool_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh drain job.
     pool_drain_time_budget: float = 10.0
+    #: Seconds a drain job keeps looking at an empty pool before it ends. During a burst the
+    #: pool empties and refills constantly; lingering keeps the one drain job working instead
+    #: of ending and having the next call send a new one.
+    pool_drain_linger: float = 0.2
     #: Seconds a popped batch may take before the reaper counts it as lost.
     pool_batch_timeout: float = 300.0
     #: "at_most_once" (default: a batch whose worker dies is counted as lost) or
@@ -242,6 +251,7 @@ class PoolTask(RedQueueTask):
         _positive(cls, "pool_drain_time_budget")
         _positive(cls, "pool_batch_timeout")
         _positive(cls, "pool_dedupe_window")
+        _non_negative(cls, "pool_drain_linger")
         _staticmethod_option(cls, "pool_dedupe_key")
         if cls.pool_delivery not in DELIVERIES:
             raise ConfigurationError(
@@ -369,17 +379,22 @@ class PoolTask(RedQueueTask):
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
         processed = failed = batches = 0
+        last_work = -math.inf  # a drain that starts on an empty pool ends at once
         while True:
-            batch = pool.pop(self.pool_batch_size)
+            linger = time.monotonic() - last_work < self.pool_drain_linger
+            batch = pool.pop(self.pool_batch_size, linger=linger)
             if batch.fan_out:
                 self.send_drain()
+            if batch.lingering:
+                time.sleep(LINGER_POLL)
+                continue
             if not batch:
                 if batch.wait is not None:
                     # Only delayed calls remain: come back when the first is due.
                     self.send_drain(countdown=batch.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
-            started = time.monotonic()
+            started = last_work = time.monotonic()
             failures = self._run_batch(batch)
             if not pool.ack(batch, failures=failures, seconds=time.monotonic() - started):
                 logger.warning(

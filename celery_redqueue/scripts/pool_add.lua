@@ -1,5 +1,5 @@
 -- Offer calls to a capped pool (or hold them until due), and arm the drain flag.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- KEYS: the first ten of pool_common.lua's. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
 -- delay ms (0: now)
@@ -62,7 +62,6 @@ if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) 
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
-redis.call('HSET', K_STATS, 'capacity', CAPACITY)
 pool_tick('in', accepted + rejected, now)
 
 if redis.call('ZCARD', K_ITEMS) > 0 and arm_drain() then

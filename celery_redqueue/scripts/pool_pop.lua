@@ -3,8 +3,10 @@
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
 -- ARGV[9] at least once (1|0): keep the entries so the reaper can return them,
 -- ARGV[10] processed-guard (1|0): skip entries whose id completed already.
+-- ARGV[11] linger (1|0): on an empty pool keep the drain flag (the drain will look again soon,
+-- so calls arriving meanwhile need not send another drain job); 0 clears it.
 -- Returns {fan_out, remaining, wait_ms, then per entry: payload, count, receives, id}.
--- An empty pop with wait_ms = -1 means the pool and its delayed set were empty at that instant
+-- wait_ms = -2: empty, flag kept (linger). An empty pop with wait_ms = -1 means the pool and its delayed set were empty at that instant
 -- and the drain flag was cleared in the same step, so nothing arriving afterwards is stranded;
 -- wait_ms >= 0 means only delayed calls remain, the first due in wait_ms.
 --#include pool_common
@@ -42,6 +44,7 @@ local popped = redis.call('ZPOPMIN', K_ITEMS, n)
 if #popped == 0 then
   local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
   if #first == 0 then
+    if ARGV[11] == '1' then return {0, 0, -2} end
     redis.call('DEL', K_DRAINS, K_WAKE)
     return {0, 0, -1}
   end

@@ -1,5 +1,7 @@
 """PoolTask with real Celery workers on a real Redis broker."""
 
+import time
+
 import pytest
 from celery import Celery
 
@@ -218,7 +220,7 @@ def test_bad_options_on_app_task_fail_at_finalization(app):
 def test_missing_url_is_named(redqueue_prefix):
     app = Celery("no-redis", broker="amqp://localhost//", set_as_current=False)
 
-    @app.task(base=PoolTask)
+    @app.task(base=PoolTask, shared=False)
     def f(x):
         pass
 
@@ -235,10 +237,28 @@ def test_django_style_namespace_settings(redqueue_server_url, redqueue_prefix, r
     app = Celery("django-like", set_as_current=False)
     app.config_from_object(Settings, namespace="CELERY")
 
-    @app.task(base=PoolTask, pool_drain_interval=None)
+    @app.task(base=PoolTask, pool_drain_interval=None, shared=False)
     def f(x):
         pass
 
     app.conf.redqueue_beat = False
     f.pool.add([[1], {}])
     assert redqueue_redis.exists(f"{redqueue_prefix}:{{pool:{f.name}}}:items")
+
+
+def test_a_lingering_drain_covers_a_whole_burst(app):
+    """While calls keep coming, the one drain job keeps working: the burst sends one drain
+    message, not one per time the pool ran dry (which it does constantly with a fast worker)."""
+
+    @app.task(base=PoolTask, pool_size=100_000, pool_drain_linger=2.0)
+    def noop(i):
+        pass
+
+    with running_worker(app):
+        receipts = []
+        for i in range(3000):
+            receipts.append(noop.delay(i))
+            if i % 100 == 0:
+                time.sleep(0.005)  # let the worker catch up and find the pool empty
+        wait_for(lambda: noop.pool.stats().processed == 3000)
+    assert 1 <= sum(r.drain_needed for r in receipts) <= 2
