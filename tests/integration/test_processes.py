@@ -2,57 +2,12 @@
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def proc_env(redqueue_server_url, redqueue_prefix, tmp_path):
-    env = dict(os.environ)
-    env.update(
-        REDQUEUE_TEST_URL=redqueue_server_url,
-        REDQUEUE_TEST_PREFIX=redqueue_prefix,
-        REDQUEUE_TEST_BEAT_FILE=str(tmp_path / "beat-schedule"),
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
-@pytest.fixture
-def spawn(proc_env, tmp_path):
-    procs = []
-
-    def start(*args):
-        log = open(tmp_path / f"{args[0]}.log", "wb")  # noqa: SIM115 (closed at teardown)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
-            env=proc_env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append((proc, log))
-        return proc
-
-    yield start
-    for proc, log in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
 
 
 def test_beat_drains_a_pool_that_no_call_announced(
