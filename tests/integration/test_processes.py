@@ -2,12 +2,9 @@
 
 import os
 import signal
-from pathlib import Path
 
 from celery_redqueue import CappedPool, LeakyBucket
 from tests.helpers import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_beat_drains_a_pool_that_no_call_announced(
