@@ -76,15 +76,23 @@ def main():
                 s = task.pool.stats()
                 balanced = (
                     s.accepted
-                    == s.processed + s.failed + s.evicted + s.depth + s.in_flight + s.lost
+                    == s.processed
+                    + s.failed
+                    + s.evicted
+                    + s.lost
+                    + s.dead
+                    + s.purged
+                    + s.depth
+                    + s.in_flight
                 )
                 print(
                     f"\n{task.name}\n  offered {s.offered:,}  accepted {s.accepted:,}  "
                     f"rejected {s.rejected:,}  evicted {s.evicted:,}\n"
                     f"  processed {s.processed:,}  failed {s.failed}  waiting {s.depth}  "
-                    f"in flight {s.in_flight}  lost {s.lost}\n"
+                    f"in flight {s.in_flight}  lost {s.lost}  dead {s.dead}\n"
                     f"  offered == accepted + rejected: {s.offered == s.accepted + s.rejected}; "
-                    f"accepted == processed + failed + evicted + waiting + in flight + lost: "
+                    f"accepted == processed + failed + evicted + lost + dead + purged + waiting "
+                    f"+ in flight: "
                     f"{balanced}"
                 )
             if not settled():
