@@ -37,7 +37,7 @@ from typing import Any
 
 from .client import redis_errors
 from .deadletters import DeadLetter, parse_dead_letter
-from .errors import ConfigurationError, ReservationError
+from .errors import ConfigurationError, ReservationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .registry import register
@@ -226,12 +226,8 @@ class LeakyBucket:
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
     ) -> None:
-        for option, value in (
-            ("dedupe_window", dedupe_window),
-            ("processed_guard", processed_guard),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigurationError(f"{option} must be seconds >= 0, got {value!r}")
+        check_seconds("dedupe_window", dedupe_window)
+        check_seconds("processed_guard", processed_guard)
         validate_bucket_options(
             rate=default_rate,
             burst=default_burst,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RedQueueError(Exception):
     """Base class of every error celery-redqueue raises on purpose."""
@@ -25,3 +27,12 @@ class ReservationError(RedQueueError, ValueError):
 
 class PickleWarning(UserWarning):
     """Pickle was chosen as serializer: loading pickles from a shared Redis can execute code."""
+
+
+def check_seconds(name: str, value: Any, *, positive: bool = False) -> float:
+    """Validate a duration option, raising ConfigurationError that names it."""
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if bad or value < 0 or (positive and value == 0):
+        what = "positive seconds" if positive else "seconds >= 0"
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return float(value)

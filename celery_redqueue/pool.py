@@ -44,7 +44,7 @@ from typing import Any
 
 from .client import redis_errors
 from .deadletters import DeadLetter, parse_dead_letter
-from .errors import ConfigurationError
+from .errors import ConfigurationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .registry import register
@@ -134,6 +134,8 @@ class PoolBatch:
     wait: float | None = None
     #: Empty, and the drain flag was kept because the pop asked to linger.
     lingering: bool = False
+    #: Empty only because the processed-guard skipped what was popped; more waits.
+    pop_again: bool = False
 
     @property
     def calls(self) -> int:
@@ -214,12 +216,13 @@ class CappedPool:
             raise ConfigurationError(
                 f"pool_max_receives must be a positive integer, got {max_receives!r}"
             )
-        for option, value in (
-            ("dedupe_window", dedupe_window),
-            ("processed_guard", processed_guard),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigurationError(f"{option} must be seconds >= 0, got {value!r}")
+        check_seconds("dedupe_window", dedupe_window)
+        check_seconds("processed_guard", processed_guard)
+        if coalesce and processed_guard:
+            raise ConfigurationError(
+                "pool_processed_guard is not available on coalescing pools: equal calls merge "
+                "into one entry, so an entry has no identity of its own to remember"
+            )
         self.client = client
         self.name = name
         self.capacity = capacity
@@ -351,6 +354,7 @@ class CappedPool:
             remaining=int(reply[1]),
             wait=wait_ms / 1000.0 if wait_ms >= 0 else None,
             lingering=wait_ms == -2,
+            pop_again=wait_ms == -3,
         )
         for i in range(3, len(reply), 4):
             raw, count, receives, entry_id = reply[i : i + 4]

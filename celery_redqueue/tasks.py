@@ -25,8 +25,8 @@ from celery.utils.time import get_exponential_backoff_interval, maybe_make_aware
 from .bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
 from .config import get_config
 from .drain import DRAIN_HEADER, REAPER_TASK, DrainSummary, register_beat
-from .errors import ConfigurationError, RedQueueError, SerializationError
-from .pool import DELIVERIES, AddResult, CappedPool, PoolBatch, validate_pool_options
+from .errors import ConfigurationError, RedQueueError, SerializationError, check_seconds
+from .pool import ADD_CHUNK, DELIVERIES, AddResult, CappedPool, PoolBatch, validate_pool_options
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,7 @@ def _staticmethod_option(cls: type, name: str) -> None:
 
 
 def _non_negative(cls: type, name: str) -> None:
-    value: Any = getattr(cls, name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigurationError(f"{name} must be seconds >= 0, got {value!r}")
+    check_seconds(name, getattr(cls, name))
 
 
 def _positive(cls: type, name: str, *, integer: bool = False, optional: bool = False) -> None:
@@ -258,13 +256,11 @@ class PoolTask(RedQueueTask):
                 f"pool_delivery must be one of {DELIVERIES}, got {cls.pool_delivery!r}"
             )
         _positive(cls, "pool_max_receives", integer=True)
-        if (
-            isinstance(cls.pool_processed_guard, bool)
-            or not isinstance(cls.pool_processed_guard, int | float)
-            or cls.pool_processed_guard < 0
-        ):
+        _non_negative(cls, "pool_processed_guard")
+        if cls.pool_coalesce and cls.pool_processed_guard:
             raise ConfigurationError(
-                f"pool_processed_guard must be seconds >= 0, got {cls.pool_processed_guard!r}"
+                "pool_processed_guard is not available with pool_coalesce: equal calls merge "
+                "into one entry, so an entry has no identity of its own to remember"
             )
         if not isinstance(cls.pool_count_kwarg, str) or not cls.pool_count_kwarg.isidentifier():
             raise ConfigurationError(
@@ -331,32 +327,47 @@ class PoolTask(RedQueueTask):
         """
         if (options.get("headers") or {}).get(DRAIN_HEADER):
             return self.send_drain(producer=producer, **options)
-        self.check_call(args, kwargs)
+        encoded = self._encode_call(args, kwargs)
         delay = self._delay_of(options)
         dedupe_id = self._dedupe_id(self.pool_dedupe_key, args, kwargs, options)
-        call_args = list(args or ())
+        if self.app.conf.task_always_eager:
+            return self._run_eagerly(encoded, task_id=task_id, link=link, link_error=link_error)
+        result = self.pool._add_encoded([encoded], delay=delay, dedupe_ids=[dedupe_id])[0]
+        self._after_add(result.drain_needed, result.wake_in)
+        return result
+
+    def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain.
+
+        Every call is checked as ``delay()`` checks it before any is stored. In eager mode the
+        body runs for each call and the results are Celery's EagerResults.
+        """
+        encoded = [self._encode_call(a, k) for a, k in calls]
+        if self.app.conf.task_always_eager:
+            return [self._run_eagerly(e) for e in encoded]
+        results: list[AddResult] = []
+        for start in range(0, len(encoded), ADD_CHUNK):
+            results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
+        self._after_add(any(r.drain_needed for r in results), None)
+        return results
+
+    def _encode_call(self, args: Any, kwargs: Any) -> bytes:
+        """Check a call as the body will take it, and serialize it; raises, storing nothing."""
+        if not self.pool_batch:
+            # A batch body takes the list of calls, so its signature says nothing of one call.
+            self.check_call(args, kwargs)
         call_kwargs = dict(kwargs or {})
         if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
             raise RedQueueError(
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
             )
-        pool = self.pool
-        encoded = pool.encode([call_args, call_kwargs])
-        if self.app.conf.task_always_eager:
-            stored_args, stored_kwargs = pool.serializer.loads(encoded)
-            return self.apply(
-                stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
-            )
-        result = pool._add_encoded([encoded], delay=delay, dedupe_ids=[dedupe_id])[0]
-        self._after_add(result.drain_needed, result.wake_in)
-        return result
+        return self.pool.encode([list(args or ()), call_kwargs])
 
-    def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[AddResult]:
-        """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain."""
-        results = self.pool.add_many([[list(a), dict(k)] for a, k in calls])
-        self._after_add(any(r.drain_needed for r in results), None)
-        return results
+    def _run_eagerly(self, encoded: bytes, **options: Any) -> Any:
+        """Run the body now, on the call as a worker would see it (after the serializer)."""
+        stored_args, stored_kwargs = self.pool.serializer.loads(encoded)
+        return self.apply(stored_args, stored_kwargs, **options)
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
         """Put dead letters back into the pool and make sure a drain job runs."""
@@ -385,6 +396,8 @@ class PoolTask(RedQueueTask):
             batch = pool.pop(self.pool_batch_size, linger=linger)
             if batch.fan_out:
                 self.send_drain()
+            if batch.pop_again:
+                continue
             if batch.lingering:
                 time.sleep(LINGER_POLL)
                 continue
@@ -394,9 +407,10 @@ class PoolTask(RedQueueTask):
                     self.send_drain(countdown=batch.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
-            started = last_work = time.monotonic()
+            started = time.monotonic()
             failures = self._run_batch(batch)
-            if not pool.ack(batch, failures=failures, seconds=time.monotonic() - started):
+            last_work = time.monotonic()  # linger is counted from when the work ended
+            if not pool.ack(batch, failures=failures, seconds=last_work - started):
                 logger.warning(
                     "%s: batch %s finished after its deadline; the reaper had taken it back",
                     self.name,
@@ -425,6 +439,7 @@ class PoolTask(RedQueueTask):
                 self._body()(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
+                self.send_drain()  # this job ends here; the rest of the pool needs one
                 raise
             except Exception as exc:
                 logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
@@ -440,6 +455,7 @@ class PoolTask(RedQueueTask):
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
+                self.send_drain()  # this job ends here; the rest of the pool needs one
                 raise
             except Exception as exc:
                 logger.exception("%s: pooled call %r failed", self.name, item.payload)
@@ -698,6 +714,7 @@ class BucketTask(RedQueueTask):
             return False
         except SoftTimeLimitExceeded:
             bucket.release(reservation)
+            self.send_drain()  # this job ends here; the released item needs one
             raise
         except Exception as exc:
             if self._should_retry(exc, reservation.receives):

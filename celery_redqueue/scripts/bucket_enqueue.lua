@@ -21,7 +21,6 @@ for i = 9, #ARGV, 4 do
     status = 4
     duplicates = duplicates + 1
   else
-    if dedupe_id ~= '' and window > 0 then redis.call('ZADD', K_DEDUPE, now + window, dedupe_id) end
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if delay > 0 then
       redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
@@ -38,6 +37,10 @@ for i = 9, #ARGV, 4 do
         if when and (earliest == nil or when < earliest) then earliest = when end
       end
     end
+  end
+  -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
+  if dedupe_id ~= '' and window > 0 and status ~= 0 and status ~= 4 then
+    redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
   end
   result[#result + 1] = status
 end

@@ -13,6 +13,8 @@ for _, reservation in ipairs(expired) do
     if receives >= MAX_RECEIVES then
       bury(key, slot, 'reservation expired ' .. receives .. ' times', now)
       buried = buried + 1
+      -- An ordered key waited for this item: its next one may go now.
+      make_eligible(key, now)
     else
       push_head(key, slot)
       -- The published design lost such items when their key had left the ready set.
@@ -24,6 +26,11 @@ for _, reservation in ipairs(expired) do
   end
 end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
+-- Items that may go need a drain job even if the dead drain's flag is still alive (its TTL was
+-- refreshed at its last dequeue): re-arm it and tell the caller to send one.
 local send = 0
-if returned > 0 and arm_drain() then send = 1 end
+if #expired > 0 and redis.call('ZCARD', K_READY) > 0 then
+  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
+  send = 1
+end
 return {returned, buried, send}

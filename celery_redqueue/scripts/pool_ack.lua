@@ -27,20 +27,22 @@ for i = 11, #ARGV, 3 do named = named + tonumber(ARGV[i]) end
 if named ~= total then
   return redis.error_reply('ERR batch holds ' .. total .. ' calls, the ack names ' .. named)
 end
+-- At least once, the popped entries are kept by id: the caller's list need not be in pop order.
 local entries = {}
 if at_least_once then
-  entries = cjson.decode(redis.call('HGET', K_INFLIGHT_ITEMS, batch_id) or '[]')
+  for _, entry in ipairs(cjson.decode(redis.call('HGET', K_INFLIGHT_ITEMS, batch_id) or '[]')) do
+    entries[entry[6]] = entry
+  end
 end
 redis.call('HDEL', K_INFLIGHT_CALLS, batch_id)
 redis.call('HDEL', K_INFLIGHT_ITEMS, batch_id)
 redis.call('ZREM', K_INFLIGHT, batch_id)
 
 local processed, failed, retried, buried, evicted = 0, 0, 0, 0, 0
-local counted, index = 0, 0
+local counted = 0
 for i = 10, #ARGV, 3 do
-  index = index + 1
   local count, err = tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local entry = entries[index]
+  local entry = entries[ARGV[i]]
   counted = counted + count
   if err == '' then
     processed = processed + count
@@ -53,6 +55,8 @@ for i = 10, #ARGV, 3 do
     else
       local status, out = admit(member, score, count, receives, offered_at)
       evicted = evicted + out
+      -- What admit pushed out was waiting in the pool: it leaves the depth too.
+      if out > 0 then redis.call('HINCRBY', K_STATS, 'queued', -out) end
       if status > 0 then retried = retried + count else evicted = evicted + count end
     end
   else

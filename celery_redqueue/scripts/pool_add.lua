@@ -23,9 +23,6 @@ for i = 6, #ARGV, 4 do
   if dedupe_id ~= '' and window > 0 and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
     status = 4
   else
-    if dedupe_id ~= '' and window > 0 then
-      redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
-    end
     local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if delay > 0 then
       redis.call('ZADD', K_SCHEDULED, now + delay, string.format('%x', seq) .. ':' .. ARGV[i] .. ':' .. payload)
@@ -40,6 +37,10 @@ for i = 6, #ARGV, 4 do
       evicted = evicted + out
       queued = queued - out
     end
+  end
+  -- Remember the dedupe id only for a call that was taken: a refused call may be retried.
+  if dedupe_id ~= '' and window > 0 and status ~= 0 and status ~= 4 then
+    redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
   end
   if status == 5 then
     delayed = delayed + 1

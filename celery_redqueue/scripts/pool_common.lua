@@ -63,6 +63,11 @@ end
 local function admit(member, score, count, receives, offered_at)
   if COALESCE and redis.call('ZSCORE', K_ITEMS, member) then
     redis.call('HINCRBY', K_COUNTS, member, count)
+    -- A returned entry merging into an equal one keeps its receives, or a failing payload
+    -- that keeps being offered would never reach the dead-letter list.
+    if receives > tonumber(redis.call('HGET', K_RECEIVES, member) or '0') then
+      redis.call('HSET', K_RECEIVES, member, receives)
+    end
     return 3, 0
   end
   local size = redis.call('ZCARD', K_ITEMS)

@@ -37,6 +37,7 @@ for _, entry in ipairs(entries) do
     if POLICY == 'sample' then score = -1 end
     local status, out = admit(member, score, count, 0, now)
     evicted = evicted + out
+    queued = queued - out  -- what admit pushed out leaves the depth
     if status > 0 then queued = queued + count else evicted = evicted + count end
   end
 end
@@ -46,8 +47,8 @@ redis.call('HINCRBY', K_STATS, 'dead', -calls)
 if action == 'purge' then
   redis.call('HINCRBY', K_STATS, 'purged', calls)
 else
-  redis.call('HINCRBY', K_STATS, 'queued', queued)
-  redis.call('HINCRBY', K_STATS, 'evicted', evicted)
+  if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
+  if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 end
 local send = 0
 if queued > 0 and arm_drain() then send = 1 end

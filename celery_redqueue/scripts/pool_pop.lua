@@ -6,6 +6,7 @@
 -- ARGV[11] linger (1|0): on an empty pool keep the drain flag (the drain will look again soon,
 -- so calls arriving meanwhile need not send another drain job); 0 clears it.
 -- Returns {fan_out, remaining, wait_ms, then per entry: payload, count, receives, id}.
+-- wait_ms = -3: only guard-skipped entries were popped and more wait: pop again at once.
 -- wait_ms = -2: empty, flag kept (linger). An empty pop with wait_ms = -1 means the pool and its delayed set were empty at that instant
 -- and the drain flag was cleared in the same step, so nothing arriving afterwards is stranded;
 -- wait_ms >= 0 means only delayed calls remain, the first due in wait_ms.
@@ -40,8 +41,56 @@ if #due > 0 then
   pool_tick('in', #due, now)
 end
 
-local popped = redis.call('ZPOPMIN', K_ITEMS, n)
-if #popped == 0 then
+local result = {0, 0, -1}
+local kept = {}
+local calls, skipped = 0, 0
+-- Entries the guard skips are not delivered; pop again (a bounded number of times) so that a
+-- pop returns nothing only when the pool is really empty.
+for _ = 1, 10 do
+  local popped = redis.call('ZPOPMIN', K_ITEMS, n)
+  if #popped == 0 then break end
+  for i = 1, #popped, 2 do
+    local member, score = popped[i], popped[i + 1]
+    local count = count_of(member)
+    local receives = tonumber(redis.call('HGET', K_RECEIVES, member) or '0') + 1
+    local offered_at = redis.call('ZSCORE', K_AGES, member)
+    local id = member
+    if not COALESCE then id = string.sub(member, 1, string.find(member, ':', 1, true) - 1) end
+    redis.call('ZREM', K_AGES, member)
+    redis.call('HDEL', K_RECEIVES, member)
+    if COALESCE then redis.call('HDEL', K_COUNTS, member) end
+    if guard and redis.call('ZSCORE', K_DONE, id) then
+      -- A redelivered entry whose body already completed: it is not applied twice.
+      skipped = skipped + count
+    else
+      calls = calls + count
+      result[#result + 1] = payload_of(member)
+      result[#result + 1] = count
+      result[#result + 1] = receives
+      result[#result + 1] = id
+      kept[#kept + 1] = {member, score, count, receives, offered_at or now, id}
+    end
+  end
+  if calls > 0 then break end
+end
+
+if calls + skipped > 0 then redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped)) end
+if skipped > 0 then
+  redis.call('HINCRBY', K_STATS, 'processed', skipped)
+  redis.call('HINCRBY', K_STATS, 'guard_skipped', skipped)
+  pool_tick('out', skipped, now)
+end
+if calls > 0 then
+  redis.call('ZADD', K_INFLIGHT, now + tonumber(ARGV[7]), batch_id)
+  redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
+  if at_least_once then redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept)) end
+  redis.call('HINCRBY', K_STATS, 'in_flight', calls)
+end
+
+if calls == 0 then
+  if redis.call('ZCARD', K_ITEMS) > 0 then
+    return {0, 0, -3}  -- everything popped was skipped by the guard, more waits: pop again
+  end
   local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
   if #first == 0 then
     if ARGV[11] == '1' then return {0, 0, -2} end
@@ -53,46 +102,6 @@ if #popped == 0 then
   redis.call('SET', K_WAKE, when, 'PX', when - now + tonumber(DRAIN_TTL))
   redis.call('SET', K_DRAINS, 1, 'PX', when - now + tonumber(DRAIN_TTL))
   return {0, 0, when - now}
-end
-
-local result = {0, 0, -1}
-local kept = {}
-local calls, skipped = 0, 0
-for i = 1, #popped, 2 do
-  local member, score = popped[i], popped[i + 1]
-  local count = count_of(member)
-  local receives = tonumber(redis.call('HGET', K_RECEIVES, member) or '0') + 1
-  local offered_at = redis.call('ZSCORE', K_AGES, member)
-  local id = member
-  if not COALESCE then id = string.sub(member, 1, string.find(member, ':', 1, true) - 1) end
-  redis.call('ZREM', K_AGES, member)
-  redis.call('HDEL', K_RECEIVES, member)
-  if COALESCE then redis.call('HDEL', K_COUNTS, member) end
-  if guard and redis.call('ZSCORE', K_DONE, id) then
-    -- A redelivered entry whose body already completed: it is not applied twice.
-    skipped = skipped + count
-  else
-    calls = calls + count
-    local payload = payload_of(member)
-    result[#result + 1] = payload
-    result[#result + 1] = count
-    result[#result + 1] = receives
-    result[#result + 1] = id
-    kept[#kept + 1] = {member, score, count, receives, offered_at or now}
-  end
-end
-
-redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped))
-if skipped > 0 then
-  redis.call('HINCRBY', K_STATS, 'processed', skipped)
-  redis.call('HINCRBY', K_STATS, 'guard_skipped', skipped)
-  pool_tick('out', skipped, now)
-end
-if calls > 0 then
-  redis.call('ZADD', K_INFLIGHT, now + tonumber(ARGV[7]), batch_id)
-  redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
-  if at_least_once then redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept)) end
-  redis.call('HINCRBY', K_STATS, 'in_flight', calls)
 end
 
 -- A drain that runs without a pending flag (started by beat) claims it, so producers do not

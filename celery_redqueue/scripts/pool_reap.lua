@@ -9,7 +9,7 @@
 local at_least_once, max_receives = ARGV[6] == '1', tonumber(ARGV[7])
 local now = pool_now()
 local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
-local lost, returned, buried, evicted = 0, 0, 0, 0
+local lost, returned, buried, evicted, pushed_out = 0, 0, 0, 0, 0
 for _, batch in ipairs(expired) do
   local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch) or '0')
   local packed = redis.call('HGET', K_INFLIGHT_ITEMS, batch)
@@ -28,6 +28,7 @@ for _, batch in ipairs(expired) do
       else
         local status, out = admit(member, score, count, receives, offered_at)
         evicted = evicted + out
+        pushed_out = pushed_out + out  -- what admit pushed out leaves the depth
         if status > 0 then returned = returned + count else evicted = evicted + count end
       end
     end
@@ -36,11 +37,14 @@ for _, batch in ipairs(expired) do
   end
 end
 if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
-if returned > 0 then
-  redis.call('HINCRBY', K_STATS, 'queued', returned)
-  redis.call('HINCRBY', K_STATS, 'redelivered', returned)
-end
+if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', returned - pushed_out) end
+if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
+-- Returned calls need a drain job even if the dead drain's flag is still alive (its TTL was
+-- refreshed at its last pop): re-arm it and tell the caller to send one.
 local send = 0
-if returned > 0 and arm_drain() then send = 1 end
+if #expired > 0 and redis.call('ZCARD', K_ITEMS) > 0 then
+  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
+  send = 1
+end
 return {lost, returned, buried, send}

@@ -262,3 +262,50 @@ def test_a_lingering_drain_covers_a_whole_burst(app):
                 time.sleep(0.005)  # let the worker catch up and find the pool empty
         wait_for(lambda: noop.pool.stats().processed == 3000)
     assert 1 <= sum(r.drain_needed for r in receipts) <= 2
+
+
+def test_batch_tasks_take_any_call_shape(app):
+    seen = []
+
+    @app.task(base=PoolTask, pool_batch=True)
+    def store_events(calls):
+        seen.extend((c.args, c.kwargs) for c in calls)
+
+    store_events.delay(user=7, page="/")
+    store_events.delay(1, 2)
+    with running_worker(app):
+        wait_for(lambda: store_events.pool.stats().processed == 2)
+    assert sorted(seen, key=repr) == sorted(
+        [((), {"user": 7, "page": "/"}), ((1, 2), {})], key=repr
+    )
+
+
+def test_add_many_checks_every_call_and_honours_eager_mode(app):
+    ran = []
+
+    @app.task(base=PoolTask)
+    def two(a, b):
+        ran.append((a, b))
+
+    with pytest.raises(TypeError):
+        two.add_many([((1, 2), {}), ((1, 2, 3, 4, 5), {"zzz": 1})])
+    assert two.pool.stats().offered == 0
+    app.conf.task_always_eager = True
+    results = two.add_many([((1, 2), {}), ((3, 4), {})])
+    assert ran == [(1, 2), (3, 4)] and len(results) == 2
+    assert two.pool.stats().offered == 0
+
+
+def test_linger_counts_from_when_the_work_ended(app):
+    """A drain whose batch took longer than the linger still lingers after it."""
+
+    @app.task(base=PoolTask, pool_drain_linger=0.5, pool_batch_size=1)
+    def slow(i):
+        time.sleep(0.6)
+
+    with running_worker(app):
+        assert slow.delay(1).drain_needed
+        wait_for(lambda: slow.pool.stats().processed == 1)
+        time.sleep(0.2)  # the drain is lingering now
+        assert not slow.delay(2).drain_needed
+        wait_for(lambda: slow.pool.stats().processed == 2)

@@ -72,3 +72,34 @@ def test_dead_letters_requeue_one_and_purge_the_rest(make_bucket):
     stats = bucket.stats()
     assert (stats.dead, stats.purged, stats.requeued) == (0, 2, 1)
     assert bucket.dead_letters() == []
+
+
+# Regressions found in review: each of these failed before its fix.
+
+
+def test_ordered_key_goes_on_after_the_reaper_dead_letters_its_item(make_bucket):
+    bucket = make_bucket(
+        ordered=True, max_receives=1, reservation_timeout=0.05, default_rate="1000/s"
+    )
+    bucket.enqueue_many([("order-7", "placed"), ("order-7", "paid")])
+    assert bucket.dequeue().payload == "placed"
+    time.sleep(0.1)
+    assert bucket.reap().dead_lettered == 1
+    assert bucket.dequeue().payload == "paid"
+
+
+def test_reaper_asks_for_a_drain_even_while_the_dead_drains_flag_lives(make_bucket):
+    bucket = make_bucket(reservation_timeout=0.05, default_rate="1000/s")
+    bucket.enqueue("k", 1)
+    bucket.dequeue()  # its drain dies; the flag it refreshed lives for minutes
+    time.sleep(0.1)
+    assert bucket.reap().drain_needed
+
+
+def test_a_refused_item_does_not_burn_its_dedupe_id(make_bucket):
+    bucket = make_bucket(max_depth=1, dedupe_window=60, default_rate="1000/s")
+    bucket.enqueue("k", "filler")
+    refused = bucket.enqueue("k", "sms", dedupe_id="order-1:sms")
+    assert not refused.queued and not refused.duplicate
+    bucket.commit(bucket.dequeue())
+    assert bucket.enqueue("k", "sms", dedupe_id="order-1:sms").queued

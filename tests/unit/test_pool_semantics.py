@@ -17,7 +17,7 @@ def test_at_least_once_returns_a_dead_drains_batch(make_pool):
     assert_identities(pool.stats())  # in flight, still accounted
     time.sleep(0.1)
     reaped = pool.reap()
-    assert (reaped.lost, reaped.returned, reaped.drain_needed) == (0, 2, False)
+    assert (reaped.lost, reaped.returned, reaped.drain_needed) == (0, 2, True)
     assert pool.ack(batch) is False
     again = pool.pop(10)
     assert [(i.payload, i.receives) for i in again.items] == [("a", 2), ("b", 2), ("c", 1)]
@@ -140,3 +140,121 @@ def test_bad_delay_stores_nothing(make_pool):
     with pytest.raises(ConfigurationError):
         pool.add("x", delay=-1)
     assert pool.stats().delayed == 0
+
+
+# Regressions found in review: each of these failed before its fix.
+
+
+def test_a_returned_entry_that_evicts_another_keeps_the_depth_exact(make_pool):
+    pool = make_pool(capacity=2, policy="newest", delivery="at_least_once", batch_timeout=0.05)
+    pool.add("a")
+    batch = pool.pop(1)
+    pool.add_many(["b", "c"])  # full again while "a" is in flight
+    pool.ack(batch, failures={0: "retry me"})  # "a" comes back and pushes "b" out
+    assert_identities(pool.stats())
+    assert pool.stats().depth == pool.stats().entries == 2
+    again = pool.pop(1)
+    time.sleep(0.1)
+    pool.add("d")
+    pool.reap()  # the reaper's return path evicts too
+    assert_identities(pool.stats())
+    assert pool.stats().depth == pool.stats().entries
+    assert again
+
+
+def test_guard_skipping_everything_popped_does_not_strand_the_pool(make_pool):
+    pool = make_pool(
+        capacity=10,
+        policy="newest",
+        delivery="at_least_once",
+        batch_timeout=0.05,
+        processed_guard=60,
+    )
+    pool.add("done already")
+    slow = pool.pop(1)
+    time.sleep(0.1)
+    pool.reap()
+    pool.ack(slow)  # late: its returned copy will be skipped
+    batch = pool.pop(1)  # pops only the skipped copy...
+    assert batch.pop_again or [i.payload for i in batch.items] == []
+    pool.add_many(["new 1", "new 2"])
+    seen = []
+    while True:
+        batch = pool.pop(1)
+        if batch.pop_again:
+            continue
+        if not batch:
+            break
+        seen.extend(i.payload for i in batch.items)
+        pool.ack(batch)
+    assert seen == ["new 1", "new 2"]
+    assert pool.stats().drains_pending == 0  # cleared by the truly empty pop
+
+
+def test_coalescing_pools_refuse_the_processed_guard(make_pool):
+    with pytest.raises(ConfigurationError, match="coalescing"):
+        make_pool(coalesce=True, processed_guard=60)
+
+
+class PickyJSON:
+    """JSON that cannot read one payload, to make an undecodable entry."""
+
+    def dumps(self, obj):
+        import json
+
+        return json.dumps(obj)
+
+    def loads(self, data):
+        import json
+
+        if data == b'"poison"':
+            raise ValueError("cannot read")
+        return json.loads(data)
+
+
+def test_ack_matches_outcomes_to_entries_by_id(make_pool):
+    pool = make_pool(
+        capacity=10,
+        policy="newest",
+        delivery="at_least_once",
+        serializer=PickyJSON(),
+        max_receives=1,
+    )
+    pool.add_many(["poison", "good"])
+    batch = pool.pop(10)
+    assert [i.payload for i in batch.items] == ["good"] and len(batch.undecodable) == 1
+    pool.ack(batch)
+    stats = pool.stats()
+    assert (stats.processed, stats.dead, stats.retried, stats.depth) == (1, 1, 0, 0)
+    assert pool.dead_letters()[0].error == "undecodable payload"
+
+
+def test_reaper_asks_for_a_drain_even_while_the_dead_drains_flag_lives(make_pool):
+    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05)
+    pool.add_many(["a", "b"])
+    pool.pop(1)  # the drain dies holding "a"; its flag stays for minutes
+    time.sleep(0.1)
+    assert pool.stats().drains_pending == 1
+    assert pool.reap().drain_needed
+
+
+def test_a_refused_call_does_not_burn_its_dedupe_id(make_pool):
+    pool = make_pool(capacity=1, policy="reject", dedupe_window=60)
+    pool.add("filler")
+    refused = pool.add("sms", dedupe_id="order-1:sms")
+    assert not refused.kept and not refused.duplicate
+    pool.ack(pool.pop(1))
+    assert pool.add("sms", dedupe_id="order-1:sms").kept
+
+
+def test_coalesced_failures_reach_the_dead_letters_while_equal_calls_arrive(make_pool):
+    pool = make_pool(capacity=10, coalesce=True, delivery="at_least_once", max_receives=2)
+    for _ in range(3):
+        pool.add("flaky")
+        batch = pool.pop(10)
+        if not batch:
+            break
+        pool.add("flaky")  # an equal call arrives while the failing one is in flight
+        pool.ack(batch, failures={0: "still failing"})
+    assert pool.stats().dead >= 1
+    assert_identities(pool.stats())
