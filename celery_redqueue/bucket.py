@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .client import redis_errors
-from .deadletters import DeadLetter, parse_dead_letter
+from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, ReservationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
@@ -202,10 +202,11 @@ class KeyStats:
         return self.depth * self.interval
 
 
-class LeakyBucket:
+class LeakyBucket(DeadLetterTools):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
+    dead_script = "bucket_dead"
 
     def __init__(
         self,
@@ -500,41 +501,6 @@ class LeakyBucket:
             interval=interval_ms / 1000.0,
             burst=burst,
         )
-
-    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
-        """Dead letters from the oldest, with their key, payload, receives and last error."""
-        with redis_errors("reading dead letters"):
-            raw = self.client.lrange(self.keys("dead"), start, stop)
-        return [parse_dead_letter(entry, self.serializer) for entry in raw]
-
-    def _act_on_dead(
-        self, action: str, letters: Iterable[DeadLetter] | None, limit: int
-    ) -> tuple[int, bool]:
-        if letters is not None:
-            raws = [letter.raw for letter in letters]
-            if not raws:
-                return 0, False
-            count, send = self._run("bucket_dead", [action, 0, *raws])
-            return int(count), bool(send)
-        total, sent = 0, False
-        while limit != 0:
-            chunk = 1000 if limit < 0 else min(limit, 1000)
-            count, send = self._run("bucket_dead", [action, chunk])
-            total, sent = total + int(count), sent or bool(send)
-            if not count:
-                break
-            limit = limit - chunk if limit > 0 else limit
-        return total, sent
-
-    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
-        """Put dead letters back at the tail of their keys' queues (receives reset): the
-        ``letters`` given, or the oldest ``limit`` (-1: all). Returns how many."""
-        return self._act_on_dead("requeue", letters, limit)[0]
-
-    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
-        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
-        ``limit`` (-1: all). Returns how many."""
-        return self._act_on_dead("purge", letters, limit)[0]
 
     def clear(self) -> None:
         """Delete everything of this bucket (its own keys only)."""

@@ -7,10 +7,15 @@ then the payload exactly as stored (so any serializer round-trips).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client import redis_errors
 from .serializers import Serializer
+
+#: Dead letters acted on per script call when acting on "all" or "the oldest N".
+CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -51,3 +56,50 @@ def parse_dead_letter(raw: bytes, serializer: Serializer) -> DeadLetter:
         id=info.get("id"),
         raw=raw,
     )
+
+
+class DeadLetterTools:
+    """List, requeue and purge, shared by pools and buckets.
+
+    The structure provides ``client``, ``keys``, ``serializer``, ``_run(script, args)`` and the
+    name of its dead-letter script, which takes ``action, limit, *entries`` and returns
+    ``{count, send_drain}``.
+    """
+
+    client: Any
+    keys: Any
+    serializer: Serializer
+    dead_script: str
+
+    def _run(self, name: str, args: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
+        """Dead letters from the oldest: payload, receives, last error (and key, count)."""
+        with redis_errors("reading dead letters"):
+            raw = self.client.lrange(self.keys("dead"), start, stop)
+        return [parse_dead_letter(entry, self.serializer) for entry in raw]
+
+    def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
+        if letters is not None:
+            raws = [letter.raw for letter in letters]
+            return int(self._run(self.dead_script, [action, 0, *raws])[0]) if raws else 0
+        total = 0
+        while limit != 0:
+            chunk = CHUNK if limit < 0 else min(limit, CHUNK)
+            count = int(self._run(self.dead_script, [action, chunk])[0])
+            if not count:
+                break
+            total += count
+            limit = limit - chunk if limit > 0 else limit
+        return total
+
+    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Put dead letters back in the queue with their receives reset: the ``letters`` given,
+        or the oldest ``limit`` (-1: all). Returns how many calls or items went back."""
+        return self._act_on_dead("requeue", letters, limit)
+
+    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
+        ``limit`` (-1: all). Returns how many."""
+        return self._act_on_dead("purge", letters, limit)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .client import redis_errors
-from .deadletters import DeadLetter, parse_dead_letter
+from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
@@ -184,10 +184,11 @@ class PoolStats:
         return dict(self.__dict__)
 
 
-class CappedPool:
+class CappedPool(DeadLetterTools):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
+    dead_script = "pool_dead"
 
     def __init__(
         self,
@@ -402,41 +403,6 @@ class CappedPool:
             "pool_reap", [limit, int(self.at_least_once), self.max_receives]
         )
         return PoolReapResult(int(lost), int(returned), int(dead), bool(send))
-
-    # Dead letters
-
-    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
-        """Dead letters from the oldest: payload, receives, count and last error."""
-        with redis_errors("reading dead letters"):
-            raw = self.client.lrange(self.keys("dead"), start, stop)
-        return [parse_dead_letter(entry, self.serializer) for entry in raw]
-
-    def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
-        if letters is not None:
-            raws = [letter.raw for letter in letters]
-            if not raws:
-                return 0
-            calls, _ = self._run("pool_dead", [action, 0, *raws])
-            return int(calls)
-        total = 0
-        while limit != 0:
-            chunk = 1000 if limit < 0 else min(limit, 1000)
-            calls, _ = self._run("pool_dead", [action, chunk])
-            if not calls:
-                break
-            total += int(calls)
-            limit = limit - chunk if limit > 0 else limit
-        return total
-
-    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
-        """Put dead letters back into the pool (receives reset): the ``letters`` given, or the
-        oldest ``limit`` (-1: all). Returns how many calls went back."""
-        return self._act_on_dead("requeue", letters, limit)
-
-    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
-        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
-        ``limit`` (-1: all). Returns how many calls were purged."""
-        return self._act_on_dead("purge", letters, limit)
 
     # Reading
 

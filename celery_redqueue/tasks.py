@@ -127,6 +127,64 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return list(payload[0]), dict(payload[1])
 
+    # Producing: a call goes into the structure, never to the broker.
+
+    #: The option naming a key function for producer-side dedupe (set by subclasses).
+    dedupe_option = ""
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Store the call in the task's structure; returns its receipt, not an AsyncResult.
+
+        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual.
+        In eager mode the body runs at once on the arguments as a worker would see them.
+        """
+        if (options.get("headers") or {}).get(DRAIN_HEADER):
+            return self.send_drain(producer=producer, **options)
+        prepared = self._prepare_call(args, kwargs)
+        delay = self._delay_of(options)
+        dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
+        if self.app.conf.task_always_eager:
+            return self._run_eagerly(prepared, task_id=task_id, link=link, link_error=link_error)
+        result = self._store(prepared, delay, dedupe_id)
+        self._after_add(result.drain_needed, result.wake_in)
+        return result
+
+    def _prepare_call(self, args: Any, kwargs: Any) -> Any:
+        """Check and serialize one call (subclasses)."""
+        raise NotImplementedError
+
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+        """Put one prepared call into the structure; returns the receipt (subclasses)."""
+        raise NotImplementedError
+
+    def _run_eagerly(self, prepared: Any, **options: Any) -> Any:
+        """Run the body now, on the call as a worker would see it (after the serializer)."""
+        encoded = prepared[1] if isinstance(prepared, tuple) else prepared
+        stored_args, stored_kwargs = self.structure.serializer.loads(encoded)
+        return self.apply(stored_args, stored_kwargs, **options)
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+        """Put dead letters back in the structure and make sure a drain job runs."""
+        count: int = self.structure.requeue_dead(letters, limit)
+        if count:
+            self.send_drain()
+        return count
+
+    @property
+    def structure(self) -> Any:
+        """The Redis structure behind this task (subclasses)."""
+        raise NotImplementedError
+
     def _delay_of(self, options: dict[str, Any]) -> float:
         """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``)."""
         countdown, eta = options.get("countdown"), options.get("eta")
@@ -227,6 +285,7 @@ class PoolTask(RedQueueTask):
     pool_delivery: str = "at_most_once"
     #: Receives before an at-least-once call is dead-lettered.
     pool_max_receives: int = 5
+    dedupe_option = "pool_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within pool_dedupe_window seconds is refused. ``apply_async(...,
     #: dedupe_id=...)`` gives an id explicitly.
@@ -309,31 +368,10 @@ class PoolTask(RedQueueTask):
 
     # Producing
 
-    def apply_async(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
-        shadow: str | None = None,
-        **options: Any,
-    ) -> Any:
-        """Store the call in the pool; returns an :class:`AddResult` receipt.
-
-        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual.
-        In eager mode the body runs at once on the arguments as a worker would see them.
-        """
-        if (options.get("headers") or {}).get(DRAIN_HEADER):
-            return self.send_drain(producer=producer, **options)
-        encoded = self._encode_call(args, kwargs)
-        delay = self._delay_of(options)
-        dedupe_id = self._dedupe_id(self.pool_dedupe_key, args, kwargs, options)
-        if self.app.conf.task_always_eager:
-            return self._run_eagerly(encoded, task_id=task_id, link=link, link_error=link_error)
-        result = self.pool._add_encoded([encoded], delay=delay, dedupe_ids=[dedupe_id])[0]
-        self._after_add(result.drain_needed, result.wake_in)
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> AddResult:
+        result: AddResult = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=[dedupe_id])[
+            0
+        ]
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
@@ -342,7 +380,7 @@ class PoolTask(RedQueueTask):
         Every call is checked as ``delay()`` checks it before any is stored. In eager mode the
         body runs for each call and the results are Celery's EagerResults.
         """
-        encoded = [self._encode_call(a, k) for a, k in calls]
+        encoded = [self._prepare_call(a, k) for a, k in calls]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
         results: list[AddResult] = []
@@ -351,7 +389,7 @@ class PoolTask(RedQueueTask):
         self._after_add(any(r.drain_needed for r in results), None)
         return results
 
-    def _encode_call(self, args: Any, kwargs: Any) -> bytes:
+    def _prepare_call(self, args: Any, kwargs: Any) -> bytes:
         """Check a call as the body will take it, and serialize it; raises, storing nothing."""
         if not self.pool_batch:
             # A batch body takes the list of calls, so its signature says nothing of one call.
@@ -363,18 +401,6 @@ class PoolTask(RedQueueTask):
                 "do not pass it when calling"
             )
         return self.pool.encode([list(args or ()), call_kwargs])
-
-    def _run_eagerly(self, encoded: bytes, **options: Any) -> Any:
-        """Run the body now, on the call as a worker would see it (after the serializer)."""
-        stored_args, stored_kwargs = self.pool.serializer.loads(encoded)
-        return self.apply(stored_args, stored_kwargs, **options)
-
-    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
-        """Put dead letters back into the pool and make sure a drain job runs."""
-        count = self.pool.requeue_dead(letters, limit)
-        if count:
-            self.send_drain()
-        return count
 
     # Consuming
 
@@ -506,6 +532,7 @@ class BucketTask(RedQueueTask):
     bucket_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh one.
     bucket_drain_time_budget: float = 10.0
+    dedupe_option = "bucket_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within bucket_dedupe_window seconds is refused. ``apply_async(...,
     #: dedupe_id=...)`` gives an id explicitly.
@@ -621,43 +648,17 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def apply_async(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
-        shadow: str | None = None,
-        **options: Any,
-    ) -> Any:
-        """Queue the call under its key; returns an :class:`EnqueueResult` receipt."""
-        if (options.get("headers") or {}).get(DRAIN_HEADER):
-            return self.send_drain(producer=producer, **options)
+    def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
+        """Check a call, compute its key and serialize it; raises, storing nothing."""
         self.check_call(args, kwargs)
-        delay = self._delay_of(options)
-        dedupe_id = self._dedupe_id(self.bucket_dedupe_key, args, kwargs, options)
         key = self.key_for(args, kwargs)
-        bucket = self.bucket
-        encoded = bucket.encode([list(args or ()), dict(kwargs or {})])
-        if self.app.conf.task_always_eager:
-            stored_args, stored_kwargs = bucket.serializer.loads(encoded)
-            return self.apply(
-                stored_args, stored_kwargs, task_id=task_id, link=link, link_error=link_error
-            )
-        result: EnqueueResult = bucket._enqueue_encoded(
-            [(key, encoded)], delay=delay, dedupe_ids=[dedupe_id]
-        )[0]
-        self._after_add(result.drain_needed, result.wake_in)
-        return result
+        return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
 
-    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
-        """Put dead letters back under their keys and make sure a drain job runs."""
-        count = self.bucket.requeue_dead(letters, limit)
-        if count:
-            self.send_drain()
-        return count
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
+        result: EnqueueResult = self.bucket._enqueue_encoded(
+            [prepared], delay=delay, dedupe_ids=[dedupe_id]
+        )[0]
+        return result
 
     # Consuming
 
