@@ -29,16 +29,17 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task
 
 from .config import get_config
 from .errors import ConfigurationError, RedQueueError
 from .keys import validate_name
 from .leases import Lease, LeaseKeeper, NoFreeResourceError, ResourcePool
+from .tasks import decorate_task
 
 logger = logging.getLogger(__name__)
 
@@ -278,16 +279,4 @@ def lease_task(*args: Any, **options: Any) -> Any:
         def fetch(url):
             return call_api(url, credentials=CREDENTIALS[fetch.resource])
     """
-    base = options.pop("base", LeaseTask)
-    if not (isinstance(base, type) and issubclass(base, LeaseTask)):
-        raise ConfigurationError(f"lease_task base must be a LeaseTask subclass, got {base!r}")
-    # A throwaway subclass runs the same validation Celery will, but now rather than when the
-    # app is finalized.
-    type("_Check", (base,), {k: v for k, v in options.items() if hasattr(base, k)})
-    app = options.pop("app", None)
-    decorate: Callable[..., Any] = app.task if app is not None else shared_task
-    if len(args) == 1 and callable(args[0]) and not options:
-        return decorate(base=base)(args[0])
-    if args:
-        raise TypeError("lease_task takes keyword options only, or is used bare: @lease_task")
-    return decorate(base=base, **options)
+    return decorate_task(LeaseTask, args, options, "lease_task")

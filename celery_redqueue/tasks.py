@@ -792,7 +792,7 @@ def bucket_task(*args: Any, **options: Any) -> Any:
     """
     if "bucket_key" not in options:
         raise ConfigurationError("bucket_task needs bucket_key=")
-    return _decorator(BucketTask, args, options)
+    return decorate_task(BucketTask, args, options, "bucket_task")
 
 
 def pool_task(*args: Any, **options: Any) -> Any:
@@ -804,11 +804,17 @@ def pool_task(*args: Any, **options: Any) -> Any:
         def count_error(fingerprint, count=1):
             ...
     """
-    return _decorator(PoolTask, args, options)
+    return decorate_task(PoolTask, args, options, "pool_task")
 
 
-def _decorator(base: type[RedQueueTask], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-    base = options.pop("base", base)
+def decorate_task(
+    default_base: type[Task], args: tuple[Any, ...], options: dict[str, Any], name: str
+) -> Any:
+    """What pool_task, bucket_task and lease_task share: a shared task (or ``app=``'s task)
+    with the given base, its options checked at the decoration site."""
+    base = options.pop("base", default_base)
+    if not (isinstance(base, type) and issubclass(base, default_base)):
+        raise ConfigurationError(f"{name} base must subclass {default_base.__name__}, got {base!r}")
     # Building a throwaway subclass runs the same validation as Celery will, but now, at the
     # decoration site, rather than when the app is finalized.
     type("_Check", (base,), {k: v for k, v in options.items() if hasattr(base, k)})
@@ -817,5 +823,5 @@ def _decorator(base: type[RedQueueTask], args: tuple[Any, ...], options: dict[st
     if len(args) == 1 and callable(args[0]) and not options:
         return decorate(base=base)(args[0])
     if args:
-        raise TypeError("pool_task takes keyword options only, or is used bare: @pool_task")
+        raise TypeError(f"{name} takes keyword options only, or is used bare: @{name}")
     return decorate(base=base, **options)
