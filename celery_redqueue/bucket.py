@@ -40,6 +40,7 @@ from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, ReservationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
+from .receipts import Receipt
 from .registry import register
 from .scripts import script
 from .serializers import Serializer, get_serializer, to_bytes
@@ -99,21 +100,12 @@ def _check_key(key: Any) -> str:
 
 
 @dataclass(frozen=True)
-class EnqueueResult:
+class EnqueueResult(Receipt):
     """What happened to one enqueued item. Truthy when it was queued."""
 
     queued: bool
     #: The key was full (``max_depth``) and its oldest item was dropped to make room.
     dropped_oldest: bool = False
-    #: This call armed the bucket's drain flag: the caller should send a drain job.
-    drain_needed: bool = False
-    #: Refused because its dedupe id was seen within the dedupe window.
-    duplicate: bool = False
-    #: Held in the delayed set until due (``delay=``); queued under its key then.
-    delayed: bool = False
-    #: Seconds until this delayed item is due, when the caller should schedule a drain job for
-    #: then (it is earlier than any drain already scheduled); else None.
-    wake_in: float | None = None
 
     def __bool__(self) -> bool:
         return self.queued or self.delayed

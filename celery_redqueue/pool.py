@@ -47,6 +47,7 @@ from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, check_seconds
 from .figures import Figures, compute, read_flow
 from .keys import DEFAULT_PREFIX, StructureKeys
+from .receipts import Receipt
 from .registry import register
 from .scripts import script
 from .serializers import Serializer, get_serializer, to_bytes
@@ -84,7 +85,7 @@ _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
-class AddResult:
+class AddResult(Receipt):
     """What happened to one offered call. Truthy when the call was kept."""
 
     kept: bool
@@ -92,15 +93,6 @@ class AddResult:
     evicted: bool = False
     #: The call merged into an equal entry (coalescing pools).
     merged: bool = False
-    #: This call armed the pool's "drain pending" flag: the caller should send a drain job.
-    drain_needed: bool = False
-    #: Refused because its dedupe id was seen within the dedupe window.
-    duplicate: bool = False
-    #: Held in the pool's delayed set until due (``delay=``); offered to the pool then.
-    delayed: bool = False
-    #: Seconds until this delayed call is due, when the caller should schedule a drain job
-    #: for then (it is earlier than any drain already scheduled); else None.
-    wake_in: float | None = None
 
     def __bool__(self) -> bool:
         return self.kept or self.delayed
