@@ -38,7 +38,7 @@ from typing import Any
 from .client import redis_errors
 from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, ReservationError, check_seconds
-from .figures import Figures, compute, read_flow
+from .figures import Figures, structure_figures
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .receipts import Receipt
 from .registry import register
@@ -445,25 +445,12 @@ class LeakyBucket(DeadLetterTools):
         """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
         and out over the last minute, oldest waiting item, time to drain, workers needed.
         Per key, :meth:`key_stats` adds the rate-bound drain time (depth x interval)."""
-        with redis_errors(f"reading figures of {self.keys.base}"):
-            counters, sums, oldest, now = read_flow(
-                self.client, self.keys("stats"), self.keys("flow"), self.keys("ages")
-            )
-
-        def get(name: str) -> int:
-            return counters.get(name, 0)
-
-        return compute(
-            depth=get("depth"),
-            in_flight=get("in_flight"),
-            dead=get("dead"),
-            delayed=get("delayed"),
-            offered=get("enqueued") + get("rejected") + get("duplicates"),
-            processed=get("processed"),
-            dropped=get("rejected") + get("dropped") + get("duplicates"),
-            sums=sums,
-            oldest_ms=oldest,
-            now_ms=now,
+        return structure_figures(
+            self.client,
+            self.keys,
+            depth="depth",
+            offered=("enqueued", "rejected", "duplicates"),
+            dropped=("rejected", "dropped", "duplicates"),
         )
 
     def key_stats(self, key: str) -> KeyStats:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .client import redis_errors
+
 WINDOW = 60
 
 
@@ -106,4 +108,34 @@ def compute(
         drain_eta=(depth + in_flight) / rate_out if rate_out > 0 else (0.0 if not depth else None),
         seconds_per_item=per_item,
         workers_needed=rate_in * per_item if per_item is not None else None,
+    )
+
+
+def structure_figures(
+    client: Any,
+    keys: Any,
+    *,
+    depth: str,
+    offered: tuple[str, ...],
+    dropped: tuple[str, ...],
+) -> Figures:
+    """Figures of one structure; the arguments name the counters that mean depth, offered and
+    dropped in its stats hash (pools and buckets count those under different names)."""
+    with redis_errors(f"reading figures of {keys.base}"):
+        counters, sums, oldest, now = read_flow(client, keys("stats"), keys("flow"), keys("ages"))
+
+    def total(names: tuple[str, ...]) -> int:
+        return sum(counters.get(name, 0) for name in names)
+
+    return compute(
+        depth=counters.get(depth, 0),
+        in_flight=counters.get("in_flight", 0),
+        dead=counters.get("dead", 0),
+        delayed=counters.get("delayed", 0),
+        offered=total(offered),
+        processed=counters.get("processed", 0),
+        dropped=total(dropped),
+        sums=sums,
+        oldest_ms=oldest,
+        now_ms=now,
     )

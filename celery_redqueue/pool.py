@@ -45,7 +45,7 @@ from typing import Any
 from .client import redis_errors
 from .deadletters import DeadLetterTools
 from .errors import ConfigurationError, check_seconds
-from .figures import Figures, compute, read_flow
+from .figures import Figures, structure_figures
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .receipts import Receipt
 from .registry import register
@@ -436,25 +436,12 @@ class CappedPool(DeadLetterTools):
     def figures(self) -> Figures:
         """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
         and out over the last minute, oldest waiting call, time to drain, workers needed."""
-        with redis_errors(f"reading figures of {self.keys.base}"):
-            counters, sums, oldest, now = read_flow(
-                self.client, self.keys("stats"), self.keys("flow"), self.keys("ages")
-            )
-
-        def get(name: str) -> int:
-            return counters.get(name, 0)
-
-        return compute(
-            depth=get("queued"),
-            in_flight=get("in_flight"),
-            dead=get("dead"),
-            delayed=get("delayed"),
-            offered=get("offered"),
-            processed=get("processed"),
-            dropped=get("rejected") + get("evicted") + get("lost"),
-            sums=sums,
-            oldest_ms=oldest,
-            now_ms=now,
+        return structure_figures(
+            self.client,
+            self.keys,
+            depth="queued",
+            offered=("offered",),
+            dropped=("rejected", "evicted", "lost"),
         )
 
     def __len__(self) -> int:
