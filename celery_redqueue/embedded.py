@@ -81,9 +81,16 @@ def _free_port() -> int:
 class EmbeddedRedis:
     """A redis-server child process on a free loopback port, in a temporary directory."""
 
-    def __init__(self, binary: str | None = None, *, startup_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        startup_timeout: float = 20.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
+        self.extra_args = extra_args
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -108,6 +115,7 @@ class EmbeddedRedis:
                     "--appendonly", "no",
                     "--daemonize", "no",
                     "--logfile", str(log),
+                    *self.extra_args,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -147,6 +155,66 @@ class EmbeddedRedis:
             self._tmp = None
 
     def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedRedisCluster:
+    """A throwaway Redis Cluster: ``masters`` cluster-enabled servers with the 16384 slots split
+    between them, no replicas. For tests that check scripts stay inside one slot.
+
+    Example::
+
+        with EmbeddedRedisCluster() as cluster:
+            client = redis.cluster.RedisCluster.from_url(cluster.url)
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, masters: int = 3, binary: str | None = None) -> None:
+        self.nodes = [
+            EmbeddedRedis(binary, extra_args=("--cluster-enabled", "yes")) for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        """A ``redis+cluster://`` URL of one node, as ``redqueue_url`` takes it."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> EmbeddedRedisCluster:
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+        try:
+            share = self.SLOTS // len(self.nodes)
+            for i, client in enumerate(clients):
+                last = self.SLOTS if i == len(clients) - 1 else (i + 1) * share
+                client.execute_command("CLUSTER ADDSLOTS", *range(i * share, last))
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+            deadline = time.monotonic() + 30
+            # redis-py parses CLUSTER INFO into a dict.
+            while any(c.execute_command("CLUSTER INFO")["cluster_state"] != "ok" for c in clients):
+                if time.monotonic() > deadline:
+                    raise RedisServerNotFound("the embedded cluster did not reach state ok")
+                time.sleep(0.1)
+        finally:
+            for client in clients:
+                client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> EmbeddedRedisCluster:
         return self.start()
 
     def __exit__(

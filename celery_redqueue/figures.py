@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .client import redis_errors
+from .scripts import script
 
 WINDOW = 60
 
@@ -64,17 +65,13 @@ def ring_sums(flow: dict[bytes, bytes], now_ms: float) -> dict[str, float]:
 def read_flow(
     client: Any, stats_key: str, flow_key: str, ages_key: str
 ) -> tuple[dict[str, int], dict[str, float], float | None, float]:
-    """Counters, last-minute sums, oldest offer time (ms) and the server time (ms), read in
-    one MULTI/EXEC so they agree with each other."""
-    pipe = client.pipeline(transaction=True)
-    pipe.hgetall(stats_key)
-    pipe.hgetall(flow_key)
-    pipe.zrange(ages_key, 0, 0, withscores=True)
-    pipe.time()
-    stats, flow, oldest, (sec, usec) = pipe.execute()
-    now_ms = sec * 1000 + usec / 1000
-    counters = {k.decode(): int(v) for k, v in stats.items()}
-    return counters, ring_sums(flow, now_ms), (oldest[0][1] if oldest else None), now_ms
+    """Counters, last-minute sums, oldest offer time (ms) and the server time (ms), read in one
+    script on the structure's node so they agree with each other."""
+    stats, flow, oldest, now = script("read_flow")(client, [stats_key, flow_key, ages_key], [])
+    now_ms = float(now)
+    counters = {stats[i].decode(): int(stats[i + 1]) for i in range(0, len(stats), 2)}
+    flow_map = {flow[i]: flow[i + 1] for i in range(0, len(flow), 2)}
+    return counters, ring_sums(flow_map, now_ms), (float(oldest) if oldest else None), now_ms
 
 
 def compute(

@@ -1,6 +1,7 @@
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.embedded import EmbeddedRedisCluster
 
 
 @pytest.fixture
@@ -21,3 +22,10 @@ def make_bucket(redqueue_redis, redqueue_prefix):
         return LeakyBucket(redqueue_redis, name, prefix=redqueue_prefix, **kwargs)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def cluster_url():
+    """A three-master Redis Cluster for the whole session, started on first use."""
+    with EmbeddedRedisCluster() as cluster:
+        yield cluster.url

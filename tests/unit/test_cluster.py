@@ -1,0 +1,77 @@
+"""Pools, buckets and the figures on a real Redis Cluster (three masters started for the test).
+
+Every script touches only the keys it is given, and every key of a structure shares one hash
+tag, so all of it must work where keys live on different nodes.
+"""
+
+import time
+
+import pytest
+
+from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.client import make_client
+from celery_redqueue.registry import registered
+
+
+@pytest.fixture
+def cluster_client(cluster_url):
+    client = make_client(cluster_url)
+    yield client
+    client.close()
+
+
+def test_pool_works_across_cluster_nodes(cluster_client, redqueue_prefix):
+    pools = [
+        CappedPool(
+            cluster_client,
+            f"events-{i}",
+            5,
+            policy="newest",
+            prefix=redqueue_prefix,
+            delivery="at_least_once",
+            max_receives=1,
+            dedupe_window=60,
+        )
+        for i in range(6)  # different names, so different slots and nodes
+    ]
+    for pool in pools:
+        pool.add_many(range(8))
+        assert pool.add("later", delay=0.05).delayed
+        batch = pool.pop(10)
+        assert [i.payload for i in batch.items] == [3, 4, 5, 6, 7]
+        pool.ack(batch, failures={0: "ValueError: x"})
+        assert [x.payload for x in pool.dead_letters()] == [3]
+        assert pool.requeue_dead() == 1
+        time.sleep(0.06)
+        assert [i.payload for i in pool.pop(10).items] == ["later", 3]
+        stats = pool.stats()
+        assert stats.offered == stats.accepted + stats.rejected
+        assert pool.figures().offered == stats.offered
+    found = {name for kind, name, _ in registered(cluster_client, redqueue_prefix)}
+    assert found == {f"events-{i}" for i in range(6)}
+
+
+def test_bucket_works_across_cluster_nodes(cluster_client, redqueue_prefix):
+    for i in range(6):
+        bucket = LeakyBucket(
+            cluster_client,
+            f"crawl-{i}",
+            prefix=redqueue_prefix,
+            default_rate="1000/s",
+            reservation_timeout=0.05,
+            ordered=True,
+        )
+        bucket.set_rate("a", "500/s")
+        bucket.enqueue_many([("a", 1), ("a", 2), ("b", 3)])
+        assert bucket.enqueue("c", 4, delay=0.02).delayed
+        first = bucket.dequeue()
+        second = bucket.dequeue()
+        assert {first.key, second.key} == {"a", "b"}
+        assert bucket.commit(second)
+        time.sleep(0.06)
+        assert bucket.reap().returned == 1
+        bucket.dead_letter(bucket.dequeue(), "boom")
+        assert bucket.requeue_dead() == 1
+        figures = bucket.figures()
+        assert figures.depth + figures.in_flight + figures.delayed >= 1
+        assert bucket.key_stats("a").interval == pytest.approx(0.002)
