@@ -55,6 +55,9 @@ from .errors import ConfigurationError, RedQueueError, ReservationError
 from .keys import DEFAULT_PREFIX, StructureKeys
 from .scripts import script
 
+#: The keys every lease script receives, in this order (see scripts/lease_common.lua).
+PARTS = ("resources", "free", "leased", "tokens", "stats", "notify")
+
 logger = logging.getLogger(__name__)
 
 #: Most expired leases one call returns to the free set (keeps every script call short).
@@ -166,9 +169,14 @@ class ResourcePool:
         self.client = client
         self.name = name
         self.keys = StructureKeys(prefix, self.kind, name)
+        self._keys = [self.keys(part) for part in PARTS]
         self._undeclared: list[str] = []
         self._declare_lock = threading.Lock()
         self.declare(resources)
+
+    def _run(self, name: str, args: list[Any]) -> Any:
+        """Run a lease script; every one receives all of the pool's keys (lease_common.lua)."""
+        return script(name)(self.client, self._keys, args)
 
     def __repr__(self) -> str:
         return f"<ResourcePool {self.keys.base}>"
@@ -202,14 +210,8 @@ class ResourcePool:
         added = 0
         for start in range(0, len(names), CHANGE_CHUNK):
             added += int(
-                script("lease_add")(
-                    self.client,
-                    [
-                        self.keys("resources"),
-                        self.keys("free"),
-                        self.keys("leased"),
-                        self.keys("notify"),
-                    ],
+                self._run(
+                    "lease_add",
                     names[start : start + CHANGE_CHUNK],
                 )
             )
@@ -226,9 +228,8 @@ class ResourcePool:
         removed = 0
         for start in range(0, len(names), CHANGE_CHUNK):
             removed += int(
-                script("lease_remove")(
-                    self.client,
-                    [self.keys("resources"), self.keys("free")],
+                self._run(
+                    "lease_remove",
                     names[start : start + CHANGE_CHUNK],
                 )
             )
@@ -276,16 +277,8 @@ class ResourcePool:
 
     def _try_acquire(self, ttl_ms: int) -> tuple[Lease | None, float | None]:
         token = uuid.uuid4().hex
-        reply = script("lease_acquire")(
-            self.client,
-            [
-                self.keys("resources"),
-                self.keys("free"),
-                self.keys("leased"),
-                self.keys("tokens"),
-                self.keys("stats"),
-                self.keys("notify"),
-            ],
+        reply = self._run(
+            "lease_acquire",
             [ttl_ms, token, RECLAIM_BATCH],
         )
         if int(reply[0]) == 1:
@@ -310,16 +303,8 @@ class ResourcePool:
         resource is then reclaimed (returned to the free set) by this call.
         """
         self._check(lease)
-        released = script("lease_release")(
-            self.client,
-            [
-                self.keys("resources"),
-                self.keys("free"),
-                self.keys("leased"),
-                self.keys("tokens"),
-                self.keys("stats"),
-                self.keys("notify"),
-            ],
+        released = self._run(
+            "lease_release",
             [lease.resource, lease.token],
         )
         return bool(released)
@@ -332,9 +317,8 @@ class ResourcePool:
         """
         self._check(lease)
         expiry_ms = int(
-            script("lease_renew")(
-                self.client,
-                [self.keys("leased"), self.keys("tokens"), self.keys("stats")],
+            self._run(
+                "lease_renew",
                 [lease.resource, lease.token, _ttl_ms(ttl)],
             )
         )
@@ -401,16 +385,8 @@ class ResourcePool:
         while total < limit:
             batch = min(RECLAIM_BATCH, limit - total)
             count = int(
-                script("lease_reclaim")(
-                    self.client,
-                    [
-                        self.keys("resources"),
-                        self.keys("free"),
-                        self.keys("leased"),
-                        self.keys("tokens"),
-                        self.keys("stats"),
-                        self.keys("notify"),
-                    ],
+                self._run(
+                    "lease_reclaim",
                     [batch],
                 )
             )
@@ -422,14 +398,8 @@ class ResourcePool:
     def stats(self) -> LeaseStats:
         """One consistent snapshot of the pool's figures."""
         self._apply_declared()
-        reply = script("lease_stats")(
-            self.client,
-            [
-                self.keys("resources"),
-                self.keys("free"),
-                self.keys("leased"),
-                self.keys("stats"),
-            ],
+        reply = self._run(
+            "lease_stats",
             [],
         )
         counters = {_text(reply[i]): int(reply[i + 1]) for i in range(4, len(reply), 2)}

@@ -1,20 +1,16 @@
 -- Read a pool's figures in one consistent step.
--- KEYS[1] resources  set: every resource of the pool
--- KEYS[2] free       zset: free resource -> when it became free (ms)
--- KEYS[3] leased     zset: leased resource -> lease expiry (ms, server clock)
--- KEYS[4] stats      hash: counters
--- No ARGV.
+-- KEYS: see lease_common.lua. No ARGV.
 -- Returns {resources, free, leased and valid, leased but expired, counter, value, ...}.
 -- Read-only. Bounded: O(log N + number of counters).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include lease_common
+local now = lease_now()
 local result = {
-  redis.call('SCARD', KEYS[1]),
-  redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now), '+inf'),
-  redis.call('ZCOUNT', KEYS[3], '-inf', now),
+  redis.call('SCARD', K_RESOURCES),
+  redis.call('ZCARD', K_FREE),
+  redis.call('ZCOUNT', K_LEASED, '(' .. string.format('%d', now), '+inf'),
+  redis.call('ZCOUNT', K_LEASED, '-inf', now),
 }
-local counters = redis.call('HGETALL', KEYS[4])
+local counters = redis.call('HGETALL', K_STATS)
 for i = 1, #counters do
   result[#result + 1] = counters[i]
 end
