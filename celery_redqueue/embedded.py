@@ -30,6 +30,7 @@ import time
 import zipfile
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import redis
 
@@ -125,7 +126,31 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedRedis:
+_R = TypeVar("_R", bound="_Running")
+
+
+class _Running:
+    """``with server:`` starts it and stops it, whatever happens inside."""
+
+    def start(self: _R) -> _R:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _R) -> _R:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedRedis(_Running):
     """A redis-server child process on a free loopback port, in a temporary directory."""
 
     def __init__(
@@ -201,19 +226,8 @@ class EmbeddedRedis:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> EmbeddedRedis:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class EmbeddedRedisCluster:
+class EmbeddedRedisCluster(_Running):
     """A throwaway Redis Cluster: ``masters`` cluster-enabled servers with the 16384 slots split
     between them, no replicas. For tests that check scripts stay inside one slot.
 
@@ -260,14 +274,3 @@ class EmbeddedRedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-    def __enter__(self) -> EmbeddedRedisCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

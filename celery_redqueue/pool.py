@@ -148,6 +148,26 @@ class PoolReapResult:
     drain_needed: bool
 
 
+#: PoolStats fields read straight from the stats hash under the same name.
+COUNTERS = (
+    "offered",
+    "accepted",
+    "rejected",
+    "evicted",
+    "processed",
+    "failed",
+    "in_flight",
+    "lost",
+    "dead",
+    "purged",
+    "delayed",
+    "duplicates",
+    "retried",
+    "redelivered",
+    "guard_skipped",
+)
+
+
 @dataclass(frozen=True)
 class PoolStats:
     """A consistent snapshot of one pool's counters (read in one MULTI/EXEC)."""
@@ -224,6 +244,7 @@ class CappedPool(DeadLetterTools):
         self.serializer = get_serializer(serializer)
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in PARTS]
+        self._add_keys = self._keys[:ADD_PARTS]
         self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
         self.batch_timeout_ms = int(batch_timeout * 1000)
         self.max_drains = max_drains
@@ -243,7 +264,7 @@ class CappedPool(DeadLetterTools):
             register(self.client, self.keys, self.settings())
             self._registered = True
         head: list[Any] = [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
-        keys = self._keys[:ADD_PARTS] if name == "pool_add" else self._keys
+        keys = self._add_keys if name == "pool_add" else self._keys
         return script(name)(self.client, keys, head + args)
 
     def settings(self) -> dict[str, Any]:
@@ -407,30 +428,12 @@ class CappedPool(DeadLetterTools):
             pipe.get(self.keys("drains"))
             raw, entries, drains = pipe.execute()
         counters = {k.decode(): int(v) for k, v in raw.items()}
-
-        def get(name: str) -> int:
-            return counters.get(name, 0)
-
         return PoolStats(
-            offered=get("offered"),
-            accepted=get("accepted"),
-            rejected=get("rejected"),
-            evicted=get("evicted"),
-            processed=get("processed"),
-            failed=get("failed"),
-            depth=get("queued"),
+            **{name: counters.get(name, 0) for name in COUNTERS},
+            depth=counters.get("queued", 0),
             entries=int(entries),
-            in_flight=get("in_flight"),
-            lost=get("lost"),
             capacity=self.capacity,
             drains_pending=int(drains or 0),
-            dead=get("dead"),
-            purged=get("purged"),
-            delayed=get("delayed"),
-            duplicates=get("duplicates"),
-            retried=get("retried"),
-            redelivered=get("redelivered"),
-            guard_skipped=get("guard_skipped"),
         )
 
     def figures(self) -> Figures:
