@@ -91,19 +91,9 @@ for _ = 1, 100 do
     redis.call('HINCRBY', K_KEYSTATS, key .. '\0in_flight', 1)
     redis.call('DEL', K_WAKE)
 
-    -- Fan out while more keys are eligible than drain jobs are running.
-    local fan_out = 0
-    local running = tonumber(redis.call('GET', K_DRAINS) or '0')
-    if running == 0 then
-      running = 1
-      redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-    else
-      redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
-    end
-    if running < tonumber(ARGV[9]) and redis.call('ZCOUNT', K_READY, '-inf', now) > running then
-      redis.call('INCR', K_DRAINS)
-      fan_out = 1
-    end
+    -- One drain job per key eligible now, up to the fan-out limit.
+    local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
+    local fan_out = claim_drain(K_DRAINS, DRAIN_TTL, tonumber(ARGV[9]), eligible)
     return {2, key, reservation, payload, receives, string.format('%.17g', deadline),
             string.format('%.17g', now), fan_out}
   end

@@ -27,3 +27,22 @@ local function forget_expired(zset, now)
   local old = redis.call('ZRANGEBYSCORE', zset, '-inf', now, 'LIMIT', 0, 100)
   if #old > 0 then redis.call('ZREM', zset, unpack(old)) end
 end
+
+-- A drain job at work claims the drain flag (one started by beat finds none), refreshes its
+-- time-to-live, and asks for one more job while there is work for more jobs than are running
+-- (`work` counts units of work, such as batches or eligible keys), up to `max_drains`.
+-- Returns 1 when the caller should send one more drain job, else 0.
+local function claim_drain(drains, ttl, max_drains, work)
+  local running = tonumber(redis.call('GET', drains) or '0')
+  if running == 0 then
+    running = 1
+    redis.call('SET', drains, 1, 'PX', ttl)
+  else
+    redis.call('PEXPIRE', drains, ttl)
+  end
+  if running < max_drains and work > running then
+    redis.call('INCR', drains)
+    return 1
+  end
+  return 0
+end

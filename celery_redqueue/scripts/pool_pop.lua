@@ -104,22 +104,9 @@ if calls == 0 then
   return {0, 0, when - now}
 end
 
--- A drain that runs without a pending flag (started by beat) claims it, so producers do not
--- send another job while it works.
-local running = tonumber(redis.call('GET', K_DRAINS) or '0')
-if running == 0 then
-  running = 1
-  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-else
-  redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
-end
 redis.call('DEL', K_WAKE)
-
 local remaining = redis.call('ZCARD', K_ITEMS)
 result[2] = remaining
--- Fan out while there is more than one batch left for every running drain.
-if running < tonumber(ARGV[8]) and remaining > n * running then
-  redis.call('INCR', K_DRAINS)
-  result[1] = 1
-end
+-- One drain job per batch still waiting, up to the fan-out limit.
+result[1] = claim_drain(K_DRAINS, DRAIN_TTL, tonumber(ARGV[8]), remaining / n)
 return result
