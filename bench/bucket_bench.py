@@ -66,9 +66,9 @@ from typing import Any
 
 import redis
 
-from celery_redqueue.bucket import LeakyBucket
-from celery_redqueue.embedded import EmbeddedRedis
-from celery_redqueue.scripts import script
+from celery_redqueue.redis.lua import script
+from celery_redqueue.structures.bucket import LeakyBucket
+from celery_redqueue.testing.embedded import EmbeddedRedis
 
 PREFIX = "bucketbench"
 #: (rate per second, how many backlogged keys at that rate)

@@ -39,8 +39,8 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from celery_redqueue import PoolTask
-from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config, delete_prefix
+from celery_redqueue.testing.embedded import EmbeddedRedis
 
 # Set by the benchmark for the worker subprocess only.
 ENV_URL = "POOL_BENCH_REDIS_URL"

@@ -1,6 +1,30 @@
-"""celery-redqueue: Redis-backed queueing patterns for Celery."""
+"""celery-redqueue: Redis-backed queueing patterns for Celery.
 
-from .bucket import (
+Where things are (arrows point down: each layer uses only the layers below it):
+
+- :mod:`celery_redqueue.ops`: operator tools (``celery redqueue ...`` CLI)
+- :mod:`celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, LeaseTask, decorators,
+  drain and reaper jobs, the app's ``redqueue_*`` settings)
+- :mod:`celery_redqueue.structures`: Redis structures that know nothing of Celery (CappedPool,
+  LeakyBucket, ResourcePool, sorted sets, figures, the registry)
+- :mod:`celery_redqueue.redis`: the Redis layer (client, key names, Lua loader, serializers);
+  the scripts themselves are in ``celery_redqueue/lua/``
+- :mod:`celery_redqueue.errors` and :mod:`celery_redqueue.validation`: every exception, and the
+  checks of option values, used by all layers
+- :mod:`celery_redqueue.testing`: the embedded Redis server and the pytest plugin
+"""
+
+from .errors import (
+    ConfigurationError,
+    NoFreeResourceError,
+    PickleWarning,
+    RedisUnavailableError,
+    RedQueueError,
+    ReservationError,
+    SerializationError,
+    UndecodableItemsError,
+)
+from .structures.bucket import (
     BucketStats,
     EnqueueResult,
     KeyStats,
@@ -10,24 +34,16 @@ from .bucket import (
     Reservation,
     parse_rate,
 )
-from .deadletters import DeadLetter
-from .drain import DrainSummary
-from .errors import (
-    ConfigurationError,
-    PickleWarning,
-    RedisUnavailableError,
-    RedQueueError,
-    ReservationError,
-    SerializationError,
-)
-from .figures import Figures
-from .lease_tasks import LeaseTask, lease_task, resource_pool
-from .leases import Lease, LeaseKeeper, LeaseStats, NoFreeResourceError, ResourcePool
-from .pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
-from .sets import ScheduledSet, SortedSet, TimeSortedSet, UndecodableItemsError
+from .structures.deadletters import DeadLetter
+from .structures.figures import Figures
+from .structures.leases import Lease, LeaseKeeper, LeaseStats, ResourcePool
+from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
+from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
 from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
+from .tasks.beat import DrainSummary
+from .tasks.lease import LeaseTask, lease_task, resource_pool
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "AddResult",

@@ -29,10 +29,22 @@ class PickleWarning(UserWarning):
     """Pickle was chosen as serializer: loading pickles from a shared Redis can execute code."""
 
 
-def check_seconds(name: str, value: Any, *, positive: bool = False) -> float:
-    """Validate a duration option, raising ConfigurationError that names it."""
-    bad = isinstance(value, bool) or not isinstance(value, int | float)
-    if bad or value < 0 or (positive and value == 0):
-        what = "positive seconds" if positive else "seconds >= 0"
-        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
-    return float(value)
+class NoFreeResourceError(RedQueueError):
+    """Every resource of the pool is leased (or the pool has none)."""
+
+
+class UndecodableItemsError(SerializationError):
+    """Popped members could not be deserialized (were they written with another serializer?).
+
+    The pop already removed them from Redis, so nothing is lost with the exception: ``items``
+    holds what was decoded, in order, and ``raw`` the members that were not.
+    """
+
+    def __init__(self, message: str, items: list[Any], raw: list[bytes]) -> None:
+        super().__init__(message)
+        self.items = items
+        self.raw = raw
+
+
+class RedisServerNotFound(RedQueueError):
+    """No usable redis-server binary was found."""

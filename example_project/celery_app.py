@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from celery import Celery
 
 from celery_redqueue import bucket_task, pool_task
-from celery_redqueue.config import get_config
+from celery_redqueue.tasks.config import get_config
 
 app = Celery(
     "example_project", broker=os.environ.get("REDQUEUE_DEMO_URL", "redis://localhost:6379/0")

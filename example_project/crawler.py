@@ -15,7 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.testing.embedded import EmbeddedRedis
 from example_project.demo import celery, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def main():
     with EmbeddedRedis() as server, tempfile.TemporaryDirectory() as tmp:
         os.environ["REDQUEUE_DEMO_URL"] = server.url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        from celery_redqueue.config import get_config
+        from celery_redqueue.tasks.config import get_config
         from example_project.celery_app import app, crawl
 
         for name, site in sites.items():

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 BURST = 20_000

@@ -1,7 +1,7 @@
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
-from celery_redqueue.embedded import EmbeddedRedisCluster
+from celery_redqueue.testing.embedded import EmbeddedRedisCluster
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ import time
 import pytest
 from celery.signals import task_failure, task_retry
 
-from celery_redqueue.errors import ConfigurationError, RedQueueError
-from celery_redqueue.lease_tasks import LeaseTask, lease_task, resource_pool
-from celery_redqueue.leases import NoFreeResourceError
+from celery_redqueue.errors import ConfigurationError, NoFreeResourceError, RedQueueError
+from celery_redqueue.tasks.lease import LeaseTask, lease_task, resource_pool
 from tests.helpers import wait_for
 
 from .conftest import running_worker

@@ -14,7 +14,7 @@ from celery_redqueue import (
     SerializationError,
     pool_task,
 )
-from celery_redqueue.tasks import DRAIN_HEADER
+from celery_redqueue.tasks.beat import DRAIN_HEADER
 from tests.helpers import wait_for
 
 from .conftest import broker_depth, running_worker

@@ -5,7 +5,7 @@ import time
 from datetime import timedelta
 
 from celery_redqueue import BucketTask, PoolTask
-from celery_redqueue.bucket import LeakyBucket
+from celery_redqueue.structures.bucket import LeakyBucket
 from tests.helpers import wait_for
 
 from .conftest import running_worker

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
-from celery_redqueue.client import make_client
-from celery_redqueue.registry import registered
+from celery_redqueue.redis.client import make_client
+from celery_redqueue.structures.catalog import registered
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from celery_redqueue.registry import open_structure, registered
+from celery_redqueue.structures.catalog import open_structure, registered
 
 
 def test_pool_figures_for_a_known_workload(make_pool):

@@ -18,7 +18,7 @@ from celery_redqueue.errors import (
     RedQueueError,
     ReservationError,
 )
-from celery_redqueue.leases import (
+from celery_redqueue.structures.leases import (
     Lease,
     LeaseKeeper,
     NoFreeResourceError,

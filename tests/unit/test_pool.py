@@ -261,12 +261,12 @@ def test_reaper_leaves_live_batches_alone(make_pool):
 
 @pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "10"])
 def test_bad_capacity_is_refused(redqueue_redis, capacity):
-    with pytest.raises(ConfigurationError, match="pool_size"):
+    with pytest.raises(ConfigurationError, match="capacity"):
         CappedPool(redqueue_redis, "p", capacity)
 
 
 def test_bad_policy_and_names_are_refused(redqueue_redis):
-    with pytest.raises(ConfigurationError, match="pool_policy"):
+    with pytest.raises(ConfigurationError, match="policy"):
         CappedPool(redqueue_redis, "p", 10, policy="oldest")
     with pytest.raises(ConfigurationError, match="must not contain"):
         CappedPool(redqueue_redis, "a{b}", 10)

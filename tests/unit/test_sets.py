@@ -12,7 +12,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from celery_redqueue.errors import ConfigurationError, RedisUnavailableError, SerializationError
-from celery_redqueue.sets import (
+from celery_redqueue.structures.sets import (
     ScheduledSet,
     SortedSet,
     TimeSortedSet,

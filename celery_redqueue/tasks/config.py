@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import get_client
-from .errors import ConfigurationError
-from .keys import DEFAULT_PREFIX, normalize_prefix
-from .serializers import Serializer, get_serializer
+from ..errors import ConfigurationError
+from ..redis.client import get_client
+from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
+from ..redis.serializers import Serializer, get_serializer
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
 

@@ -8,14 +8,18 @@ set ``<prefix>:registry`` and its settings into ``<prefix>:{<kind>:<name>}:meta`
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .client import redis_errors
-from .keys import StructureKeys, normalize_prefix, registry_key
+from ..redis.client import redis_errors
+from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 
-if TYPE_CHECKING:
-    from .bucket import LeakyBucket
-    from .pool import CappedPool
+#: Every structure kind by name; a kind adds itself when its class is defined.
+KINDS: dict[str, type[Any]] = {}
+
+
+def add_kind(kind: str, cls: type[Any]) -> None:
+    """Make ``kind`` reopenable from the registry (called by the structure base)."""
+    KINDS[kind] = cls
 
 
 def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None:
@@ -42,13 +46,9 @@ def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]
 
 def open_structure(
     client: Any, prefix: str, kind: str, name: str, settings: dict[str, Any]
-) -> CappedPool | LeakyBucket | None:
-    """Rebuild a registered pool or bucket from its recorded settings (None for other kinds)."""
-    from .bucket import LeakyBucket
-    from .pool import CappedPool
-
-    if kind == CappedPool.kind:
-        return CappedPool(client, name, prefix=prefix, **settings)
-    if kind == LeakyBucket.kind:
-        return LeakyBucket(client, name, prefix=prefix, **settings)
-    return None
+) -> Any | None:
+    """Rebuild a registered structure from its recorded settings (None for an unknown kind)."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        return None
+    return cls(client, name, prefix=prefix, **settings)

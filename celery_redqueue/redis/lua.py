@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from ..client import redis_errors
+from .client import redis_errors
 
 KeyOrArg = str | bytes | int | float
 
@@ -37,7 +37,12 @@ INCLUDE = "--#include "
 
 
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return (
+        resources.files("celery_redqueue")
+        .joinpath("lua")
+        .joinpath(f"{name}.lua")
+        .read_text(encoding="utf-8")
+    )
 
 
 def _expand(name: str, seen: set[str]) -> list[str]:
@@ -57,7 +62,7 @@ def _expand(name: str, seen: set[str]) -> list[str]:
 
 @cache
 def script(name: str) -> LuaScript:
-    """Return the script ``scripts/<name>.lua`` (read once per process).
+    """Return the script ``lua/<name>.lua`` (read once per process).
 
     A line ``--#include other`` is replaced by ``other.lua``: Redis has no modules, and helpers
     shared by several scripts (the bucket's rate lookup) should be written once.

@@ -17,11 +17,11 @@ from typing import Any
 
 import click
 
-from .bucket import LeakyBucket
-from .config import get_config
-from .drain import DRAIN_HEADER
-from .pool import CappedPool
-from .registry import open_structure, registered
+from ..structures.bucket import LeakyBucket
+from ..structures.catalog import open_structure, registered
+from ..structures.pool import CappedPool
+from ..tasks.beat import DRAIN_HEADER
+from ..tasks.config import get_config
 
 
 def _app(ctx: click.Context) -> Any:

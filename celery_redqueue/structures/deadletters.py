@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import redis_errors
-from .serializers import Serializer
+from ..redis.client import redis_errors
+from ..redis.serializers import Serializer
 
 #: Dead letters acted on per script call when acting on "all" or "the oldest N".
 CHUNK = 1000

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from kombu.serialization import registry
 from kombu.utils import json as kombu_json
 
-from .errors import ConfigurationError, PickleWarning, SerializationError
+from ..errors import ConfigurationError, PickleWarning, SerializationError
 
 
 @runtime_checkable

@@ -31,21 +31,20 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .client import redis_errors
-from .deadletters import DeadLetterTools
-from .errors import ConfigurationError, ReservationError, check_seconds
+from ..errors import ConfigurationError, ReservationError
+from ..redis.client import redis_errors
+from ..redis.keys import DEFAULT_PREFIX
+from ..redis.serializers import Serializer
+from ..validation import one_of, positive_int, seconds
+from .base import Structure
 from .figures import Figures, structure_figures
-from .keys import DEFAULT_PREFIX, StructureKeys
 from .receipts import Receipt
-from .registry import register
-from .scripts import script
-from .serializers import Serializer, get_serializer, to_bytes
 
-#: The keys every bucket script receives, in this order (see scripts/bucket_enqueue.lua).
+#: The keys every bucket script receives, in this order (see lua/bucket_enqueue.lua).
 PARTS = (
     "ready",
     "tat",
@@ -194,10 +193,11 @@ class KeyStats:
         return self.depth * self.interval
 
 
-class LeakyBucket(DeadLetterTools):
+class LeakyBucket(Structure):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
+    parts = PARTS
     dead_script = "bucket_dead"
 
     def __init__(
@@ -219,8 +219,8 @@ class LeakyBucket(DeadLetterTools):
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
     ) -> None:
-        check_seconds("dedupe_window", dedupe_window)
-        check_seconds("processed_guard", processed_guard)
+        seconds("dedupe_window", dedupe_window)
+        seconds("processed_guard", processed_guard)
         validate_bucket_options(
             rate=default_rate,
             burst=default_burst,
@@ -230,10 +230,7 @@ class LeakyBucket(DeadLetterTools):
             overflow=overflow,
             max_drains=max_drains,
         )
-        self.client = client
-        self.name = name
-        self.keys = StructureKeys(prefix, self.kind, name)
-        self._keys = [self.keys(part) for part in PARTS]
+        self._setup(client, name, prefix, serializer)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
         self.ordered = ordered
@@ -241,12 +238,10 @@ class LeakyBucket(DeadLetterTools):
         self.max_receives = max_receives
         self.max_depth = max_depth or 0
         self.overflow = overflow
-        self.serializer = get_serializer(serializer)
         self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.guard_window_ms = int(processed_guard * 1000)
-        self._registered = False
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this bucket (the registry keeps it)."""
@@ -264,11 +259,8 @@ class LeakyBucket(DeadLetterTools):
     def __repr__(self) -> str:
         return f"<LeakyBucket {self.keys.base} ordered={self.ordered}>"
 
-    def _run(self, name: str, args: list[Any]) -> Any:
-        if not self._registered:
-            register(self.client, self.keys, self.settings())
-            self._registered = True
-        head: list[Any] = [
+    def _script_head(self) -> list[Any]:
+        return [
             repr(self.default_interval_ms),
             repr(self.default_burst),
             int(self.ordered),
@@ -277,7 +269,6 @@ class LeakyBucket(DeadLetterTools):
             self.drain_flag_ttl_ms,
             self.max_receives,
         ]
-        return script(name)(self.client, self._keys, head + args)
 
     # Rates
 
@@ -318,9 +309,6 @@ class LeakyBucket(DeadLetterTools):
             chunk = encoded[start : start + ENQUEUE_CHUNK]
             results.extend(self._enqueue_encoded(chunk, delay=delay))
         return results
-
-    def encode(self, payload: Any) -> bytes:
-        return to_bytes(self.serializer.dumps(payload))
 
     def _enqueue_encoded(
         self,
@@ -481,15 +469,10 @@ class LeakyBucket(DeadLetterTools):
             burst=burst,
         )
 
-    def clear(self) -> None:
-        """Delete everything of this bucket (its own keys only)."""
-        with redis_errors(f"clearing {self.keys.base}"):
-            self.client.delete(*self._keys)
 
-
-def _check_burst(burst: Any) -> None:
-    if isinstance(burst, bool) or not isinstance(burst, int | float) or burst < 0:
-        raise ConfigurationError(f"bucket_burst must be a number >= 0, got {burst!r}")
+def _check_burst(burst: Any, name: str = "burst") -> None:
+    if isinstance(burst, bool) or not isinstance(burst, int | float) or not burst >= 0:
+        raise ConfigurationError(f"{name} must be a number >= 0, got {burst!r}")
 
 
 def validate_bucket_options(
@@ -501,34 +484,18 @@ def validate_bucket_options(
     max_depth: Any,
     overflow: Any,
     max_drains: Any = 1,
+    names: Mapping[str, str] | None = None,
 ) -> None:
-    """Shared by LeakyBucket and BucketTask so both fail with the same messages."""
+    """Shared by LeakyBucket and BucketTask; ``names`` maps each parameter to the caller's name
+    for it (BucketTask says ``bucket_rate`` where LeakyBucket says ``default_rate``)."""
+    name = (names or {}).get
     try:
         parse_rate(rate)
     except ConfigurationError as exc:
-        raise ConfigurationError(f"bucket_rate: {exc}") from None
-    _check_burst(burst)
-    if (
-        isinstance(reservation_timeout, bool)
-        or not isinstance(reservation_timeout, int | float)
-        or reservation_timeout <= 0
-    ):
-        raise ConfigurationError(
-            f"bucket_reservation_timeout must be positive seconds, got {reservation_timeout!r}"
-        )
-    if isinstance(max_receives, bool) or not isinstance(max_receives, int) or max_receives < 1:
-        raise ConfigurationError(
-            f"bucket_max_receives must be a positive integer, got {max_receives!r}"
-        )
-    if max_depth is not None and (
-        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
-    ):
-        raise ConfigurationError(
-            f"bucket_max_depth must be a positive integer or None, got {max_depth!r}"
-        )
-    if overflow not in OVERFLOWS:
-        raise ConfigurationError(f"bucket_overflow must be one of {OVERFLOWS}, got {overflow!r}")
-    if isinstance(max_drains, bool) or not isinstance(max_drains, int) or max_drains < 1:
-        raise ConfigurationError(
-            f"bucket_drain_concurrency must be a positive integer, got {max_drains!r}"
-        )
+        raise ConfigurationError(f"{name('rate', 'default_rate')}: {exc}") from None
+    _check_burst(burst, name("burst", "default_burst"))
+    seconds(name("reservation_timeout", "reservation_timeout"), reservation_timeout, positive=True)
+    positive_int(name("max_receives", "max_receives"), max_receives)
+    positive_int(name("max_depth", "max_depth"), max_depth, optional=True)
+    one_of(name("overflow", "overflow"), overflow, OVERFLOWS)
+    positive_int(name("max_drains", "max_drains"), max_drains)

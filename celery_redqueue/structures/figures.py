@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .client import redis_errors
-from .scripts import script
+from ..redis.client import redis_errors
+from ..redis.lua import script
 
 WINDOW = 60
 

@@ -42,20 +42,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import redis_errors
-from .deadletters import DeadLetterTools
-from .errors import ConfigurationError, check_seconds
+from ..errors import ConfigurationError
+from ..redis.client import redis_errors
+from ..redis.keys import DEFAULT_PREFIX
+from ..redis.serializers import Serializer
+from ..validation import one_of, positive_int, seconds
+from .base import Structure
 from .figures import Figures, structure_figures
-from .keys import DEFAULT_PREFIX, StructureKeys
 from .receipts import Receipt
-from .registry import register
-from .scripts import script
-from .serializers import Serializer, get_serializer, to_bytes
 
 POLICIES = ("sample", "newest", "reject")
 DELIVERIES = ("at_most_once", "at_least_once")
 
-#: The keys every pool script receives, in this order (see scripts/pool_common.lua).
+#: The keys every pool script receives, in this order (see lua/pool_common.lua).
 PARTS = (
     # What pool_add touches comes first: it receives only these (fewer arguments on the hot
     # path), the other scripts receive them all.
@@ -196,10 +195,11 @@ class PoolStats:
         return dict(self.__dict__)
 
 
-class CappedPool(DeadLetterTools):
+class CappedPool(Structure):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
+    parts = PARTS
     dead_script = "pool_dead"
 
     def __init__(
@@ -229,21 +229,17 @@ class CappedPool(DeadLetterTools):
             raise ConfigurationError(
                 f"pool_max_receives must be a positive integer, got {max_receives!r}"
             )
-        check_seconds("dedupe_window", dedupe_window)
-        check_seconds("processed_guard", processed_guard)
+        seconds("dedupe_window", dedupe_window)
+        seconds("processed_guard", processed_guard)
         if coalesce and processed_guard:
             raise ConfigurationError(
                 "pool_processed_guard is not available on coalescing pools: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
-        self.client = client
-        self.name = name
+        self._setup(client, name, prefix, serializer)
         self.capacity = capacity
         self.policy = policy
         self.coalesce = coalesce
-        self.serializer = get_serializer(serializer)
-        self.keys = StructureKeys(prefix, self.kind, name)
-        self._keys = [self.keys(part) for part in PARTS]
         self._add_keys = self._keys[:ADD_PARTS]
         self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
         self.batch_timeout_ms = int(batch_timeout * 1000)
@@ -252,20 +248,14 @@ class CappedPool(DeadLetterTools):
         self.max_receives = max_receives
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.guard_window_ms = int(processed_guard * 1000)
-        self._registered = False
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
 
     # Producing
 
-    def _run(self, name: str, args: list[Any]) -> Any:
-        if not self._registered:
-            register(self.client, self.keys, self.settings())
-            self._registered = True
-        head: list[Any] = [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
-        keys = self._add_keys if name == "pool_add" else self._keys
-        return script(name)(self.client, keys, head + args)
+    def _script_head(self) -> list[Any]:
+        return [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this pool (the registry keeps it)."""
@@ -299,9 +289,6 @@ class CappedPool(DeadLetterTools):
             results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
         return results
 
-    def encode(self, payload: Any) -> bytes:
-        return to_bytes(self.serializer.dumps(payload))
-
     def _add_encoded(
         self,
         encoded: Sequence[bytes],
@@ -316,7 +303,7 @@ class CappedPool(DeadLetterTools):
         args: list[Any] = [self.dedupe_window_ms]
         for data, dedupe_id in zip(encoded, ids, strict=True):
             args.extend((repr(random.random()), data, dedupe_id or "", delay_ms))
-        reply = self._run("pool_add", args)
+        reply = self._run("pool_add", args, keys=self._add_keys)
         send, wake_ms = bool(reply[0]), int(reply[1])
         results = []
         for i, status in enumerate(reply[2:]):
@@ -451,19 +438,13 @@ class CappedPool(DeadLetterTools):
         """Calls waiting in the pool."""
         return self.stats().depth
 
-    def clear(self) -> None:
-        """Delete the pool's items and counters (this pool's keys only)."""
-        with redis_errors(f"clearing {self.keys.base}"):
-            self.client.delete(*self._keys)
 
-
-def validate_pool_options(*, capacity: Any, policy: Any, max_drains: Any = 1) -> None:
-    """Shared by CappedPool and PoolTask so both fail with the same message."""
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigurationError(f"pool_size must be a positive integer, got {capacity!r}")
-    if policy not in POLICIES:
-        raise ConfigurationError(f"pool_policy must be one of {POLICIES}, got {policy!r}")
-    if isinstance(max_drains, bool) or not isinstance(max_drains, int) or max_drains < 1:
-        raise ConfigurationError(
-            f"pool_drain_concurrency must be a positive integer, got {max_drains!r}"
-        )
+def validate_pool_options(
+    *, capacity: Any, policy: Any, max_drains: Any = 1, names: Mapping[str, str] | None = None
+) -> None:
+    """Shared by CappedPool and PoolTask; ``names`` maps each parameter to the caller's name
+    for it (PoolTask says ``pool_size`` where CappedPool says ``capacity``)."""
+    name = (names or {}).get
+    positive_int(name("capacity", "capacity"), capacity)
+    one_of(name("policy", "policy"), policy, POLICIES)
+    positive_int(name("max_drains", "max_drains"), max_drains)

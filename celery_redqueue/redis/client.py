@@ -11,7 +11,7 @@ from typing import Any
 import redis
 import redis.cluster
 
-from .errors import ConfigurationError, RedisUnavailableError
+from ..errors import ConfigurationError, RedisUnavailableError
 
 _clients: dict[tuple[int, str, tuple[tuple[str, Any], ...]], Any] = {}
 _lock = threading.Lock()

@@ -13,9 +13,9 @@ from typing import Any
 
 from celery import Task, shared_task, signature
 
+from ..errors import RedQueueError
+from ..structures.catalog import open_structure, registered
 from .config import get_config
-from .errors import RedQueueError
-from .registry import open_structure, registered
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ keys one Lua script touches live in one Redis Cluster slot.
 
 from __future__ import annotations
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 DEFAULT_PREFIX = "redqueue"
 

@@ -1,0 +1,1 @@
+"""Operator tools: the ``celery redqueue`` command."""

@@ -1,0 +1,2 @@
+"""The Redis layer: client, key names, the Lua loader and serializers. It knows no structure
+and no Celery."""

@@ -1,0 +1,15 @@
+"""Redis structures: they know Redis, never Celery.
+
+- :mod:`.base`: what every queue structure shares (keys, scripts, registration, dead letters)
+- :mod:`.pool`: :class:`CappedPool`, a bounded pool that sheds load and counts it
+- :mod:`.bucket`: :class:`LeakyBucket`, per-key rate-limited queues
+- :mod:`.leases`: :class:`ResourcePool`, leased named resources
+- :mod:`.sets`: sorted, time-sorted and scheduled sets
+- :mod:`.figures`: backpressure figures read in one bounded script
+- :mod:`.catalog`: the registry of structures under a prefix
+- :mod:`.deadletters`, :mod:`.receipts`: dead-letter records and producer receipts
+"""
+
+from . import bucket, pool
+
+__all__ = ["bucket", "pool"]

@@ -1,0 +1,79 @@
+"""What every queue structure shares: client, keys, serializer, script calls, registration,
+encoding, dead-letter tools and clearing.
+
+A structure kind is a subclass with a ``kind`` name and the ``PARTS`` its scripts receive;
+defining it adds it to the :mod:`.catalog`, so the reaper, figures and CLI can reopen any
+registered structure from its recorded settings without importing user code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ..redis.client import redis_errors
+from ..redis.keys import StructureKeys
+from ..redis.lua import script
+from ..redis.serializers import Serializer, get_serializer, to_bytes
+from . import catalog
+from .deadletters import DeadLetterTools
+
+
+class Structure(DeadLetterTools):
+    """Base of pools, buckets and other queue structures (not used directly).
+
+    Subclasses set ``kind`` (the middle of the hash tag: ``prefix:{<kind>:<name>}:<part>``),
+    ``parts`` (the keys every script of the kind receives, in order), implement
+    :meth:`settings` and :meth:`_script_head` (the arguments every script of the kind takes
+    first).
+    """
+
+    kind: ClassVar[str]
+    parts: ClassVar[Sequence[str]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            catalog.add_kind(cls.kind, cls)
+
+    def _setup(
+        self, client: Any, name: str, prefix: str, serializer: str | Serializer | None
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.serializer = get_serializer(serializer)
+        self.keys = StructureKeys(prefix, self.kind, name)
+        self._keys = [self.keys(part) for part in self.parts]
+        self._registered = False
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to open this structure (the registry keeps it)."""
+        raise NotImplementedError
+
+    def _script_head(self) -> list[Any]:
+        """The arguments every script of this kind takes before its own."""
+        raise NotImplementedError
+
+    def _run(self, name: str, args: list[Any], keys: Sequence[str] | None = None) -> Any:
+        """Run script ``name`` with this structure's keys (or ``keys``) and the common head.
+
+        The first call of a process records the structure in the registry.
+        """
+        if not self._registered:
+            catalog.register(self.client, self.keys, self.settings())
+            self._registered = True
+        return script(name)(
+            self.client, self._keys if keys is None else keys, self._script_head() + args
+        )
+
+    def encode(self, payload: Any) -> bytes:
+        """Serialize one payload as it will be stored (raises SerializationError)."""
+        return to_bytes(self.serializer.dumps(payload))
+
+    def clear(self) -> None:
+        """Delete everything of this structure (its own keys only)."""
+        with redis_errors(f"clearing {self.keys.base}"):
+            self.client.delete(*self._keys)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.keys.base}>"

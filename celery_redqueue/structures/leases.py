@@ -1,0 +1,492 @@
+"""ResourcePool: N named resources, each leased to one holder at a time for a limited time.
+
+Think of 100 API credentials, a handful of test devices or accounts: a client takes the least
+recently used free resource, holds it under a lease that expires, and releases it. A client that
+crashes never releases; its lease simply runs out and the resource comes back on its own: the
+next ``acquire`` (or ``reclaim``) returns expired leases to the free set first. No keyspace
+notifications, no scan of every resource, and no daemon are involved.
+
+Redis holds, under ``<prefix>:{leases:<name>}:``:
+
+* ``resources``: a set of every resource name;
+* ``free``: a sorted set of free resources scored by when they became free, so the least
+  recently used one is taken first (new resources score 0 and go first);
+* ``leased``: a sorted set of leased resources scored by lease expiry (ms, server clock);
+* ``tokens``: a hash of resource -> the token of its current holder;
+* ``stats``: counters; ``notify``: a short list that wakes clients waiting for a resource.
+
+Every operation is one Lua script, O(log N) (reclaiming is bounded per call), and time is the
+Redis server's ``TIME``, so the clocks of many clients cannot disagree about who holds what.
+
+A lease is proof of holding a resource: ``release`` and ``renew`` take the :class:`Lease` and
+succeed only for its token while the lease is still valid. A holder whose lease ran out (and
+whose resource may already be someone else's) gets False and changes nothing.
+
+Example::
+
+    keys = ResourcePool(redis.Redis(), "api-keys", ["key-1", "key-2", "key-3"])
+    with keys.lease(ttl=30) as name:       # NoFreeResourceError when all are taken
+        call_api(credentials[name])
+
+    lease = keys.acquire(ttl=30, wait=5)   # or by hand: None if none freed up within 5 s
+    if lease:
+        try:
+            call_api(credentials[lease.resource])
+        finally:
+            keys.release(lease)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import redis
+
+from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError, ReservationError
+from ..redis.client import redis_errors
+from ..redis.keys import DEFAULT_PREFIX, StructureKeys
+from ..redis.lua import script
+
+#: The keys every lease script receives, in this order (see lua/lease_common.lua).
+PARTS = ("resources", "free", "leased", "tokens", "stats", "notify")
+
+logger = logging.getLogger(__name__)
+
+#: Most expired leases one call returns to the free set (keeps every script call short).
+RECLAIM_BATCH = 100
+#: Resources per script call when adding or removing many.
+CHANGE_CHUNK = 1000
+#: Longest a waiting ``acquire`` blocks on Redis before it tries again anyway, seconds. Wakes
+#: normally come from releases and lease expiries; this only bounds the cost of a missed one.
+WAIT_SLICE = 2.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that one holder leases one resource; pass it to ``release`` and ``renew``."""
+
+    #: The pool's key base (``prefix:{leases:name}``): a lease only works with its own pool.
+    pool: str
+    #: The leased resource's name.
+    resource: str
+    #: Unique to this acquisition; only its holder can release or renew.
+    token: str
+    #: When the lease runs out, Unix seconds by the Redis server's clock.
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class LeaseStats:
+    """One consistent snapshot of a pool (read by one script)."""
+
+    #: Resources in the pool.
+    resources: int
+    #: Resources free to lease now.
+    free: int
+    #: Resources under a lease that has not run out.
+    leased: int
+    #: Leases that ran out but were not reclaimed yet (the next acquire will).
+    expired: int
+    #: Leases ever granted.
+    acquired: int
+    #: Leases released by their holder in time.
+    released: int
+    #: Leases that ran out and were taken back (expired and reclaimed).
+    reclaimed: int
+    #: Successful renewals.
+    renewed: int
+    #: Acquire attempts that found nothing free.
+    missed: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def _seconds(value: Any, what: str, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigurationError(f"{what} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+        kind = "non-negative" if allow_zero else "positive"
+        raise ConfigurationError(f"{what} must be {kind} finite seconds, got {value!r}")
+    return float(value)
+
+
+def _ttl_ms(ttl: Any) -> int:
+    return max(1, round(_seconds(ttl, "ttl") * 1000))
+
+
+def _names(resources: Iterable[str]) -> list[str]:
+    if isinstance(resources, str | bytes):
+        raise ConfigurationError(
+            f"resources must be an iterable of names, not one string: {resources!r}"
+        )
+    names = list(resources)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"resource names must be non-empty strings, got {name!r}")
+    return names
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class ResourcePool:
+    """A pool of named resources leased to one holder at a time; see the module docstring.
+
+    Args:
+        client: a ``redis.Redis`` (or ``RedisCluster``) client.
+        name: the pool's name.
+        resources: names to make sure are in the pool. They are added on the first operation
+            (no I/O happens here), and adding is idempotent, so every process may declare the
+            same list. Declaring never removes: use :meth:`remove_resources` for that (and drop
+            the name from the declaration, or the next new process adds it again).
+        prefix: namespace of the keys.
+    """
+
+    kind = "leases"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        resources: Iterable[str] = (),
+        *,
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.keys = StructureKeys(prefix, self.kind, name)
+        self._keys = [self.keys(part) for part in PARTS]
+        self._undeclared: list[str] = []
+        self._declare_lock = threading.Lock()
+        self.declare(resources)
+
+    def _run(self, name: str, args: list[Any]) -> Any:
+        """Run a lease script; every one receives all of the pool's keys (lease_common.lua)."""
+        return script(name)(self.client, self._keys, args)
+
+    def __repr__(self) -> str:
+        return f"<ResourcePool {self.keys.base}>"
+
+    # Resources
+
+    def declare(self, resources: Iterable[str]) -> None:
+        """Remember names to add on the next operation (no I/O now); see the class docs."""
+        names = _names(resources)
+        with self._declare_lock:
+            self._undeclared.extend(names)
+
+    def _apply_declared(self) -> None:
+        if not self._undeclared:
+            return
+        with self._declare_lock:
+            names, self._undeclared = self._undeclared, []
+        try:
+            self._add(names)
+        except BaseException:
+            with self._declare_lock:
+                self._undeclared[:0] = names
+            raise
+
+    def add_resources(self, *resources: str) -> int:
+        """Add resources now; returns how many were new. Waiting clients are woken."""
+        self._apply_declared()
+        return self._add(_names(resources))
+
+    def _add(self, names: list[str]) -> int:
+        added = 0
+        for start in range(0, len(names), CHANGE_CHUNK):
+            added += int(
+                self._run(
+                    "lease_add",
+                    names[start : start + CHANGE_CHUNK],
+                )
+            )
+        return added
+
+    def remove_resources(self, *resources: str) -> int:
+        """Remove resources; returns how many were in the pool.
+
+        A removed resource that is leased stays with its holder until released or expired, and
+        then leaves the pool instead of becoming free.
+        """
+        self._apply_declared()
+        names = _names(resources)
+        removed = 0
+        for start in range(0, len(names), CHANGE_CHUNK):
+            removed += int(
+                self._run(
+                    "lease_remove",
+                    names[start : start + CHANGE_CHUNK],
+                )
+            )
+        return removed
+
+    def resources(self) -> set[str]:
+        """Every resource name of the pool (O(N): for inspection, not for hot paths)."""
+        self._apply_declared()
+        with redis_errors(f"reading {self.keys.base}"):
+            return {_text(m) for m in self.client.smembers(self.keys("resources"))}
+
+    def __len__(self) -> int:
+        """How many resources the pool has, free or leased."""
+        self._apply_declared()
+        with redis_errors(f"reading {self.keys.base}"):
+            return int(self.client.scard(self.keys("resources")))
+
+    # Leasing
+
+    def acquire(self, ttl: float, *, wait: float | None = None) -> Lease | None:
+        """Lease the least recently used free resource for ``ttl`` seconds.
+
+        Expired leases are reclaimed first, in the same atomic step. Returns None when nothing
+        is free. With ``wait``, blocks up to that many seconds for a resource: the client sleeps
+        in a blocking Redis call that a release (or new resource) wakes, or until the earliest
+        lease expires, and tries again; it never polls in a loop.
+        """
+        ttl_ms = _ttl_ms(ttl)
+        deadline = None
+        if wait is not None:
+            deadline = time.monotonic() + _seconds(wait, "wait", allow_zero=True)
+        self._apply_declared()
+        while True:
+            lease, until_expiry = self._try_acquire(ttl_ms)
+            if lease is not None or deadline is None:
+                return lease
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            pause = min(remaining, WAIT_SLICE)
+            if until_expiry is not None:
+                # Wake right after the earliest lease runs out: it can then be reclaimed.
+                pause = min(pause, until_expiry + 0.005)
+            self._wait_for_release(max(pause, 0.01))
+
+    def _try_acquire(self, ttl_ms: int) -> tuple[Lease | None, float | None]:
+        token = uuid.uuid4().hex
+        reply = self._run(
+            "lease_acquire",
+            [ttl_ms, token, RECLAIM_BATCH],
+        )
+        if int(reply[0]) == 1:
+            return Lease(self.keys.base, _text(reply[1]), token, int(reply[2]) / 1000), None
+        until_expiry_ms = int(reply[1])
+        return None, (until_expiry_ms / 1000 if until_expiry_ms >= 0 else None)
+
+    def _wait_for_release(self, timeout: float) -> None:
+        try:
+            with redis_errors(f"waiting for a resource of {self.keys.base}"):
+                self.client.blpop([self.keys("notify")], timeout=timeout)
+        except RedQueueError as exc:
+            # A client whose socket timeout is shorter than the pause times out here: that is
+            # only the end of this pause. Anything else is a real outage.
+            if not isinstance(exc.__cause__, redis.exceptions.TimeoutError):
+                raise
+
+    def release(self, lease: Lease) -> bool:
+        """Give the resource back. False (and nothing changed) when ``lease`` is no longer held.
+
+        A lease is no longer held once it ran out, even if nobody took the resource since: its
+        resource is then reclaimed (returned to the free set) by this call.
+        """
+        self._check(lease)
+        released = self._run(
+            "lease_release",
+            [lease.resource, lease.token],
+        )
+        return bool(released)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a held lease to ``ttl`` seconds from now; returns the updated lease.
+
+        None when ``lease`` is no longer held (it ran out or was released): the holder must stop
+        using the resource.
+        """
+        self._check(lease)
+        expiry_ms = int(
+            self._run(
+                "lease_renew",
+                [lease.resource, lease.token, _ttl_ms(ttl)],
+            )
+        )
+        if expiry_ms <= 0:
+            return None
+        return replace(lease, expires_at=expiry_ms / 1000)
+
+    def _check(self, lease: Any) -> None:
+        if not isinstance(lease, Lease):
+            raise ReservationError(f"expected a Lease, got {lease!r}")
+        if lease.pool != self.keys.base:
+            raise ReservationError(f"lease of {lease.pool} does not belong to {self.keys.base}")
+
+    @contextmanager
+    def lease(
+        self, ttl: float, *, wait: float | None = None, keep_alive: bool = False
+    ) -> Iterator[str]:
+        """Hold a resource for the ``with`` block; yields its name and releases it afterwards.
+
+        Raises NoFreeResourceError when none is free (within ``wait`` seconds, if given). With
+        ``keep_alive=True`` a background thread renews the lease every ``ttl / 3`` seconds
+        while the block runs, so ``ttl`` only bounds how long a crashed holder keeps it.
+
+        Example::
+
+            with pool.lease(ttl=10, wait=30) as device:
+                flash_firmware(device)
+        """
+        lease = self.acquire(ttl, wait=wait)
+        if lease is None:
+            raise NoFreeResourceError(f"no free resource in {self.keys.base}")
+        keeper = LeaseKeeper(self, lease, ttl) if keep_alive else None
+        if keeper is not None:
+            keeper.start()
+        try:
+            yield lease.resource
+        finally:
+            if keeper is not None:
+                lease = keeper.stop()
+            try:
+                released = self.release(lease)
+            except RedQueueError:
+                # Do not hide the block's own outcome: the lease runs out by itself anyway.
+                logger.exception("%s: releasing %r failed", self.keys.base, lease.resource)
+            else:
+                if not released:
+                    logger.warning(
+                        "%s: lease on %r ran out before the block ended; another holder may "
+                        "have used it at the same time",
+                        self.keys.base,
+                        lease.resource,
+                    )
+
+    # Maintenance and figures
+
+    def reclaim(self, limit: int = 1000) -> int:
+        """Return up to ``limit`` expired leases to the free set now; returns how many.
+
+        Never required (every acquire reclaims first); useful to keep ``stats()`` current.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit must be a positive integer, got {limit!r}")
+        total = 0
+        while total < limit:
+            batch = min(RECLAIM_BATCH, limit - total)
+            count = int(
+                self._run(
+                    "lease_reclaim",
+                    [batch],
+                )
+            )
+            total += count
+            if count < batch:
+                break
+        return total
+
+    def stats(self) -> LeaseStats:
+        """One consistent snapshot of the pool's figures."""
+        self._apply_declared()
+        reply = self._run(
+            "lease_stats",
+            [],
+        )
+        counters = {_text(reply[i]): int(reply[i + 1]) for i in range(4, len(reply), 2)}
+        return LeaseStats(
+            resources=int(reply[0]),
+            free=int(reply[1]),
+            leased=int(reply[2]),
+            expired=int(reply[3]),
+            acquired=counters.get("acquired", 0),
+            released=counters.get("released", 0),
+            reclaimed=counters.get("reclaimed", 0),
+            renewed=counters.get("renewed", 0),
+            missed=counters.get("missed", 0),
+        )
+
+    def clear(self) -> None:
+        """Delete the pool: resources, leases and counters (this pool's keys only)."""
+        with self._declare_lock:
+            self._undeclared.clear()
+        with redis_errors(f"clearing {self.keys.base}"):
+            self.client.delete(
+                *(
+                    self.keys(part)
+                    for part in ("resources", "free", "leased", "tokens", "stats", "notify")
+                )
+            )
+
+
+class LeaseKeeper:
+    """Renews a lease from a daemon thread every ``ttl / 3`` seconds until stopped.
+
+    If a renewal finds the lease gone (it ran out, say after a long pause of the process),
+    the keeper stops renewing and sets ``lost``; the resource may then be someone else's. A
+    Redis outage is logged and retried at the next interval.
+
+    Example::
+
+        keeper = LeaseKeeper(pool, lease, ttl=30)
+        keeper.start()
+        try:
+            long_job(lease.resource)
+        finally:
+            pool.release(keeper.stop())
+    """
+
+    def __init__(self, pool: ResourcePool, lease: Lease, ttl: float) -> None:
+        self.pool = pool
+        self.ttl = _seconds(ttl, "ttl")
+        self.interval = self.ttl / 3
+        self._lease = lease
+        self._lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"redqueue-lease-{lease.resource}", daemon=True
+        )
+
+    @property
+    def lease(self) -> Lease:
+        """The lease as last renewed."""
+        return self._lease
+
+    @property
+    def lost(self) -> bool:
+        """A renewal found the lease no longer held."""
+        return self._lost
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> Lease:
+        """Stop renewing (waits briefly for a renewal in progress); returns the latest lease."""
+        self._stop.set()
+        if self._thread.is_alive():
+            # Bounded: a renewal stuck on a dead connection must not hold up the caller; if it
+            # completes after the release it finds the token gone and changes nothing.
+            self._thread.join(timeout=10)
+        return self._lease
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                renewed = self.pool.renew(self._lease, self.ttl)
+            except RedQueueError:
+                logger.exception("%s: renewing lease on %r failed", self.pool, self._lease.resource)
+                continue
+            if renewed is None:
+                self._lost = True
+                logger.warning(
+                    "%s: lease on %r was lost before it could be renewed",
+                    self.pool,
+                    self._lease.resource,
+                )
+                return
+            self._lease = renewed

@@ -1,0 +1,15 @@
+"""The Celery glue: task base classes whose calls go into Redis structures, and their decorators.
+
+- :mod:`.base`: what every redqueue task shares (storing calls, drain routing, delays, dedupe)
+- :mod:`.pool`: :class:`PoolTask` and ``@pool_task`` (capped pools)
+- :mod:`.bucket`: :class:`BucketTask` and ``@bucket_task`` (per-key leaky buckets)
+- :mod:`.lease`: :class:`LeaseTask` and ``@lease_task`` (leased resources)
+- :mod:`.beat`: drain and reaper jobs, beat entries
+- :mod:`.config`: the app's ``redqueue_*`` settings
+"""
+
+from .base import RedQueueTask
+from .bucket import BucketTask, bucket_task
+from .pool import PoolCall, PoolTask, pool_task
+
+__all__ = ["BucketTask", "PoolCall", "PoolTask", "RedQueueTask", "bucket_task", "pool_task"]

@@ -1,0 +1,195 @@
+"""The shared plumbing of tasks backed by a redqueue structure.
+
+A redqueue task's ``delay()`` stores the call in its structure; the broker only carries
+argument-less drain jobs of the same task name, marked by a message header
+(:data:`~celery_redqueue.tasks.beat.DRAIN_HEADER`). The worker runs a drain job by taking calls
+from the structure and calling the body for each. The task kinds live beside this module:
+:mod:`.pool`, :mod:`.bucket` and :mod:`.lease`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from celery import Task
+from celery.utils.time import maybe_make_aware
+
+from ..errors import RedQueueError, SerializationError
+from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
+from .config import get_config
+
+
+def error_text(exc: BaseException) -> str:
+    """What a dead letter keeps of a failure."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class RedQueueTask(Task):  # type: ignore[misc]
+    """Shared plumbing of tasks backed by a redqueue structure."""
+
+    @classmethod
+    def bind(cls, app: Any) -> Any:
+        bound = super().bind(app)
+        if cls.name and cls.name != REAPER_TASK:
+            config = get_config(app)
+            if config.beat:
+                register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
+                cls._register_schedules(app)
+        return bound
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        """Subclasses add their own beat entries."""
+
+    def send_drain(self, **options: Any) -> Any:
+        """Send one argument-less drain job for this task to the broker.
+
+        It goes through ``send_task`` with the task's own routing options: the task's signature
+        check would refuse a call without the body's arguments.
+        """
+        options = dict(self._get_exec_options(), **options)
+        options.setdefault("ignore_result", self.ignore_result)
+        options["headers"] = dict(options.get("headers") or {}, **{DRAIN_HEADER: 1})
+        return self.app.send_task(self.name, (), {}, task_type=self, **options)
+
+    def check_call(self, args: Any, kwargs: Any) -> None:
+        """Refuse, at the call site, arguments the body cannot take (Celery's own check)."""
+        if self.typing:
+            self.__header__(*(args or ()), **(kwargs or {}))
+
+    def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return not args and not kwargs and bool(getattr(self.request, DRAIN_HEADER, None))
+
+    def reap(self) -> int:
+        """Return expired reservations of this task's structure; returns how many."""
+        raise NotImplementedError
+
+    def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+        if (
+            not isinstance(payload, list | tuple)
+            or len(payload) != 2
+            or not isinstance(payload[0], list | tuple)
+            or not isinstance(payload[1], dict)
+        ):
+            raise SerializationError(
+                f"{self.name}: stored call has an unexpected shape: {payload!r}"
+            )
+        return list(payload[0]), dict(payload[1])
+
+    # Producing: a call goes into the structure, never to the broker.
+
+    #: The option naming a key function for producer-side dedupe (set by subclasses).
+    dedupe_option = ""
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Store the call in the task's structure; returns its receipt, not an AsyncResult.
+
+        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual.
+        In eager mode the body runs at once on the arguments as a worker would see them.
+        """
+        if (options.get("headers") or {}).get(DRAIN_HEADER):
+            return self.send_drain(producer=producer, **options)
+        prepared = self._prepare_call(args, kwargs)
+        delay = self._delay_of(options)
+        dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
+        if self.app.conf.task_always_eager:
+            return self._run_eagerly(prepared, task_id=task_id, link=link, link_error=link_error)
+        result = self._store(prepared, delay, dedupe_id)
+        self._after_add(result.drain_needed, result.wake_in)
+        return result
+
+    def _prepare_call(self, args: Any, kwargs: Any) -> Any:
+        """Check and serialize one call (subclasses)."""
+        raise NotImplementedError
+
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+        """Put one prepared call into the structure; returns the receipt (subclasses)."""
+        raise NotImplementedError
+
+    def _run_eagerly(self, prepared: Any, **options: Any) -> Any:
+        """Run the body now, on the call as a worker would see it (after the serializer)."""
+        encoded = prepared[1] if isinstance(prepared, tuple) else prepared
+        stored_args, stored_kwargs = self.structure.serializer.loads(encoded)
+        return self.apply(stored_args, stored_kwargs, **options)
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+        """Put dead letters back in the structure and make sure a drain job runs."""
+        count: int = self.structure.requeue_dead(letters, limit)
+        if count:
+            self.send_drain()
+        return count
+
+    @property
+    def structure(self) -> Any:
+        """The Redis structure behind this task (subclasses)."""
+        raise NotImplementedError
+
+    def _delay_of(self, options: dict[str, Any]) -> float:
+        """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``)."""
+        countdown, eta = options.get("countdown"), options.get("eta")
+        if countdown is not None and eta is not None:
+            raise RedQueueError(f"{self.name}: pass countdown= or eta=, not both")
+        if countdown is not None:
+            if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+                raise RedQueueError(f"{self.name}: countdown must be seconds, got {countdown!r}")
+            return max(float(countdown), 0.0)
+        if eta is not None:
+            if isinstance(eta, str):
+                eta = datetime.fromisoformat(eta)
+            if not isinstance(eta, datetime):
+                raise RedQueueError(f"{self.name}: eta must be a datetime, got {eta!r}")
+            now = self.app.now()
+            eta = maybe_make_aware(eta, now.tzinfo)
+            return max(float((eta - now).total_seconds()), 0.0)
+        return 0.0
+
+    def _dedupe_id(
+        self, key_function: Any, args: Any, kwargs: Any, options: dict[str, Any]
+    ) -> str | None:
+        """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
+        dedupe_id = options.get("dedupe_id")
+        if dedupe_id is None and key_function is not None:
+            try:
+                dedupe_id = key_function(*(args or ()), **(kwargs or {}))
+            except Exception as exc:
+                raise RedQueueError(
+                    f"{self.name}: dedupe key failed on this call: {exc!r}"
+                ) from exc
+        if dedupe_id is not None and (not isinstance(dedupe_id, str) or not dedupe_id):
+            raise RedQueueError(
+                f"{self.name}: a dedupe id must be a non-empty string, got {dedupe_id!r}"
+            )
+        return dedupe_id
+
+    def _after_add(self, drain_needed: bool, wake_in: float | None) -> None:
+        """Send the drain job an add asked for: now, or when its delayed call is due."""
+        if drain_needed:
+            self.send_drain()
+        if wake_in is not None:
+            self.send_drain(countdown=wake_in)
+
+    def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
+        """Build a structure once per process: a prefork child must not reuse the parent's."""
+        cached: tuple[int, Any] | None = self.__dict__.get(attr)
+        if cached is None or cached[0] != os.getpid():
+            cached = (os.getpid(), build())
+            self.__dict__[attr] = cached
+        return cached[1]
+
+    def _body(self) -> Callable[..., Any]:
+        """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""
+        body: Callable[..., Any] = getattr(self, "_orig_run", None) or self.run
+        return body

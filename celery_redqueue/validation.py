@@ -1,0 +1,76 @@
+"""Checks of option and argument values, shared by structures and tasks.
+
+Every check takes the name the caller knows the value by (a structure says ``capacity``, a task
+says ``pool_size``) and raises :class:`~celery_redqueue.errors.ConfigurationError` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import ConfigurationError
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def seconds(name: str, value: Any, *, positive: bool = False) -> float:
+    """A duration: finite seconds, >= 0 (or > 0 when ``positive``)."""
+    if not _is_number(value) or value < 0 or (positive and value == 0):
+        what = "positive seconds" if positive else "seconds >= 0"
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return float(value)
+
+
+def optional_seconds(name: str, value: Any) -> float | None:
+    """Positive seconds, or None (the feature is off)."""
+    if value is None:
+        return None
+    if not _is_number(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be positive seconds or None, got {value!r}")
+    return float(value)
+
+
+def positive_int(name: str, value: Any, *, optional: bool = False) -> int | None:
+    """A count: an integer >= 1 (or None when ``optional``)."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        extra = " or None" if optional else ""
+        raise ConfigurationError(f"{name} must be a positive integer{extra}, got {value!r}")
+    return value
+
+
+def count(name: str, value: Any) -> int:
+    """A count that may be zero: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    """True or False, nothing truthy."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def one_of(name: str, value: Any, choices: Iterable[str]) -> str:
+    """One of a fixed set of words."""
+    allowed = tuple(choices)
+    if value not in allowed:
+        raise ConfigurationError(f"{name} must be one of {allowed}, got {value!r}")
+    return str(value)
+
+
+def function_option(cls: type, name: str) -> None:
+    """A function given as a class option is checked, and kept from becoming a bound method."""
+    value = cls.__dict__.get(name)
+    if value is None or isinstance(value, staticmethod):
+        return
+    if not callable(value):
+        raise ConfigurationError(f"{name} must be a callable, got {value!r}")
+    setattr(cls, name, staticmethod(value))
