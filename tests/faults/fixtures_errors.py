@@ -46,26 +46,38 @@ def fault_redis(fault_server):
     client.close()
 
 
-@contextlib.contextmanager
-def stopped(server):
-    """SIGSTOP the server for the block: it keeps accepting connections and never answers."""
-    os.kill(server.process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(server.process.pid, signal.SIGCONT)
+@pytest.fixture
+def stopped():
+    """``with stopped(server):`` SIGSTOPs the server for the block: it keeps accepting
+    connections (the kernel does) and never answers."""
+
+    @contextlib.contextmanager
+    def stop(server):
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+
+    return stop
 
 
-def fill_until_full(client, headroom=100_000):
-    """Write 1 MB of filler, then set maxmemory below what is used: every write is refused
-    (noeviction) until keys are deleted, whatever the allocator does meanwhile."""
-    pipe = client.pipeline(transaction=False)
-    for i in range(1000):
-        pipe.set(f"filler:{i}", b"x" * 1000)
-    pipe.execute()
-    used = int(client.info("memory")["used_memory"])
-    client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", max(used - headroom, 1024 * 1024))
+@pytest.fixture
+def fill_redis():
+    """``fill_redis(client)``: 1 MB of filler, then maxmemory set below what is used, so every
+    write is refused (noeviction) until ``config_set("maxmemory", 0)``, whatever the allocator
+    does meanwhile."""
+
+    def fill(client, headroom=100_000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(1000):
+            pipe.set(f"filler:{i}", b"x" * 1000)
+        pipe.execute()
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", max(used - headroom, 1024 * 1024))
+
+    return fill
 
 
 @pytest.fixture
