@@ -17,8 +17,31 @@ class SerializationError(RedQueueError, ValueError):
     """A call's arguments cannot be serialized (nothing was stored) or a payload cannot be read."""
 
 
+class InvalidArgumentError(RedQueueError, ValueError):
+    """A call's argument (``countdown``, ``eta``, ...) is invalid; nothing was stored."""
+
+
 class RedisUnavailableError(RedQueueError, ConnectionError):
-    """The Redis server cannot be reached; the original redis-py error is chained."""
+    """The Redis server cannot be reached, did not answer in time (a stalled or overloaded
+    server), is loading its data, or is a read-only replica; the redis-py error is chained.
+
+    After a timeout, a write may or may not have been applied: Redis may have run it and
+    failed to answer.
+    """
+
+
+class RedisCommandError(RedQueueError):
+    """Redis refused a command or a script failed (``WRONGTYPE`` on a key another program
+    wrote, a script error, ...); the redis-py error is chained."""
+
+
+class RedisFullError(RedisCommandError):
+    """Redis is at ``maxmemory`` under ``noeviction`` and refused a write.
+
+    Nothing of the call was written (Redis refuses a script before its first write, and every
+    change is one script); reads, pops, acks and the reaper still work, which is how a full
+    Redis drains. Raise ``maxmemory``, or let consumers catch up.
+    """
 
 
 class ReservationError(RedQueueError, ValueError):

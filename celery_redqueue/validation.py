@@ -1,7 +1,8 @@
 """Checks of option and argument values, shared by structures and tasks.
 
 Every check takes the name the caller knows the value by (a structure says ``capacity``, a task
-says ``pool_size``) and raises :class:`~celery_redqueue.errors.ConfigurationError` naming it.
+says ``pool_size``) and raises :class:`~celery_redqueue.errors.ConfigurationError` naming it
+(a call's argument: :class:`~celery_redqueue.errors.InvalidArgumentError`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArgumentError
+
+#: Longest ``countdown``/``eta`` a call may ask for, seconds (365 days). A delayed call waits in
+#: Redis and its wake-up drain job in the broker; beyond a year is almost surely a unit mistake
+#: (ms for s), and far beyond it the broker's own date arithmetic overflows.
+MAX_DELAY = 365 * 24 * 3600.0
 
 
 def _is_number(value: Any) -> bool:
@@ -23,6 +29,22 @@ def seconds(name: str, value: Any, *, positive: bool = False) -> float:
         what = "positive seconds" if positive else "seconds >= 0"
         raise ConfigurationError(f"{name} must be {what}, got {value!r}")
     return float(value)
+
+
+def delay(name: str, value: Any) -> float:
+    """A call's delay in seconds (``countdown``, or ``eta`` minus now), clamped at 0.
+
+    A moment in the past means "now" (an eta that just passed, a small negative countdown), but
+    not one more than :data:`MAX_DELAY` ago; NaN, infinities and delays beyond
+    :data:`MAX_DELAY` are refused with :class:`InvalidArgumentError` before anything is stored.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{name} must be seconds, got {value!r}")
+    if not math.isfinite(value) or abs(value) > MAX_DELAY:
+        raise InvalidArgumentError(
+            f"{name} must be finite seconds within {MAX_DELAY:.0f} (365 days) of now, got {value!r}"
+        )
+    return max(float(value), 0.0)
 
 
 def optional_seconds(name: str, value: Any) -> float | None:

@@ -17,8 +17,9 @@ from typing import Any
 
 import click
 
+from ..errors import RedQueueError
 from ..structures.bucket import LeakyBucket
-from ..structures.catalog import open_structure, registered
+from ..structures.catalog import open_entry, registry_entries
 from ..structures.pool import CappedPool
 from ..tasks.beat import DRAIN_HEADER
 from ..tasks.config import get_config
@@ -32,11 +33,16 @@ def _structures(ctx: click.Context) -> list[tuple[str, CappedPool | LeakyBucket]
     config = get_config(_app(ctx))
     client = config.client()
     found = []
-    for kind, name, settings in registered(client, config.key_prefix):
-        structure = open_structure(client, config.key_prefix, kind, name, settings)
+    for entry in registry_entries(client, config.key_prefix):
+        try:
+            structure = open_entry(client, config.key_prefix, entry)
+        except RedQueueError as exc:
+            # One unreadable entry must not hide the others from the operator.
+            click.echo(f"{entry.kind}:{entry.name}: cannot open: {exc}", err=True)
+            continue
         if structure is not None:
             structure.serializer = config.serializer
-            found.append((f"{kind}:{name}", structure))
+            found.append((f"{entry.kind}:{entry.name}", structure))
     return found
 
 

@@ -1,4 +1,5 @@
-"""Redis clients: built from a URL, one per process and URL, translated errors."""
+"""Redis clients: built from a URL, one per process and URL, with timeouts by default, and
+every redis-py error translated into the package's own (see :func:`redis_errors`)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,36 @@ from typing import Any
 import redis
 import redis.cluster
 
-from ..errors import ConfigurationError, RedisUnavailableError
+from ..errors import (
+    ConfigurationError,
+    RedisCommandError,
+    RedisFullError,
+    RedisUnavailableError,
+    RedQueueError,
+)
 
 _clients: dict[tuple[int, str, tuple[tuple[str, Any], ...]], Any] = {}
 _lock = threading.Lock()
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
+#: Seconds a command waits for Redis's answer, and a connection for its handshake, unless
+#: ``redqueue_redis_options`` says otherwise. Without them (redis-py < 8 has none by default) a
+#: stalled Redis that accepts connections but never answers blocks a call forever. Every script
+#: is bounded and answers in milliseconds, so 5 s only ever trips on a sick server. Blocking
+#: commands (a lease's BLPOP) block for less than this.
+DEFAULT_TIMEOUTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+
 
 def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
-    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster."""
+    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster.
+
+    ``options`` go to redis-py's ``from_url`` over :data:`DEFAULT_TIMEOUTS` (pass
+    ``socket_timeout=None`` to wait forever).
+    """
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"redqueue_url must be a redis:// URL, got {url!r}")
-    opts = dict(options or {})
+    opts = {**DEFAULT_TIMEOUTS, **(options or {})}
     try:
         if url.startswith(CLUSTER_SCHEMES):
             plain = url.replace("+cluster", "", 1)
@@ -49,10 +67,47 @@ def get_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
     return client
 
 
+#: redis-py errors that mean "Redis cannot serve now" rather than "Redis said no".
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # also loading, auth, too many clients
+    redis.exceptions.TimeoutError,
+    redis.exceptions.InvalidResponse,  # the protocol stream broke (a proxy, a half-read reply)
+    redis.exceptions.ReadOnlyError,  # a replica, e.g. during a failover
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
+
+#: Redis's OOM text: inside a script Redis 6 reports it as a script error, not as OOM.
+_OOM_TEXT = "command not allowed when used memory > 'maxmemory'"
+
+
+def translate_error(exc: Exception, action: str) -> RedQueueError:
+    """The package's error for a redis-py error met while doing ``action``."""
+    text = str(exc.args[0]) if exc.args else str(exc)
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or _OOM_TEXT in text:
+        return RedisFullError(
+            f"Redis is full (maxmemory, noeviction) while {action}: nothing was written; "
+            f"raise maxmemory or let consumers catch up ({text})"
+        )
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return RedisUnavailableError(
+            f"Redis did not answer in time while {action} (stalled or overloaded; a write may "
+            f"or may not have been applied): {text}"
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        return RedisUnavailableError(f"Redis unreachable while {action}: {text}")
+    return RedisCommandError(f"Redis refused {action}: {type(exc).__name__}: {text}")
+
+
 @contextmanager
 def redis_errors(action: str) -> Iterator[None]:
-    """Turn redis-py connection failures into RedisUnavailableError naming the action."""
+    """Turn every redis-py error into a RedQueueError naming the action, the cause chained.
+
+    Unreachable, stalled, loading or read-only Redis: :class:`RedisUnavailableError`; at
+    maxmemory: :class:`RedisFullError`; anything else Redis refuses (``WRONGTYPE``, a script
+    error): :class:`RedisCommandError`.
+    """
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        raise RedisUnavailableError(f"Redis unreachable while {action}: {exc}") from exc
+    except redis.exceptions.RedisError as exc:
+        raise translate_error(exc, action) from exc

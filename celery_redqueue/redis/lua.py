@@ -68,3 +68,25 @@ def script(name: str) -> LuaScript:
     shared by several scripts (the bucket's rate lookup) should be written once.
     """
     return LuaScript(name, "\n".join(_expand(name, {name})) + "\n")
+
+
+def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]]) -> list[Any]:
+    """Run read-only commands ``(name, key, extra args)`` in one atomic step; one reply each.
+
+    A consistent snapshot like MULTI/EXEC, but Redis serves it at maxmemory too (it refuses every
+    command of a MULTI then), which is when an operator needs the figures. A nil reply comes
+    back as None; HGETALL as a flat list (see :func:`pairs`). All keys must share a hash tag.
+    """
+    keys: list[KeyOrArg] = []
+    args: list[KeyOrArg] = []
+    for name, key, extra in reads:
+        if key not in keys:
+            keys.append(key)
+        args.extend((name, keys.index(key) + 1, len(extra), *extra))
+    # Lua turns a nil into false, which redis-py reads as None.
+    return list(script("read_atomic")(client, keys, args))
+
+
+def pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    """A flat ``[field, value, ...]`` reply as a dict."""
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}

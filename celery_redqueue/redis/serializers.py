@@ -17,6 +17,15 @@ from kombu.utils import json as kombu_json
 from ..errors import ConfigurationError, PickleWarning, SerializationError
 
 
+def _short(obj: Any) -> str:
+    """A bounded repr for error messages (a deeply nested value has no usable repr)."""
+    try:
+        text = repr(obj)
+    except RecursionError:
+        return f"a {type(obj).__name__} nested too deep to show"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 @runtime_checkable
 class Serializer(Protocol):
     """Anything with ``dumps(obj) -> bytes | str`` and ``loads(data) -> obj``."""
@@ -34,14 +43,15 @@ class JSONSerializer:
     def dumps(self, obj: Any) -> bytes:
         try:
             text: str = kombu_json.dumps(obj, sort_keys=True, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise SerializationError(f"cannot serialize {obj!r} as JSON: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            # RecursionError: a value nested deeper than the encoder recurses (~1000 levels).
+            raise SerializationError(f"cannot serialize {_short(obj)} as JSON: {exc}") from exc
         return text.encode()
 
     def loads(self, data: bytes) -> Any:
         try:
             return kombu_json.loads(data)
-        except (TypeError, ValueError, json.JSONDecodeError) as exc:
+        except (TypeError, ValueError, json.JSONDecodeError, RecursionError) as exc:
             raise SerializationError(f"stored payload is not valid JSON: {exc}") from exc
 
 
@@ -61,7 +71,9 @@ class KombuSerializer:
         try:
             _, _, data = registry.dumps(obj, serializer=self.name)
         except Exception as exc:  # kombu wraps encoder errors in its own types
-            raise SerializationError(f"cannot serialize {obj!r} with {self.name}: {exc}") from exc
+            raise SerializationError(
+                f"cannot serialize {_short(obj)} with {self.name}: {exc}"
+            ) from exc
         return data if isinstance(data, bytes) else data.encode()
 
     def loads(self, data: bytes) -> Any:

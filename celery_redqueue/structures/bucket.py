@@ -414,12 +414,15 @@ class LeakyBucket(Structure):
     # Reading
 
     def stats(self) -> BucketStats:
+        """One consistent snapshot of the counters (one read-only script: works at maxmemory)."""
+        from ..redis.lua import pairs, read_atomic
+
         with redis_errors(f"reading stats of {self.keys.base}"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hgetall(self.keys("stats"))
-            pipe.zcard(self.keys("ready"))
-            raw, ready = pipe.execute()
-        counters = {k.decode(): int(v) for k, v in raw.items()}
+            flat, ready = read_atomic(
+                self.client,
+                [("HGETALL", self.keys("stats"), ()), ("ZCARD", self.keys("ready"), ())],
+            )
+        counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
         extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued")
         return BucketStats(
@@ -443,16 +446,21 @@ class LeakyBucket(Structure):
 
     def key_stats(self, key: str) -> KeyStats:
         _check_key(key)
+        """One key's figures in one read-only script (consistent, and works at maxmemory)."""
+        from ..redis.lua import read_atomic
+
+        fields = [f"{key}\0{c}" for c in ("in_flight", "processed", "dead")]
         with redis_errors(f"reading stats of {self.keys.base}"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hget(self.keys("heads"), key)
-            pipe.hget(self.keys("tails"), key)
-            pipe.hmget(
-                self.keys("keystats"), [f"{key}\0{c}" for c in ("in_flight", "processed", "dead")]
+            head, tail, counters, ready, rate = read_atomic(
+                self.client,
+                [
+                    ("HGET", self.keys("heads"), (key,)),
+                    ("HGET", self.keys("tails"), (key,)),
+                    ("HMGET", self.keys("keystats"), fields),
+                    ("ZSCORE", self.keys("ready"), (key,)),
+                    ("HGET", self.keys("rates"), (key,)),
+                ],
             )
-            pipe.zscore(self.keys("ready"), key)
-            pipe.hget(self.keys("rates"), key)
-            head, tail, counters, ready, rate = pipe.execute()
         in_flight, processed, dead = (int(c or 0) for c in counters)
         if rate:
             interval_ms, burst = (float(x) for x in rate.split())

@@ -8,8 +8,10 @@ set ``<prefix>:registry`` and its settings into ``<prefix>:{<kind>:<name>}:meta`
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 
@@ -31,17 +33,53 @@ def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None
         pipe.execute()
 
 
-def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """Every registered structure of ``prefix`` as ``(kind, name, settings)``, sorted."""
+@dataclass(frozen=True)
+class Entry:
+    """One registered structure as stored: its settings not decoded yet, so that one
+    unreadable entry does not hide the others."""
+
+    kind: str
+    name: str
+    raw_settings: bytes | None
+
+
+def registry_entries(client: Any, prefix: str) -> list[Entry]:
+    """Every registered structure of ``prefix``, sorted by ``kind:name``."""
     prefix = normalize_prefix(prefix)
     with redis_errors("reading the registry"):
-        members = sorted(m.decode() for m in client.smembers(registry_key(prefix)))
+        members = sorted(m.decode(errors="replace") for m in client.smembers(registry_key(prefix)))
         found = []
         for member in members:
             kind, _, name = member.partition(":")
             raw = client.get(StructureKeys(prefix, kind, name)("meta"))
-            found.append((kind, name, json.loads(raw) if raw else {}))
+            found.append(Entry(kind, name, raw))
     return found
+
+
+def decode_settings(entry: Entry) -> dict[str, Any]:
+    """An entry's recorded settings; ConfigurationError (naming it) when they are unreadable."""
+    if entry.raw_settings is None:
+        return {}
+    try:
+        settings = json.loads(entry.raw_settings)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigurationError(
+            f"settings of {entry.kind}:{entry.name} are not readable JSON: {exc}"
+        ) from exc
+    if not isinstance(settings, dict):
+        raise ConfigurationError(
+            f"settings of {entry.kind}:{entry.name} are not a JSON object: {settings!r}"
+        )
+    return settings
+
+
+def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every registered structure of ``prefix`` as ``(kind, name, settings)``, sorted.
+
+    Raises ConfigurationError when an entry's settings are unreadable; callers that must carry
+    on past one bad entry use :func:`registry_entries` and :func:`open_entry`.
+    """
+    return [(e.kind, e.name, decode_settings(e)) for e in registry_entries(client, prefix)]
 
 
 def open_structure(
@@ -52,3 +90,19 @@ def open_structure(
     if cls is None:
         return None
     return cls(client, name, prefix=prefix, **settings)
+
+
+def open_entry(client: Any, prefix: str, entry: Entry) -> Any | None:
+    """Rebuild one registry entry (None for an unknown kind).
+
+    Raises a RedQueueError naming the entry when its settings are unreadable or refused.
+    """
+    if entry.kind not in KINDS:
+        return None
+    settings = decode_settings(entry)
+    try:
+        return open_structure(client, prefix, entry.kind, entry.name, settings)
+    except TypeError as exc:  # a setting this version does not know
+        raise ConfigurationError(
+            f"settings of {entry.kind}:{entry.name} do not fit this version: {exc}"
+        ) from exc

@@ -407,14 +407,19 @@ class CappedPool(Structure):
     # Reading
 
     def stats(self) -> PoolStats:
-        """One consistent snapshot of the counters (a MULTI/EXEC of three reads)."""
+        """One consistent snapshot of the counters (one read-only script: works at maxmemory)."""
+        from ..redis.lua import pairs, read_atomic
+
         with redis_errors(f"reading stats of {self.keys.base}"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hgetall(self.keys("stats"))
-            pipe.zcard(self.keys("items"))
-            pipe.get(self.keys("drains"))
-            raw, entries, drains = pipe.execute()
-        counters = {k.decode(): int(v) for k, v in raw.items()}
+            flat, entries, drains = read_atomic(
+                self.client,
+                [
+                    ("HGETALL", self.keys("stats"), ()),
+                    ("ZCARD", self.keys("items"), ()),
+                    ("GET", self.keys("drains"), ()),
+                ],
+            )
+        counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("queued", 0),

@@ -17,7 +17,8 @@ from typing import Any
 from celery import Task
 from celery.utils.time import maybe_make_aware
 
-from ..errors import RedQueueError, SerializationError
+from .. import validation
+from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .config import get_config
 
@@ -138,22 +139,28 @@ class RedQueueTask(Task):  # type: ignore[misc]
         raise NotImplementedError
 
     def _delay_of(self, options: dict[str, Any]) -> float:
-        """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``)."""
+        """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``).
+
+        Raises InvalidArgumentError for NaN, infinities, a moment more than
+        :data:`~celery_redqueue.validation.MAX_DELAY` away, or an eta that is not a datetime:
+        checked before anything is stored.
+        """
         countdown, eta = options.get("countdown"), options.get("eta")
         if countdown is not None and eta is not None:
-            raise RedQueueError(f"{self.name}: pass countdown= or eta=, not both")
+            raise InvalidArgumentError(f"{self.name}: pass countdown= or eta=, not both")
         if countdown is not None:
-            if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-                raise RedQueueError(f"{self.name}: countdown must be seconds, got {countdown!r}")
-            return max(float(countdown), 0.0)
+            return validation.delay(f"{self.name}: countdown", countdown)
         if eta is not None:
             if isinstance(eta, str):
-                eta = datetime.fromisoformat(eta)
+                try:
+                    eta = datetime.fromisoformat(eta)
+                except ValueError as exc:
+                    raise InvalidArgumentError(f"{self.name}: eta {eta!r} is not ISO 8601") from exc
             if not isinstance(eta, datetime):
-                raise RedQueueError(f"{self.name}: eta must be a datetime, got {eta!r}")
+                raise InvalidArgumentError(f"{self.name}: eta must be a datetime, got {eta!r}")
             now = self.app.now()
             eta = maybe_make_aware(eta, now.tzinfo)
-            return max(float((eta - now).total_seconds()), 0.0)
+            return validation.delay(f"{self.name}: eta", (eta - now).total_seconds())
         return 0.0
 
     def _dedupe_id(

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Task, shared_task, signature
+from celery.exceptions import SoftTimeLimitExceeded
 
-from ..errors import RedQueueError
-from ..structures.catalog import open_structure, registered
+from ..structures.catalog import open_entry, registry_entries
 from .config import get_config
 
 logger = logging.getLogger(__name__)
@@ -45,41 +45,82 @@ def register_beat(
     app.add_periodic_task(interval, sig, name=key)
 
 
+#: Key of the reaper's result that counts structures whose reaping failed this run.
+FAILED_KEY = "redqueue: failed"
+
+
+def _reaped_count(result: Any) -> int:
+    """Items a structure's reap result says it took back (its integer fields)."""
+    if isinstance(result, int):
+        return result
+    return sum(v for v in vars(result).values() if isinstance(v, int) and not isinstance(v, bool))
+
+
 @shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[misc, untyped-decorator]
 def reap(self: Task) -> dict[str, int]:
     """Beat-run: take back expired reservations of every redqueue structure.
 
     First the app's own pooled and bucket tasks (which also send the drain job that returned
     items need), then every other structure found in the registry under the app's prefix.
+
+    Each structure is reaped on its own: whatever one raises (``WRONGTYPE`` on a key another
+    program overwrote, settings that cannot be read, Redis refusing a script) is logged with
+    the structure's name and the error, counted under :data:`FAILED_KEY` in the result, and
+    the others are still reaped. The job itself never raises, so one broken structure cannot
+    hold back every other's expired work; a Redis outage is logged and the next run retries.
     """
     reaped: dict[str, int] = {}
+    failed = 0
     covered: set[str] = set()
     for name, task in list(self.app.tasks.items()):
-        structure = getattr(task, "structure", None)
-        if structure is None or name == REAPER_TASK:
+        if name == REAPER_TASK:
             continue
         try:
+            structure = getattr(task, "structure", None)
+            if structure is None:
+                continue
             covered.add(structure.keys.base)
             count = task.reap()
-        except RedQueueError:
-            logger.exception("redqueue: reaping %s failed", name)
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:
+            failed += 1
+            logger.error("redqueue: reaping %s failed: %s", name, _describe(exc), exc_info=True)
             continue
         if count:
             reaped[name] = count
     config = get_config(self.app)
-    client = config.client()
-    for kind, name, settings in registered(client, config.key_prefix):
+    try:
+        entries = registry_entries(config.client(), config.key_prefix)
+    except Exception as exc:
+        # The registry itself is unreadable (Redis down, the key overwritten): the app's own
+        # tasks above were still reaped.
+        logger.error("redqueue: reading the registry failed: %s", _describe(exc), exc_info=True)
+        entries = []
+        failed += 1
+    for entry in entries:
+        label = f"{entry.kind}:{entry.name}"
         try:
-            other = open_structure(client, config.key_prefix, kind, name, settings)
+            other = open_entry(config.client(), config.key_prefix, entry)
             if other is None or other.keys.base in covered:
                 continue
-            result = other.reap()
-        except (RedQueueError, TypeError, ValueError):
-            logger.exception("redqueue: reaping registered %s:%s failed", kind, name)
+            count = _reaped_count(other.reap())
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:
+            failed += 1
+            logger.error(
+                "redqueue: reaping registered %s failed: %s", label, _describe(exc), exc_info=True
+            )
             continue
-        count = sum(
-            v for v in result.__dict__.values() if isinstance(v, int) and not isinstance(v, bool)
-        )
         if count:
-            reaped[f"{kind}:{name}"] = count
+            reaped[label] = count
+    if failed:
+        reaped[FAILED_KEY] = failed
     return reaped
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    return f"{text} (caused by {type(cause).__name__}: {cause})" if cause is not None else text

@@ -155,11 +155,20 @@ class EmbeddedRedis(_Running):
         *,
         startup_timeout: float = 20.0,
         extra_args: tuple[str, ...] = (),
+        port: int = 0,
+        appendonly: bool = False,
+        maxmemory: int = 0,
     ) -> None:
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
         self.extra_args = extra_args
-        self.port = 0
+        #: 0: a free port is picked at start (and kept by :meth:`restart`).
+        self.port = port
+        #: Persistence for fault tests: an append-only file (fsync every second) survives
+        #: :meth:`restart`; without it a restart loses everything.
+        self.appendonly = appendonly
+        #: Bytes; with the noeviction policy a full server refuses writes (0: no limit).
+        self.maxmemory = maxmemory
         self.process: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
@@ -168,10 +177,12 @@ class EmbeddedRedis(_Running):
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> EmbeddedRedis:
-        self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-redis-")
+        fixed_port = self.port
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-redis-")
         # Another process may take the free port between probe and bind: try a few.
         for _ in range(5):
-            self.port = _free_port()
+            self.port = fixed_port or _free_port()
             log = Path(self._tmp.name) / "redis.log"
             self.process = subprocess.Popen(
                 [
@@ -180,7 +191,9 @@ class EmbeddedRedis(_Running):
                     "--bind", "127.0.0.1",
                     "--dir", self._tmp.name,
                     "--save", "",
-                    "--appendonly", "no",
+                    "--appendonly", "yes" if self.appendonly else "no",
+                    "--maxmemory", str(self.maxmemory),
+                    "--maxmemory-policy", "noeviction",
                     "--daemonize", "no",
                     "--logfile", str(log),
                     *self.extra_args,
@@ -208,6 +221,15 @@ class EmbeddedRedis(_Running):
             return False
         finally:
             client.close()
+
+    def restart(self, *, kill: bool = False) -> EmbeddedRedis:
+        """Stop the server (SIGKILL with ``kill``, else a clean shutdown) and start it again on
+        the same port and directory: with ``appendonly`` its data comes back, else none does."""
+        if kill and self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        self.stop(cleanup=False)
+        return self.start()
 
     def stop(self, cleanup: bool = True) -> None:
         if self.process is not None and self.process.poll() is None:
