@@ -35,25 +35,25 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
     lines = [f"redqueue top - {stamp} - prefix {overview['prefix']} - Ctrl-C to leave", ""]
     lines += [f"! {warning}" for warning in overview["warnings"]]
     header = (
-        f"{'structure':32} {'depth':>8} {'flight':>7} {'dead':>6} {'in/s':>8} {'out/s':>8} "
+        f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'in/s':>8} {'out/s':>8} "
         f"{'oldest':>8} {'drain':>8} {'workers':>7}  in, last minute"
     )
     lines += [header, "-" * min(len(header) + 8, width)]
     for view in overview["structures"]:
-        name = view["id"][:32]
+        name = view["id"] if len(view["id"]) <= 40 else "…" + view["id"][-39:]
         if "error" in view:
-            lines.append(f"{name:32} {view['error']}")
+            lines.append(f"{name:40} {view['error']}")
         elif "leases" in view:
             stats = view["leases"]
             lines.append(
-                f"{name:32} {stats['free']:>5} free {stats['leased']:>5} held "
+                f"{name:40} {stats['free']:>5} free {stats['leased']:>5} held "
                 f"{stats['expired']:>4} expired {stats['acquired']:>8} leases"
             )
         else:
             f = view["figures"]
             spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""
             lines.append(
-                f"{name:32} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
+                f"{name:40} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
                 f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
                 f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
             )

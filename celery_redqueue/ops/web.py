@@ -101,7 +101,7 @@ class Dashboard:
                 return [b""]
             if method == "POST" and path == "/api/action":
                 return self._json(start_response, self._action(environ))
-            if method not in ("GET", "HEAD"):
+            if method not in ("GET", "HEAD") or path == "/api/action":
                 raise HTTPError("405 Method Not Allowed", "method not allowed")
             if path == "/":
                 return self._page(start_response)
