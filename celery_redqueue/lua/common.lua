@@ -6,19 +6,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 
--- Add `n` to a per-second counter kept in a ring of 60 slots, "second value" per slot, in the
--- hash `flow`: enough for "per second over the last minute" figures, in bounded memory.
-local function tick(flow, kind, n, now)
-  if n == 0 then return end
-  local sec = math.floor(now / 1000)
-  local field = kind .. ':' .. (sec % 60)
+-- Add `n` to `kind`'s counters in the hash `flow`: a per-second ring of 60 slots
+-- ("<kind>:<second % 60>" = "<second> <value>") for "per second over the last minute" figures,
+-- and a per-minute ring of 60 slots ("<kind>:m<minute % 60>" = "<minute> <value>") for the last
+-- hour's history. A slot whose stamp is not the current second (minute) is stale and restarts
+-- from `n`: bounded memory (120 fields per kind), no clean-up pass, no extra round trip.
+local function ring_add(flow, field, stamp, n)
   local old = redis.call('HGET', flow, field)
   local value = n
   if old then
-    local old_sec, old_value = string.match(old, '^(%d+) (%S+)$')
-    if tonumber(old_sec) == sec then value = tonumber(old_value) + n end
+    local old_stamp, old_value = string.match(old, '^(%d+) (%S+)$')
+    if tonumber(old_stamp) == stamp then value = tonumber(old_value) + n end
   end
-  redis.call('HSET', flow, field, sec .. ' ' .. string.format('%.17g', value))
+  redis.call('HSET', flow, field, stamp .. ' ' .. string.format('%.17g', value))
+end
+
+local function tick(flow, kind, n, now)
+  if n == 0 then return end
+  local sec = math.floor(now / 1000)
+  local minute = math.floor(sec / 60)
+  ring_add(flow, kind .. ':' .. (sec % 60), sec, n)
+  ring_add(flow, kind .. ':m' .. (minute % 60), minute, n)
 end
 
 -- Forget up to 100 ids whose window ended (dedupe ids, processed-guard ids): bounded work per

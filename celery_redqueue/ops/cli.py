@@ -1,66 +1,58 @@
-"""``celery -A proj redqueue ...``: look at and tend every pool and bucket of an app.
+"""``celery -A proj redqueue ...``: look at and tend every structure of an app.
 
 Structures are found through the registry, so the command needs only the app's settings
 (``redqueue_url``, ``redqueue_key_prefix``), not the modules that define the tasks.
 
     celery -A proj redqueue list                     # every structure with its figures
+    celery -A proj redqueue stats pool:proj.record   # every counter, identities checked
+    celery -A proj redqueue top                      # live view, Ctrl-C to leave
     celery -A proj redqueue dead pool:proj.record    # its dead letters
     celery -A proj redqueue requeue pool:proj.record [--limit N]
     celery -A proj redqueue purge pool:proj.record [--limit N] --yes
+    celery -A proj redqueue drain pool:proj.record   # send a drain job now
+    celery -A proj redqueue keys bucket:crawl [--top N] [--search TEXT]
+    celery -A proj redqueue set-rate crawl example.com 5/s [--burst N]
+    celery -A proj redqueue leases leases:api-keys
     celery -A proj redqueue reap                     # what beat's reaper does, once
+    celery -A proj redqueue metrics                  # Prometheus text format
+    celery -A proj redqueue dashboard [--host 127.0.0.1] [--port 5566] [--token T]
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from ..errors import RedQueueError
-from ..structures.bucket import LeakyBucket
-from ..structures.catalog import open_entry, registry_entries
-from ..structures.pool import CappedPool
-from ..tasks.beat import DRAIN_HEADER
-from ..tasks.config import get_config
+from .reading import Operations, Target
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _app(ctx: click.Context) -> Any:
-    return ctx.obj.app
+def _ops(ctx: click.Context) -> Operations:
+    return Operations.from_app(ctx.obj.app)
 
 
-def _structures(ctx: click.Context) -> list[tuple[str, CappedPool | LeakyBucket]]:
-    config = get_config(_app(ctx))
-    client = config.client()
-    found = []
-    for entry in registry_entries(client, config.key_prefix):
+def _errors(func: F) -> F:
+    """Show redqueue errors as a one-line message and exit status 1, not a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            structure = open_entry(client, config.key_prefix, entry)
+            return func(*args, **kwargs)
         except RedQueueError as exc:
-            # One unreadable entry must not hide the others from the operator.
-            click.echo(f"{entry.kind}:{entry.name}: cannot open: {exc}", err=True)
-            continue
-        if structure is not None:
-            structure.serializer = config.serializer
-            found.append((f"{entry.kind}:{entry.name}", structure))
-    return found
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
-def _find(ctx: click.Context, name: str) -> CappedPool | LeakyBucket:
-    for full_name, structure in _structures(ctx):
-        if name in (full_name, structure.name):
-            return structure
-    raise click.ClickException(f"no pool or bucket named {name!r} (see: redqueue list)")
-
-
-def _kick(ctx: click.Context, structure: CappedPool | LeakyBucket) -> str:
-    """Send a drain job for the structure's task, if this app knows one by that name."""
-    app = _app(ctx)
-    app.loader.import_default_modules()
-    if structure.name in app.tasks:
-        app.send_task(structure.name, (), {}, headers={DRAIN_HEADER: 1})
-        return "; drain job sent"
-    return "; beat's drain will pick them up"
+def _find(ops: Operations, name: str, kinds: tuple[str, ...] = ("pool", "bucket")) -> Target:
+    return ops.find(name, kinds)
 
 
 def _seconds(value: float | None) -> str:
@@ -69,40 +61,115 @@ def _seconds(value: float | None) -> str:
 
 @click.group(name="redqueue")
 def redqueue() -> None:
-    """Pools and buckets of celery-redqueue: figures, dead letters, reaping."""
+    """Structures of celery-redqueue: figures, dead letters, actions, dashboard, metrics."""
 
 
 @redqueue.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.pass_context
+@_errors
 def list_structures(ctx: click.Context, as_json: bool) -> None:
-    """Every registered pool and bucket, with its backpressure figures."""
-    rows = [(name, structure.figures()) for name, structure in _structures(ctx)]
+    """Every registered structure, with its backpressure figures."""
+    views = _ops(ctx).overview()["structures"]
     if as_json:
-        click.echo(json.dumps({name: f.as_dict() for name, f in rows}, indent=2))
+        click.echo(
+            json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)
+        )
         return
-    if not rows:
+    if not views:
         click.echo("no pools or buckets registered under this prefix yet")
         return
     header = f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
     header += f"{'in/s':>8} {'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}"
     click.echo(header)
-    for name, f in rows:
-        workers = "-" if f.workers_needed is None else f"{f.workers_needed:.2f}"
-        click.echo(
-            f"{name:40} {f.depth:8} {f.in_flight:7} {f.dead:6} {f.delayed:7} "
-            f"{f.rate_in:8.2f} {f.rate_out:8.2f} {_seconds(f.oldest_age):>8} "
-            f"{_seconds(f.drain_eta):>8} {workers:>7}"
+    for view in views:
+        if "error" in view:
+            click.echo(f"{view['id']:40} {view['error']}")
+        elif "leases" in view:
+            s = view["leases"]
+            click.echo(f"{view['id']:40} {s['free']} free, {s['leased']} held of {s['resources']}")
+        else:
+            f = view["figures"]
+            workers = "-" if f["workers_needed"] is None else f"{f['workers_needed']:.2f}"
+            click.echo(
+                f"{view['id']:40} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
+                f"{f['delayed']:7} {f['rate_in']:8.2f} {f['rate_out']:8.2f} "
+                f"{_seconds(f['oldest_age']):>8} {_seconds(f['drain_eta']):>8} {workers:>7}"
+            )
+
+
+def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
+    """The accounting identities of a kind as (statement, left side, right side)."""
+    if kind == "pool":
+        terminal = ("processed", "failed", "evicted", "lost", "dead", "purged", "depth")
+        return [
+            ("offered == accepted + rejected", c["offered"], c["accepted"] + c["rejected"]),
+            (
+                "accepted == processed + failed + evicted + lost + dead + purged + depth "
+                "+ in_flight",
+                c["accepted"],
+                sum(c[n] for n in terminal) + c["in_flight"],
+            ),
+        ]
+    if kind == "bucket":
+        parts = ("processed", "dropped", "purged", "dead", "depth", "in_flight")
+        return [
+            (
+                "enqueued == processed + dropped + purged + dead + depth + in_flight",
+                c["enqueued"],
+                sum(c[n] for n in parts),
+            )
+        ]
+    return [
+        (
+            "resources == free + leased + expired",
+            c["resources"],
+            c["free"] + c["leased"] + c["expired"],
         )
+    ]
+
+
+@redqueue.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
+@click.pass_context
+@_errors
+def stats(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
+    target = _find(_ops(ctx), name, ("pool", "bucket", "leases"))
+    counters = target.structure.stats().as_dict()
+    checks = identities(target.kind, counters)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "counters": counters,
+                    "identities_hold": all(left == right for _, left, right in checks),
+                },
+                indent=2,
+            )
+        )
+    else:
+        click.echo(target.id)
+        for key in sorted(counters):
+            click.echo(f"  {key:16} {counters[key]}")
+        for statement, left, right in checks:
+            verdict = "ok" if left == right else f"MISMATCH ({left} != {right})"
+            click.echo(f"  check: {statement}: {verdict}")
+    if any(left != right for _, left, right in checks):
+        if target.kind == "bucket" and not as_json:
+            click.echo("  (a dead letter requeued into a full key is counted as rejected)")
+        ctx.exit(1)
 
 
 @redqueue.command()
 @click.argument("name")
 @click.option("--limit", default=20, show_default=True, help="How many, from the oldest.")
 @click.pass_context
+@_errors
 def dead(ctx: click.Context, name: str, limit: int) -> None:
     """List a structure's dead letters: payload, receives, last error."""
-    letters = _find(ctx, name).dead_letters(0, limit - 1)
+    letters = _find(_ops(ctx), name).structure.dead_letters(0, limit - 1)
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
@@ -116,11 +183,11 @@ def dead(ctx: click.Context, name: str, limit: int) -> None:
 @click.argument("name")
 @click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
 @click.pass_context
+@_errors
 def requeue(ctx: click.Context, name: str, limit: int) -> None:
     """Put dead letters back in their queue (receives reset) and send a drain job."""
-    structure = _find(ctx, name)
-    count = structure.requeue_dead(limit=limit)
-    click.echo(f"requeued {count}" + (_kick(ctx, structure) if count else ""))
+    ops = _ops(ctx)
+    click.echo(ops.requeue(_find(ops, name), limit=limit))
 
 
 @redqueue.command()
@@ -128,18 +195,159 @@ def requeue(ctx: click.Context, name: str, limit: int) -> None:
 @click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
+@_errors
 def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
     """Delete dead letters (they are counted as purged)."""
-    structure = _find(ctx, name)
+    ops = _ops(ctx)
+    target = _find(ops, name)
     if not yes:
         click.confirm(f"Delete dead letters of {name}?", abort=True)
-    click.echo(f"purged {structure.purge_dead(limit=limit)}")
+    click.echo(ops.purge(target, limit=limit))
+
+
+@redqueue.command()
+@click.argument("name")
+@click.pass_context
+@_errors
+def drain(ctx: click.Context, name: str) -> None:
+    """Send one drain job for a structure now (it needs the app's task of that name)."""
+    ops = _ops(ctx)
+    target = _find(ops, name)
+    if ops.drain_task(target) is None:
+        raise click.ClickException(f"{target.id}: no task of this app is named {target.name!r}")
+    click.echo(f"{target.id}: {ops.send_drain(target)}")
+
+
+@redqueue.command()
+@click.argument("bucket")
+@click.option("--top", default=20, show_default=True, help="How many keys.")
+@click.option("--search", default="", help="Only keys whose name contains this text.")
+@click.option("--json", "as_json", is_flag=True, help="Print the keys as JSON.")
+@click.pass_context
+@_errors
+def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) -> None:
+    """A bucket's busiest keys: depth, in flight, rate, next eligible."""
+    ops = _ops(ctx)
+    rows = ops.keys(_find(ops, bucket, ("bucket",)), top, search)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no keys")
+        return
+    click.echo(f"{'key':40} {'depth':>8} {'flight':>7} {'rate/s':>10} {'burst':>6} next eligible")
+    for row in rows:
+        when = (
+            "-"
+            if row["next_eligible"] is None
+            else time.strftime("%H:%M:%S", time.localtime(row["next_eligible"]))
+        )
+        rate = f"{row['rate']:g}" + ("" if row["custom_rate"] else "*")
+        click.echo(
+            f"{row['key']:40} {row['depth']:8} {row['in_flight']:7} {rate:>10} "
+            f"{row['burst']:6g} {when}"
+        )
+    click.echo("(* the bucket's default rate)")
+
+
+@redqueue.command(name="set-rate")
+@click.argument("bucket")
+@click.argument("key")
+@click.argument("rate")
+@click.option("--burst", type=float, default=None, help="Burst allowance (items).")
+@click.pass_context
+@_errors
+def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float | None) -> None:
+    """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
+    ops = _ops(ctx)
+    click.echo(ops.set_rate(_find(ops, bucket, ("bucket",)), key, rate, burst))
+
+
+@redqueue.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_context
+@_errors
+def leases(ctx: click.Context, name: str, as_json: bool) -> None:
+    """A resource pool: each resource, free or held, and when its lease runs out."""
+    ops = _ops(ctx)
+    target = _find(ops, name, ("leases",))
+    rows = ops.resources(target)
+    if as_json:
+        click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))
+        return
+    s = target.structure.stats()
+    click.echo(
+        f"{target.id}: {s.free} free, {s.leased} held, {s.expired} expired of {s.resources}; "
+        f"{s.acquired} acquired, {s.released} released, {s.reclaimed} reclaimed"
+    )
+    for row in rows:
+        detail = "" if row["state"] == "free" else f" expires in {row['expires_in']:.1f}s"
+        click.echo(f"  {row['resource']:40} {row['state']}{detail}")
 
 
 @redqueue.command()
 @click.pass_context
+@_errors
 def reap(ctx: click.Context) -> None:
     """Take back expired reservations of every structure, once."""
-    for name, structure in _structures(ctx):
-        result = structure.reap()
-        click.echo(f"{name}: {result}" + (_kick(ctx, structure) if result.drain_needed else ""))
+    ops = _ops(ctx)
+    for target in ops.targets():
+        if target.kind not in ("pool", "bucket"):
+            continue
+        result = target.structure.reap()
+        sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
+        click.echo(f"{target.id}: {result}{sent}")
+
+
+@redqueue.command()
+@click.option("--top-keys", default=10, show_default=True, help="Per-key series per bucket.")
+@click.pass_context
+@_errors
+def metrics(ctx: click.Context, top_keys: int) -> None:
+    """Print Prometheus metrics (text format), e.g. for node_exporter's textfile collector."""
+    from .metrics import render
+
+    body, _ = render(_ops(ctx), top_keys)
+    click.echo(body.decode(), nl=False)
+
+
+@redqueue.command()
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option("--iterations", type=int, default=None, help="Stop after this many frames.")
+@click.pass_context
+@_errors
+def top(ctx: click.Context, interval: float, iterations: int | None) -> None:
+    """A live view of every structure, redrawn in place; Ctrl-C to leave."""
+    from .top import run_top
+
+    run_top(_ops(ctx), interval, iterations)
+
+
+@redqueue.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=5566, show_default=True, help="Port (0 picks a free one).")
+@click.option(
+    "--token",
+    envvar="REDQUEUE_DASHBOARD_TOKEN",
+    default=None,
+    help="Unlocks actions (default: redqueue_dashboard_token; none: read-only).",
+)
+@click.option("--refresh", default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.pass_context
+@_errors
+def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refresh: float) -> None:
+    """Serve the dashboard: live figures, history, keys, dead letters, leases, /metrics."""
+    from ..web import dashboard_app, make_dashboard_server
+
+    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh)
+    server = make_dashboard_server(app, host, port)
+    bound_host, bound_port = server.server_address[:2]
+    mode = "actions need the token" if app.token else "read-only (no token)"
+    click.echo(f"redqueue dashboard on http://{bound_host}:{bound_port}/ ({mode})", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

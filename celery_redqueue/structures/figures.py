@@ -2,18 +2,44 @@
 would take to keep up. One call, bounded Redis work (a few hash reads, no scan of the items).
 
 Rates come from per-second counters kept in a ring of 60 slots by the structure's scripts, so
-"per second" means "averaged over the last minute".
+"per second" means "averaged over the last minute". The same scripts keep a ring of 60
+per-minute counters, read in the same call as :class:`History`: the last hour, minute by minute.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..redis.client import redis_errors
 from ..redis.lua import script
 
 WINDOW = 60
+#: Minutes of history kept by the per-minute ring.
+HOUR = 60
+
+
+@dataclass(frozen=True)
+class History:
+    """The last minute second by second and the last hour minute by minute, oldest first.
+
+    Counts are per slot (items offered / finished in that second or minute); ``depth`` is the
+    deepest depth seen by a reading in that minute, None for a minute in which nobody looked.
+    """
+
+    #: Server time (Unix seconds) where each of the 60 seconds starts.
+    second_starts: list[int]
+    seconds_in: list[float]
+    seconds_out: list[float]
+    #: Server time (Unix seconds) where each of the 60 minutes starts.
+    minute_starts: list[int]
+    minutes_in: list[float]
+    minutes_out: list[float]
+    minutes_depth: list[float | None]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -45,33 +71,70 @@ class Figures:
     seconds_per_item: float | None
     #: Worker processes needed to keep up with the in-rate at that time per item.
     workers_needed: float | None
+    #: The stats hash as read in the same call (every counter of the kind, by its own name).
+    counters: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+    #: The last minute and the last hour, read in the same call.
+    history: History | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The figures only (counters and history have their own ``as_dict``)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("counters", "history")}
 
 
-def ring_sums(flow: dict[bytes, bytes], now_ms: float) -> dict[str, float]:
+def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
+    """Each ring slot as (kind, is_minute_slot, stamp, value)."""
+    slots = []
+    for name, value in flow.items():
+        kind, _, slot = name.decode().partition(":")
+        stamp, _, amount = value.decode().partition(" ")
+        slots.append((kind, slot.startswith("m"), int(stamp), float(amount)))
+    return slots
+
+
+def ring_sums(flow: Mapping[bytes, bytes], now_ms: float) -> dict[str, float]:
     """Sum each kind's per-second slots that fall within the last minute."""
     now_sec = int(now_ms // 1000)
     sums: dict[str, float] = {}
-    for field, value in flow.items():
-        kind = field.decode().split(":", 1)[0]
-        sec_text, amount = value.decode().split(" ")
-        if now_sec - WINDOW < int(sec_text) <= now_sec:
-            sums[kind] = sums.get(kind, 0.0) + float(amount)
+    for kind, minute, stamp, amount in _slots(flow):
+        if not minute and now_sec - WINDOW < stamp <= now_sec:
+            sums[kind] = sums.get(kind, 0.0) + amount
     return sums
 
 
+def ring_history(flow: Mapping[bytes, bytes], now_ms: float) -> History:
+    """Lay the rings out as series ending at the current second and minute (stale slots, which
+    belong to an earlier lap of the ring, read as zero)."""
+    now_sec = int(now_ms // 1000)
+    now_min = now_sec // 60
+    per_second: dict[tuple[str, int], float] = {}
+    per_minute: dict[tuple[str, int], float] = {}
+    for kind, minute, stamp, amount in _slots(flow):
+        (per_minute if minute else per_second)[kind, stamp] = amount
+    seconds = list(range(now_sec - WINDOW + 1, now_sec + 1))
+    minutes = list(range(now_min - HOUR + 1, now_min + 1))
+    return History(
+        second_starts=seconds,
+        seconds_in=[per_second.get(("in", s), 0.0) for s in seconds],
+        seconds_out=[per_second.get(("out", s), 0.0) for s in seconds],
+        minute_starts=[m * 60 for m in minutes],
+        minutes_in=[per_minute.get(("in", m), 0.0) for m in minutes],
+        minutes_out=[per_minute.get(("out", m), 0.0) for m in minutes],
+        minutes_depth=[per_minute.get(("depth", m)) for m in minutes],
+    )
+
+
 def read_flow(
-    client: Any, stats_key: str, flow_key: str, ages_key: str
-) -> tuple[dict[str, int], dict[str, float], float | None, float]:
-    """Counters, last-minute sums, oldest offer time (ms) and the server time (ms), read in one
-    script on the structure's node so they agree with each other."""
-    stats, flow, oldest, now = script("read_flow")(client, [stats_key, flow_key, ages_key], [])
-    now_ms = float(now)
+    client: Any, stats_key: str, flow_key: str, ages_key: str, depth_field: str = ""
+) -> tuple[dict[str, int], dict[bytes, bytes], float | None, float]:
+    """Counters, the flow rings, oldest offer time (ms) and the server time (ms), read in one
+    script on the structure's node so they agree with each other. With ``depth_field``, the
+    script also records the depth it saw in this minute's history slot."""
+    stats, flow, oldest, now = script("read_flow")(
+        client, [stats_key, flow_key, ages_key], [depth_field]
+    )
     counters = {stats[i].decode(): int(stats[i + 1]) for i in range(0, len(stats), 2)}
     flow_map = {flow[i]: flow[i + 1] for i in range(0, len(flow), 2)}
-    return counters, ring_sums(flow_map, now_ms), (float(oldest) if oldest else None), now_ms
+    return counters, flow_map, (float(oldest) if oldest else None), float(now)
 
 
 def compute(
@@ -86,6 +149,8 @@ def compute(
     sums: dict[str, float],
     oldest_ms: float | None,
     now_ms: float,
+    counters: Mapping[str, int] | None = None,
+    history: History | None = None,
 ) -> Figures:
     rate_in = sums.get("in", 0.0) / WINDOW
     rate_out = sums.get("out", 0.0) / WINDOW
@@ -105,6 +170,8 @@ def compute(
         drain_eta=(depth + in_flight) / rate_out if rate_out > 0 else (0.0 if not depth else None),
         seconds_per_item=per_item,
         workers_needed=rate_in * per_item if per_item is not None else None,
+        counters=dict(counters or {}),
+        history=history,
     )
 
 
@@ -119,7 +186,9 @@ def structure_figures(
     """Figures of one structure; the arguments name the counters that mean depth, offered and
     dropped in its stats hash (pools and buckets count those under different names)."""
     with redis_errors(f"reading figures of {keys.base}"):
-        counters, sums, oldest, now = read_flow(client, keys("stats"), keys("flow"), keys("ages"))
+        counters, flow, oldest, now = read_flow(
+            client, keys("stats"), keys("flow"), keys("ages"), depth
+        )
 
     def total(names: tuple[str, ...]) -> int:
         return sum(counters.get(name, 0) for name in names)
@@ -132,7 +201,9 @@ def structure_figures(
         offered=total(offered),
         processed=counters.get("processed", 0),
         dropped=total(dropped),
-        sums=sums,
+        sums=ring_sums(flow, now),
         oldest_ms=oldest,
         now_ms=now,
+        counters=counters,
+        history=ring_history(flow, now),
     )

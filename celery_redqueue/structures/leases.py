@@ -54,6 +54,7 @@ from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError, Res
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
+from . import catalog
 
 #: The keys every lease script receives, in this order (see lua/lease_common.lua).
 PARTS = ("resources", "free", "leased", "tokens", "stats", "notify")
@@ -168,10 +169,19 @@ class ResourcePool:
         self._keys = [self.keys(part) for part in PARTS]
         self._undeclared: list[str] = []
         self._declare_lock = threading.Lock()
+        self._registered = False
         self.declare(resources)
 
     def _run(self, name: str, args: list[Any]) -> Any:
-        """Run a lease script; every one receives all of the pool's keys (lease_common.lua)."""
+        """Run a lease script; every one receives all of the pool's keys (lease_common.lua).
+
+        The first call of a process lists the pool in the registry, so operator tools find it.
+        The kind is not in the catalog: the reaper and drains have nothing to do with leases
+        (expired ones come back on their own), so they skip it; the ops tools open it by name.
+        """
+        if not self._registered:
+            catalog.register(self.client, self.keys, {})
+            self._registered = True
         return script(name)(self.client, self._keys, args)
 
     def __repr__(self) -> str:

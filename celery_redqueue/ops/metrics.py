@@ -1,0 +1,126 @@
+"""Prometheus metrics of every structure, in the text exposition format.
+
+Served at ``GET /metrics`` by the dashboard and printed by ``celery -A proj redqueue metrics``
+(for node_exporter's textfile collector). Names follow Prometheus conventions: counters end in
+``_total``, times are in seconds, and every series carries ``kind`` and ``name`` labels. Per-key
+series exist only for each bucket's busiest keys (``top_keys``), so cardinality stays bounded
+however many keys a bucket has.
+
+Needs ``prometheus_client`` (``pip install 'celery-redqueue[dashboard]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ConfigurationError, RedQueueError
+from .reading import DROP_REASONS, Operations
+
+#: Per bucket, how many of the busiest keys get per-key series.
+TOP_KEYS = 10
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+        import prometheus_client.core
+    except ImportError as exc:  # an optional extra: say how to get it
+        raise ConfigurationError(
+            "metrics need prometheus_client: pip install 'celery-redqueue[dashboard]'"
+        ) from exc
+    return prometheus_client
+
+
+class RedQueueCollector:
+    """A prometheus_client collector reading every structure at each scrape.
+
+    Register it on your own registry to export redqueue figures from an existing endpoint::
+
+        from prometheus_client import REGISTRY
+        REGISTRY.register(RedQueueCollector(Operations.from_app(app)))
+    """
+
+    def __init__(self, ops: Operations, top_keys: int = TOP_KEYS) -> None:
+        self.ops = ops
+        self.top_keys = top_keys
+
+    def collect(self) -> Iterator[Any]:
+        core = _prometheus().core
+        gauge, counter = core.GaugeMetricFamily, core.CounterMetricFamily
+        labels = ["kind", "name"]
+        g = {
+            "depth": gauge("redqueue_depth", "Items waiting to be handed out.", labels=labels),
+            "in_flight": gauge(
+                "redqueue_in_flight", "Items handed out and not finished.", labels=labels
+            ),
+            "delayed": gauge("redqueue_delayed", "Items held until due.", labels=labels),
+            "dead": gauge("redqueue_dead", "Items in the dead-letter list.", labels=labels),
+            "oldest_age": gauge(
+                "redqueue_oldest_age_seconds", "Age of the oldest waiting item.", labels=labels
+            ),
+            "drain_eta": gauge(
+                "redqueue_drain_eta_seconds",
+                "Time to empty at the last minute's out-rate.",
+                labels=labels,
+            ),
+            "workers_needed": gauge(
+                "redqueue_workers_needed",
+                "Worker processes needed to keep up with the last minute's in-rate.",
+                labels=labels,
+            ),
+        }
+        offered = counter("redqueue_offered", "Items offered.", labels=labels)
+        processed = counter("redqueue_processed", "Items processed.", labels=labels)
+        dropped = counter("redqueue_dropped", "Items shed, by reason.", labels=[*labels, "reason"])
+        key_depth = gauge(
+            "redqueue_key_depth", "Depth of a bucket's busiest keys.", labels=["name", "key"]
+        )
+        key_flight = gauge(
+            "redqueue_key_in_flight",
+            "In-flight items of a bucket's busiest keys.",
+            labels=["name", "key"],
+        )
+        resources = gauge(
+            "redqueue_resources", "Resources of a resource pool by state.", labels=["name", "state"]
+        )
+        acquired = counter("redqueue_leases_acquired", "Leases granted.", labels=["name"])
+        up = gauge("redqueue_structure_up", "1 when the structure could be read.", labels=labels)
+        for target in self.ops.targets():
+            view = self.ops.view(target)
+            ids = [target.kind, target.name]
+            up.add_metric(ids, 0 if "error" in view else 1)
+            if "leases" in view:
+                stats = view["leases"]
+                for state in ("free", "leased", "expired"):
+                    resources.add_metric([target.name, state], stats[state])
+                acquired.add_metric([target.name], stats["acquired"])
+                continue
+            if "figures" not in view:
+                continue
+            figures, counters = view["figures"], view["counters"]
+            for name, family in g.items():
+                if figures[name] is not None:
+                    family.add_metric(ids, figures[name])
+            offered.add_metric(ids, figures["offered"])
+            processed.add_metric(ids, figures["processed"])
+            for reason in DROP_REASONS.get(target.kind, ()):
+                dropped.add_metric([*ids, reason], counters.get(reason, 0))
+            if target.kind == "bucket" and self.top_keys > 0:
+                try:
+                    rows = self.ops.keys(target, top=self.top_keys)
+                except RedQueueError:
+                    continue
+                for row in rows:
+                    key_depth.add_metric([target.name, row["key"]], row["depth"])
+                    key_flight.add_metric([target.name, row["key"]], row["in_flight"])
+        yield from g.values()
+        yield from (offered, processed, dropped, key_depth, key_flight, resources, acquired, up)
+
+
+def render(ops: Operations, top_keys: int = TOP_KEYS) -> tuple[bytes, str]:
+    """The metrics as the text exposition format, and its content type."""
+    prometheus = _prometheus()
+    registry = prometheus.CollectorRegistry(auto_describe=False)
+    registry.register(RedQueueCollector(ops, top_keys))
+    return prometheus.generate_latest(registry), prometheus.CONTENT_TYPE_LATEST

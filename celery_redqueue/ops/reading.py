@@ -1,0 +1,337 @@
+"""What every operator tool (CLI, ``top``, metrics, dashboard) reads and does, in one place.
+
+Structures are found through the registry, so only the app's settings are needed, not the
+modules that define the tasks. Reading costs a bounded number of round trips per structure
+(the registry, then one figures script each), never a scan of the items: per-key and
+per-resource views read a bounded window. A failure in one structure is reported on that
+structure and never stops the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError, RedQueueError
+from ..redis.client import redis_errors
+from ..redis.serializers import Serializer, get_serializer
+from ..structures.bucket import LeakyBucket
+from ..structures.catalog import open_structure, registered
+from ..structures.deadletters import DeadLetter, parse_dead_letter
+from ..structures.leases import ResourcePool
+from ..structures.pool import CappedPool
+from ..tasks.beat import DRAIN_HEADER
+from ..tasks.config import get_config
+from .health import server_warnings
+
+#: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
+KEY_WINDOW = 1000
+#: Most resources of one resource pool listed (the least recently freed and soonest to expire).
+RESOURCE_WINDOW = 200
+#: Most calls a keys search makes to HSCAN (each looks at about 1000 keys).
+SEARCH_SCANS = 10
+#: Seconds the registry listing is reused before it is read again.
+REGISTRY_TTL = 5.0
+
+#: The stats counters that identify why work was shed, by kind (Prometheus ``reason`` label).
+DROP_REASONS = {
+    "pool": ("rejected", "evicted", "lost"),
+    "bucket": ("rejected", "dropped", "duplicates"),
+}
+
+Structure = CappedPool | LeakyBucket | ResourcePool
+
+
+@dataclass(frozen=True)
+class Target:
+    """One registered structure, opened."""
+
+    #: ``kind:name``, the id the CLI and the dashboard use.
+    id: str
+    kind: str
+    name: str
+    structure: Any
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def payload_text(payload: Any) -> str:
+    """A dead letter's payload as text for display (JSON where it can be, else repr)."""
+    if isinstance(payload, bytes):
+        return repr(payload)
+    try:
+        return json.dumps(payload, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(payload)
+
+
+def letter_view(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "payload": payload_text(letter.payload),
+        "receives": letter.receives,
+        "error": letter.error,
+        "at": letter.at,
+        "count": letter.count,
+        "key": letter.key,
+        "ref": base64.b64encode(letter.raw).decode(),
+    }
+
+
+class Operations:
+    """Figures, listings and actions over every structure of one prefix.
+
+    Args:
+        client: a Redis client for the structures' server.
+        prefix: the key prefix (``redqueue_key_prefix``).
+        serializer: how payloads are stored (for dead letters).
+        celery_app: the app, when drain jobs may be sent ("drain now", after a requeue).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        serializer: str | Serializer | None = None,
+        celery_app: Any = None,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.serializer = get_serializer(serializer)
+        self.celery_app = celery_app
+        self._targets: list[Target] = []
+        self._read_at = -REGISTRY_TTL
+
+    @classmethod
+    def from_app(cls, app: Any) -> Operations:
+        """Operations over the structures of a Celery app's ``redqueue_*`` settings."""
+        config = get_config(app)
+        return cls(config.client(), config.key_prefix, config.serializer, app)
+
+    # Finding structures
+
+    def targets(self, fresh: bool = False) -> list[Target]:
+        """Every registered structure, opened (the listing is reused for a few seconds)."""
+        if fresh or time.monotonic() - self._read_at > REGISTRY_TTL:
+            found = []
+            for kind, name, settings in registered(self.client, self.prefix):
+                structure: Any
+                if kind == ResourcePool.kind:
+                    structure = ResourcePool(self.client, name, prefix=self.prefix)
+                    structure._registered = True  # it is listed: reading must not write
+                else:
+                    try:
+                        structure = open_structure(self.client, self.prefix, kind, name, settings)
+                    except (RedQueueError, TypeError, ValueError):
+                        continue  # settings of another version: listed by the next release
+                    if structure is None:
+                        continue
+                    structure.serializer = self.serializer
+                found.append(Target(f"{kind}:{name}", kind, name, structure))
+            self._targets, self._read_at = found, time.monotonic()
+        return self._targets
+
+    def find(self, name: str, kinds: Sequence[str] = ("pool", "bucket", "leases")) -> Target:
+        """The structure with this id (``pool:x``) or bare name; ConfigurationError if none."""
+        for fresh in (False, True):
+            for target in self.targets(fresh=fresh):
+                if target.kind in kinds and name in (target.id, target.name):
+                    return target
+        wanted = " or ".join(kinds)
+        raise ConfigurationError(f"no {wanted} named {name!r} (see: celery redqueue list)")
+
+    # Reading
+
+    def view(self, target: Target) -> dict[str, Any]:
+        """One structure's live figures (one round trip), as plain JSON-able data."""
+        base: dict[str, Any] = {"id": target.id, "kind": target.kind, "name": target.name}
+        try:
+            if target.kind == ResourcePool.kind:
+                base["leases"] = target.structure.stats().as_dict()
+                return base
+            figures = target.structure.figures()
+        except RedQueueError as exc:
+            base["error"] = str(exc)
+            return base
+        values = figures.as_dict()
+        for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
+            values[name] = _seconds(values[name])
+        base.update(
+            figures=values,
+            counters=dict(figures.counters),
+            history=figures.history.as_dict() if figures.history else None,
+            settings=target.structure.settings(),
+        )
+        return base
+
+    def overview(self) -> dict[str, Any]:
+        """Every structure's view, and the server's warnings."""
+        views = [self.view(target) for target in self.targets()]
+        try:
+            with redis_errors("reading the server's settings"):
+                warnings = server_warnings(self.client)
+        except RedQueueError as exc:
+            warnings = [str(exc)]
+        return {
+            "prefix": self.prefix,
+            "time": time.time(),
+            "structures": views,
+            "warnings": warnings,
+        }
+
+    def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
+        """A page of dead letters from the oldest, with the list's length."""
+        with redis_errors("reading dead letters"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.llen(target.structure.keys("dead"))
+            pipe.lrange(target.structure.keys("dead"), start, start + count - 1)
+            total, raw = pipe.execute()
+        letters = [parse_dead_letter(entry, self.serializer) for entry in raw]
+        return {"total": int(total), "start": start, "letters": [letter_view(x) for x in letters]}
+
+    def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
+        """A bucket's busiest keys (deepest among the next :data:`KEY_WINDOW` eligible), or the
+        keys whose name contains ``query`` (found by a bounded HSCAN)."""
+        bucket = target.structure
+        if not isinstance(bucket, LeakyBucket):
+            raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
+        with redis_errors(f"reading keys of {bucket.keys.base}"):
+            if query:
+                names = self._search(bucket, query, top)
+                scores = self._pipe([("zscore", bucket.keys("ready"), n) for n in names])
+                ready = dict(zip(names, scores, strict=True))
+            else:
+                window = self.client.zrange(
+                    bucket.keys("ready"), 0, KEY_WINDOW - 1, withscores=True
+                )
+                names = [name.decode() for name, _ in window]
+                ready = {name.decode(): score for name, score in window}
+            if not names:
+                return []
+            heads, tails, rates, flights = self._pipe(
+                [
+                    ("hmget", bucket.keys("heads"), names),
+                    ("hmget", bucket.keys("tails"), names),
+                    ("hmget", bucket.keys("rates"), names),
+                    ("hmget", bucket.keys("keystats"), [f"{n}\0in_flight" for n in names]),
+                ]
+            )
+        rows: list[dict[str, Any]] = []
+        for i, name in enumerate(names):
+            if rates[i]:
+                interval_ms, burst = (float(x) for x in rates[i].split())
+            else:
+                interval_ms, burst = bucket.default_interval_ms, bucket.default_burst
+            eligible = ready.get(name)
+            rows.append(
+                {
+                    "key": name,
+                    "depth": int(tails[i] or 0) - int(heads[i] or 0),
+                    "in_flight": int(flights[i] or 0),
+                    "rate": round(1000.0 / interval_ms, 6),
+                    "burst": burst,
+                    "custom_rate": bool(rates[i]),
+                    "next_eligible": None if eligible is None else float(eligible) / 1000.0,
+                }
+            )
+        rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), str(row["key"])))
+        return rows[:top]
+
+    def _pipe(self, calls: list[tuple[str, str, Any]]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for method, key, arg in calls:
+            getattr(pipe, method)(key, arg)
+        return list(pipe.execute())
+
+    def _search(self, bucket: LeakyBucket, query: str, limit: int) -> list[str]:
+        pattern = "*" + "".join(f"\\{c}" if c in "*?[]\\" else c for c in query) + "*"
+        found: list[str] = []
+        cursor = 0
+        for _ in range(SEARCH_SCANS):
+            cursor, page = self.client.hscan(
+                bucket.keys("tails"), cursor, match=pattern, count=1000
+            )
+            found.extend(name.decode() for name in page)
+            if not cursor or len(found) >= limit:
+                break
+        return sorted(found)[:limit]
+
+    def resources(self, target: Target) -> list[dict[str, Any]]:
+        """A resource pool's resources: held ones by expiry, then free ones by when freed."""
+        pool = target.structure
+        if not isinstance(pool, ResourcePool):
+            raise ConfigurationError(f"{target.id} is not a resource pool")
+        with redis_errors(f"reading {pool.keys.base}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
+            pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
+            pipe.time()
+            leased, free, (sec, usec) = pipe.execute()
+        now = sec + usec / 1e6
+        rows = [
+            {
+                "resource": name.decode(),
+                "state": "held" if score / 1000.0 > now else "expired",
+                "expires_at": score / 1000.0,
+                "expires_in": round(score / 1000.0 - now, 3),
+            }
+            for name, score in leased
+        ]
+        rows += [
+            {"resource": name.decode(), "state": "free", "free_since": score / 1000.0 or None}
+            for name, score in free
+        ]
+        return rows
+
+    # Acting
+
+    def _letters(self, refs: Sequence[str] | None) -> list[DeadLetter] | None:
+        if refs is None:
+            return None
+        try:
+            raws = [base64.b64decode(ref, validate=True) for ref in refs]
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"not a dead-letter reference: {exc}") from None
+        return [DeadLetter(None, 0, "", 0.0, raw=raw) for raw in raws]
+
+    def requeue(self, target: Target, refs: Sequence[str] | None = None, limit: int = -1) -> str:
+        """Requeue the letters named by ``refs`` (from :meth:`dead_letters`), or the oldest
+        ``limit`` (-1: all); sends a drain job when the app has the structure's task."""
+        count = int(target.structure.requeue_dead(self._letters(refs), limit=limit))
+        sent = self.send_drain(target) if count else None
+        return f"requeued {count}" + ("" if sent is None else f"; {sent}")
+
+    def purge(self, target: Target, refs: Sequence[str] | None = None, limit: int = -1) -> str:
+        """Delete dead letters (counted as purged): the ``refs`` given, or the oldest ``limit``."""
+        return f"purged {int(target.structure.purge_dead(self._letters(refs), limit=limit))}"
+
+    def drain_task(self, target: Target) -> Any:
+        """The app's task that drains ``target``, or None (no app, or not one of its tasks)."""
+        app = self.celery_app
+        if app is None or target.kind not in ("pool", "bucket"):
+            return None
+        app.loader.import_default_modules()
+        return app.tasks.get(target.name)
+
+    def send_drain(self, target: Target) -> str:
+        """Send one drain job now; says what happened."""
+        task = self.drain_task(target)
+        if task is None:
+            return "no task of this app drains it; beat's drain will pick it up"
+        if hasattr(task, "send_drain"):
+            task.send_drain()
+        else:
+            self.celery_app.send_task(target.name, (), {}, headers={DRAIN_HEADER: 1})
+        return "drain job sent"
+
+    def set_rate(self, target: Target, key: str, rate: str, burst: float | None = None) -> str:
+        bucket = target.structure
+        if not isinstance(bucket, LeakyBucket):
+            raise ConfigurationError(f"{target.id} is not a bucket: it has no per-key rates")
+        bucket.set_rate(key, rate, burst)
+        return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")

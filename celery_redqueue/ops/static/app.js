@@ -1,0 +1,313 @@
+// redqueue dashboard: polls two JSON endpoints and draws the page. Data only ever reaches the
+// DOM as text (textContent), never as markup, so payloads, keys and errors cannot inject HTML.
+"use strict";
+
+const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
+const CSRF = meta("csrf-token");
+const ACTIONS = meta("redqueue-actions") === "on";
+const REFRESH = Math.max(500, parseInt(meta("redqueue-refresh"), 10) || 2000);
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  selected: decodeURIComponent(location.hash.slice(1)) || null,
+  token: sessionStorage.getItem("redqueue-token") || "",
+  query: "",
+  detail: null,
+  checked: new Set(),
+};
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function fmtNum(v, digits = 0) {
+  if (v === null || v === undefined) return "-";
+  return Number(v).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function fmtSecs(v) {
+  if (v === null || v === undefined) return "-";
+  if (v < 60) return `${v.toFixed(1)}s`;
+  if (v < 3600) return `${(v / 60).toFixed(1)}m`;
+  return `${(v / 3600).toFixed(1)}h`;
+}
+
+function fmtTime(epoch) {
+  if (!epoch) return "-";
+  return new Date(epoch * 1000).toLocaleTimeString();
+}
+
+function status(text, ok) {
+  const box = $("status");
+  box.textContent = text || "";
+  box.className = text ? (ok ? "ok" : "error") : "";
+}
+
+async function getJSON(url) {
+  const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.error || response.statusText);
+  return data;
+}
+
+async function act(body) {
+  const response = await fetch("api/action", {
+    method: "POST",
+    headers: {
+      "Content-Type": "application/json",
+      "X-CSRF-Token": CSRF,
+      Authorization: `Bearer ${state.token}`,
+    },
+    body: JSON.stringify(body),
+  });
+  let data = {};
+  try { data = await response.json(); } catch (e) { data = { error: response.statusText }; }
+  if (!response.ok) {
+    status(`${response.status}: ${data.error || "refused"}`, false);
+    return false;
+  }
+  status(data.message, true);
+  state.checked.clear();
+  refresh();
+  return true;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function cells(tr, values) {
+  for (const [value, cls] of values) tr.appendChild(el("td", value, cls));
+  return tr;
+}
+
+function renderOverview(data) {
+  $("prefix").textContent = `prefix ${data.prefix}`;
+  $("updated").textContent = `updated ${fmtTime(data.time)}`;
+  $("warnings").hidden = data.warnings.length === 0;
+  fill($("warning-list"), data.warnings.map((w) => el("li", w)));
+  const rows = data.structures.map((s) => {
+    const tr = el("tr");
+    tr.dataset.id = s.id;
+    if (s.id === state.selected) tr.className = "selected";
+    tr.addEventListener("click", () => select(s.id));
+    if (s.error) {
+      tr.appendChild(el("td", s.id));
+      const td = el("td", s.error, "error");
+      td.colSpan = 9;
+      tr.appendChild(td);
+    } else if (s.leases) {
+      const l = s.leases;
+      cells(tr, [[s.id], [`${l.free} free`, "num"], [`${l.leased} held`, "num"],
+        [`${l.expired} expired`, "num"], ["-", "num"], ["-", "num"], ["-", "num"],
+        [`${l.resources} resources`, "num"], [`${fmtNum(l.acquired)} leases`, "num"], ["-", "num"]]);
+    } else {
+      const f = s.figures;
+      cells(tr, [[s.id], [fmtNum(f.depth), "num"], [fmtNum(f.in_flight), "num"],
+        [fmtNum(f.delayed), "num"], [fmtNum(f.dead), f.dead ? "num bad" : "num"],
+        [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
+        [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
+        [fmtNum(f.workers_needed, 2), "num"]]);
+    }
+    return tr;
+  });
+  fill($("structures").tBodies[0], rows);
+}
+
+function select(id) {
+  state.selected = id;
+  state.query = "";
+  state.checked.clear();
+  $("key-query").value = "";
+  history.replaceState(null, "", `#${encodeURIComponent(id)}`);
+  refresh();
+}
+
+// The chart: bars for items in and out per slot, a line for depth (own scale on the right).
+function drawChart(detail) {
+  const canvas = $("chart");
+  const h = detail.history;
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth || 900;
+  const height = canvas.clientHeight || 220;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  if (!h) { canvas.dataset.points = "0"; return; }
+  const hour = $("span").value === "hour";
+  const starts = hour ? h.minute_starts : h.second_starts;
+  const ins = hour ? h.minutes_in : h.seconds_in;
+  const outs = hour ? h.minutes_out : h.seconds_out;
+  const depth = hour ? h.minutes_depth : [];
+  const pad = { l: 44, r: 44, t: 10, b: 22 };
+  const plotW = width - pad.l - pad.r;
+  const plotH = height - pad.t - pad.b;
+  const maxFlow = Math.max(1, ...ins, ...outs);
+  const maxDepth = Math.max(1, ...depth.filter((d) => d !== null));
+  const slot = plotW / starts.length;
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillStyle = "#6b7280";
+  ctx.strokeStyle = "#e5e7eb";
+  for (let i = 0; i <= 4; i++) {
+    const y = pad.t + (plotH * i) / 4;
+    ctx.beginPath(); ctx.moveTo(pad.l, y); ctx.lineTo(width - pad.r, y); ctx.stroke();
+    ctx.textAlign = "right";
+    ctx.fillText(fmtNum((maxFlow * (4 - i)) / 4, maxFlow < 4 ? 1 : 0), pad.l - 4, y + 4);
+    if (depth.length) {
+      ctx.textAlign = "left";
+      ctx.fillText(fmtNum((maxDepth * (4 - i)) / 4), width - pad.r + 4, y + 4);
+    }
+  }
+  ctx.textAlign = "center";
+  for (let i = 0; i < starts.length; i += Math.ceil(starts.length / 6)) {
+    ctx.fillText(fmtTime(starts[i]), pad.l + slot * (i + 0.5), height - 6);
+  }
+  let points = 0;
+  const bar = Math.max(1, slot / 2 - 1);
+  ins.forEach((v, i) => {
+    if (!v) return;
+    points++;
+    ctx.fillStyle = "#2563eb";
+    const bh = (v / maxFlow) * plotH;
+    ctx.fillRect(pad.l + slot * i, pad.t + plotH - bh, bar, bh);
+  });
+  outs.forEach((v, i) => {
+    if (!v) return;
+    points++;
+    ctx.fillStyle = "#10b981";
+    const bh = (v / maxFlow) * plotH;
+    ctx.fillRect(pad.l + slot * i + bar, pad.t + plotH - bh, bar, bh);
+  });
+  ctx.strokeStyle = "#f97316";
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  let pen = false;
+  depth.forEach((v, i) => {
+    if (v === null) { pen = false; return; }
+    points++;
+    const x = pad.l + slot * (i + 0.5);
+    const y = pad.t + plotH - (v / maxDepth) * plotH;
+    if (pen) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+    pen = true;
+  });
+  ctx.stroke();
+  ctx.lineWidth = 1;
+  canvas.dataset.points = String(points);
+}
+
+function renderDetail(d) {
+  state.detail = d;
+  $("detail").hidden = false;
+  $("detail-title").textContent = d.id;
+  $("drain").hidden = !d.can_drain;
+  fill($("counters").tBodies[0], Object.entries(d.counters || d.leases || {}).sort()
+    .map(([k, v]) => cells(el("tr"), [[k], [fmtNum(v), "num"]])));
+  $("chart").hidden = !d.history;
+  drawChart(d);
+
+  $("keys-box").hidden = !d.keys;
+  $("set-rate").hidden = !(ACTIONS && d.kind === "bucket");
+  if (d.keys) {
+    fill($("keys").tBodies[0], d.keys.map((k) => {
+      const tr = cells(el("tr"), [[k.key], [fmtNum(k.depth), "num"], [fmtNum(k.in_flight), "num"],
+        [fmtNum(k.rate, 3) + (k.custom_rate ? "" : " (default)"), "num"], [fmtNum(k.burst, 1), "num"],
+        [fmtTime(k.next_eligible)]]);
+      tr.addEventListener("click", () => { $("rate-key").value = k.key; });
+      return tr;
+    }));
+  }
+  $("resources-box").hidden = !d.resources;
+  if (d.resources) {
+    fill($("resources").tBodies[0], d.resources.map((r) => cells(el("tr"), [[r.resource], [r.state],
+      [r.state === "free" ? "-" : fmtSecs(r.expires_in), "num"]])));
+  }
+  const dead = d.dead_letters;
+  $("dead-box").hidden = !dead;
+  $("dead-actions").hidden = !ACTIONS;
+  if (dead) {
+    $("dead-total").textContent = `(${fmtNum(dead.total)}${dead.total > dead.letters.length ? `, first ${dead.letters.length} shown` : ""})`;
+    fill($("dead").tBodies[0], dead.letters.map((letter) => {
+      const tr = el("tr");
+      const box = el("input");
+      box.type = "checkbox";
+      box.checked = state.checked.has(letter.ref);
+      box.addEventListener("change", () => {
+        if (box.checked) state.checked.add(letter.ref); else state.checked.delete(letter.ref);
+      });
+      const td = el("td");
+      td.appendChild(box);
+      tr.appendChild(td);
+      return cells(tr, [[letter.payload, "payload"], [letter.receives, "num"], [letter.error, "error"],
+        [letter.key ?? "-"], [fmtTime(letter.at)]]);
+    }));
+  }
+}
+
+let busy = false;
+async function refresh() {
+  if (busy) return;
+  busy = true;
+  try {
+    const data = await getJSON("api/overview");
+    renderOverview(data);
+    if (state.selected && data.structures.some((s) => s.id === state.selected)) {
+      const q = encodeURIComponent(state.query);
+      renderDetail(await getJSON(`api/structure?id=${encodeURIComponent(state.selected)}&q=${q}`));
+    } else {
+      $("detail").hidden = true;
+    }
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+    if ($("status").className === "error" && $("status").dataset.kind === "poll") status("");
+  } catch (e) {
+    status(`refresh failed: ${e.message}`, false);
+    $("status").dataset.kind = "poll";
+  } finally {
+    busy = false;
+  }
+}
+
+function dead(action, all) {
+  const refs = [...state.checked];
+  if (!all && refs.length === 0) { status("select dead letters first", false); return; }
+  if (action === "purge" && !confirm(all ? "Purge every dead letter?" : `Purge ${refs.length}?`)) return;
+  act(all ? { action, id: state.selected, all: true } : { action, id: state.selected, refs });
+}
+
+function setup() {
+  $("unlock").hidden = !ACTIONS;
+  $("readonly").hidden = ACTIONS;
+  $("token").value = state.token;
+  $("lockstate").textContent = state.token ? "token set" : "";
+  $("unlock").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.token = $("token").value;
+    sessionStorage.setItem("redqueue-token", state.token);
+    $("lockstate").textContent = state.token ? "token set" : "";
+  });
+  $("requeue-selected").addEventListener("click", () => dead("requeue", false));
+  $("purge-selected").addEventListener("click", () => dead("purge", false));
+  $("requeue-all").addEventListener("click", () => dead("requeue", true));
+  $("purge-all").addEventListener("click", () => dead("purge", true));
+  $("drain").addEventListener("click", () => act({ action: "drain", id: state.selected }));
+  $("span").addEventListener("change", () => state.detail && drawChart(state.detail));
+  $("key-search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.query = $("key-query").value;
+    refresh();
+  });
+  $("set-rate").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const burst = $("rate-burst").value.trim();
+    act({ action: "set_rate", id: state.selected, key: $("rate-key").value,
+      rate: $("rate-value").value, burst: burst === "" ? null : Number(burst) });
+  });
+  refresh();
+  setInterval(refresh, REFRESH);
+}
+
+setup();

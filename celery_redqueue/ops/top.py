@@ -1,0 +1,84 @@
+"""``celery -A proj redqueue top``: every structure's figures, redrawn in place like ``top``."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import Any, TextIO
+
+from .reading import Operations
+
+#: Move the cursor home and clear what follows: the frame is redrawn over the last one.
+HOME, CLEAR_BELOW = "\x1b[H", "\x1b[J"
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _spark(values: list[float], width: int = 20) -> str:
+    """The last ``width`` values as a one-line bar chart."""
+    bars = " ▁▂▃▄▅▆▇█"
+    tail = values[-width:]
+    top = max(tail, default=0) or 1
+    return "".join(bars[round(v / top * (len(bars) - 1))] for v in tail)
+
+
+def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
+    """The lines of one frame (pure: the figures in, text out)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(overview["time"]))
+    lines = [f"redqueue top - {stamp} - prefix {overview['prefix']} - Ctrl-C to leave", ""]
+    lines += [f"! {warning}" for warning in overview["warnings"]]
+    header = (
+        f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'in/s':>8} {'out/s':>8} "
+        f"{'oldest':>8} {'drain':>8} {'workers':>7}  in, last minute"
+    )
+    lines += [header, "-" * min(len(header) + 8, width)]
+    for view in overview["structures"]:
+        name = view["id"] if len(view["id"]) <= 40 else "…" + view["id"][-39:]
+        if "error" in view:
+            lines.append(f"{name:40} {view['error']}")
+        elif "leases" in view:
+            stats = view["leases"]
+            lines.append(
+                f"{name:40} {stats['free']:>5} free {stats['leased']:>5} held "
+                f"{stats['expired']:>4} expired {stats['acquired']:>8} leases"
+            )
+        else:
+            f = view["figures"]
+            spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""
+            lines.append(
+                f"{name:40} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
+                f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
+                f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
+            )
+    if not overview["structures"]:
+        lines.append("no structures registered under this prefix yet")
+    return [line[:width] for line in lines]
+
+
+def run_top(
+    ops: Operations,
+    interval: float = 2.0,
+    iterations: int | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Redraw the frame every ``interval`` seconds until Ctrl-C (or ``iterations`` frames)."""
+    stream = out or sys.stdout
+    done = 0
+    try:
+        while iterations is None or done < iterations:
+            if done:
+                time.sleep(interval)
+            width = shutil.get_terminal_size((120, 40)).columns
+            text = "\n".join(frame(ops.overview(), width))
+            stream.write(f"{HOME}{text}\n{CLEAR_BELOW}")
+            stream.flush()
+            done += 1
+    except KeyboardInterrupt:
+        stream.write("\n")

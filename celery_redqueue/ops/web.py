@@ -1,0 +1,243 @@
+"""The dashboard: a plain WSGI application (standard library only) and its server.
+
+One HTML page, one script and one stylesheet, served from the package, poll two JSON
+endpoints; ``/metrics`` serves Prometheus. Reading is open to whoever reaches the port (it binds
+to 127.0.0.1 by default); actions (requeue, purge, drain now, set a key's rate) are POSTs that
+need all of:
+
+* a token configured on the server (``--token`` or ``redqueue_dashboard_token``; without one
+  the dashboard is read-only) and sent as ``Authorization: Bearer <token>``;
+* the page's CSRF token in ``X-CSRF-Token`` (a per-process secret only the page itself can
+  read: a cross-origin page gets no CORS headers);
+* a same-origin request: ``Sec-Fetch-Site`` and ``Origin``, when the browser sends them, must
+  say so; and a JSON body (a cross-site HTML form cannot send ``application/json``).
+
+Every response forbids inline script and framing (Content-Security-Policy); the page only ever
+puts data in the DOM as text.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterable
+from importlib import resources
+from socketserver import ThreadingMixIn
+from typing import Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from ..errors import ConfigurationError, RedQueueError
+from .metrics import render
+from .reading import Operations
+
+logger = logging.getLogger(__name__)
+
+StartResponse = Callable[..., Any]
+
+SECURITY_HEADERS = [
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+]
+STATIC = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+#: Largest action body accepted, bytes (a page of dead-letter references fits easily).
+MAX_BODY = 4 * 1024 * 1024
+
+
+class HTTPError(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("celery_redqueue.ops").joinpath("static").joinpath(name).read_bytes()
+
+
+def _int(query: dict[str, list[str]], name: str, default: int, high: int) -> int:
+    try:
+        value = int(query.get(name, [str(default)])[0])
+    except ValueError:
+        raise HTTPError("400 Bad Request", f"{name} must be an integer") from None
+    return min(max(value, 0), high)
+
+
+class Dashboard:
+    """The dashboard as a WSGI callable; mount it under any path of a WSGI server.
+
+    Args:
+        ops: what to read and act on (see :meth:`Operations.from_app`).
+        token: the secret that unlocks actions; None makes the dashboard read-only.
+        refresh: seconds between the page's refreshes.
+    """
+
+    def __init__(self, ops: Operations, token: str | None = None, refresh: float = 2.0) -> None:
+        if token is not None and (not isinstance(token, str) or len(token) < 8):
+            raise ConfigurationError("the dashboard token must be a string of 8 characters or more")
+        self.ops = ops
+        self.token = token
+        self.refresh = refresh
+        self.csrf = secrets.token_urlsafe(32)
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "") or ""
+        try:
+            if path == "":  # mounted at /x and asked for /x: relative links need the slash
+                location = environ.get("SCRIPT_NAME", "") + "/"
+                start_response("302 Found", [("Location", location), *SECURITY_HEADERS])
+                return [b""]
+            if method == "POST" and path == "/api/action":
+                return self._json(start_response, self._action(environ))
+            if method not in ("GET", "HEAD") or path == "/api/action":
+                raise HTTPError("405 Method Not Allowed", "method not allowed")
+            if path == "/":
+                return self._page(start_response)
+            if path.startswith("/static/") and path[8:] in STATIC:
+                return self._send(start_response, "200 OK", STATIC[path[8:]], _asset(path[8:]))
+            query = parse_qs(environ.get("QUERY_STRING", ""))
+            if path == "/api/overview":
+                return self._json(start_response, self.ops.overview())
+            if path == "/api/structure":
+                return self._json(start_response, self._detail(query))
+            if path == "/metrics":
+                body, content_type = render(self.ops)
+                return self._send(start_response, "200 OK", content_type, body)
+            raise HTTPError("404 Not Found", "not found")
+        except HTTPError as exc:
+            return self._json(start_response, {"error": str(exc)}, exc.status)
+        except ConfigurationError as exc:
+            return self._json(start_response, {"error": str(exc)}, "400 Bad Request")
+        except RedQueueError as exc:
+            logger.warning("redqueue dashboard: %s", exc)
+            return self._json(start_response, {"error": str(exc)}, "503 Service Unavailable")
+
+    # Responses
+
+    def _send(
+        self, start_response: StartResponse, status: str, content_type: str, body: bytes
+    ) -> list[bytes]:
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        start_response(status, headers + SECURITY_HEADERS)
+        return [body]
+
+    def _json(
+        self, start_response: StartResponse, data: Any, status: str = "200 OK"
+    ) -> list[bytes]:
+        body = json.dumps(data, default=str).encode()
+        return self._send(start_response, status, "application/json", body)
+
+    def _page(self, start_response: StartResponse) -> list[bytes]:
+        page = _asset("index.html").decode()
+        page = page.replace("{{csrf}}", self.csrf)
+        page = page.replace("{{actions}}", "on" if self.token else "off")
+        page = page.replace("{{refresh}}", str(int(self.refresh * 1000)))
+        return self._send(start_response, "200 OK", "text/html; charset=utf-8", page.encode())
+
+    # Reading
+
+    def _detail(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        target = self.ops.find(query.get("id", [""])[0])
+        detail = self.ops.view(target)
+        if target.kind == "leases":
+            detail["resources"] = self.ops.resources(target)
+            return detail
+        start = _int(query, "dead_start", 0, 10**9)
+        count = _int(query, "dead_count", 50, 500)
+        detail["dead_letters"] = self.ops.dead_letters(target, start, count)
+        detail["can_drain"] = self.token is not None and self.ops.drain_task(target) is not None
+        if target.kind == "bucket":
+            top = _int(query, "top", 20, 200)
+            detail["keys"] = self.ops.keys(target, top, query.get("q", [""])[0][:200])
+        return detail
+
+    # Acting
+
+    def _check(self, environ: dict[str, Any]) -> None:
+        """Refuse an action unless it comes from this page, with the token (403 otherwise)."""
+        if self.token is None:
+            raise HTTPError("403 Forbidden", "read-only: start the dashboard with a token")
+        site = environ.get("HTTP_SEC_FETCH_SITE")
+        if site is not None and site not in ("same-origin", "none"):
+            raise HTTPError("403 Forbidden", "cross-site request refused")
+        origin = environ.get("HTTP_ORIGIN")
+        expected = f"{environ.get('wsgi.url_scheme', 'http')}://{environ.get('HTTP_HOST', '')}"
+        if origin is not None and origin != expected:
+            raise HTTPError("403 Forbidden", "cross-origin request refused")
+        csrf = environ.get("HTTP_X_CSRF_TOKEN", "")
+        if not hmac.compare_digest(csrf.encode(), self.csrf.encode()):
+            raise HTTPError("403 Forbidden", "missing or stale CSRF token: reload the page")
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        given = auth[7:] if auth.startswith("Bearer ") else ""
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            raise HTTPError("403 Forbidden", "a valid token is needed for actions")
+        if environ.get("CONTENT_TYPE", "").split(";")[0].strip() != "application/json":
+            raise HTTPError("415 Unsupported Media Type", "actions take a JSON body")
+
+    def _action(self, environ: dict[str, Any]) -> dict[str, Any]:
+        self._check(environ)
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if not 0 < length <= MAX_BODY:
+            raise HTTPError("400 Bad Request", "a JSON body is needed")
+        try:
+            body = json.loads(environ["wsgi.input"].read(length))
+        except ValueError:
+            raise HTTPError("400 Bad Request", "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise HTTPError("400 Bad Request", "the body must be a JSON object")
+        target = self.ops.find(str(body.get("id", "")))
+        action = body.get("action")
+        refs = body.get("refs")
+        if refs is not None and (
+            not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)
+        ):
+            raise HTTPError("400 Bad Request", "refs must be a list of strings")
+        if action in ("requeue", "purge") and target.kind != "leases":
+            if refs is None and body.get("all") is not True:
+                raise HTTPError("400 Bad Request", "name the letters (refs) or say all: true")
+            act = self.ops.requeue if action == "requeue" else self.ops.purge
+            message = act(target, refs)
+        elif action == "drain" and target.kind != "leases":
+            message = self.ops.send_drain(target)
+        elif action == "set_rate" and target.kind == "bucket":
+            burst = body.get("burst")
+            if burst is not None and (
+                isinstance(burst, bool) or not isinstance(burst, int | float)
+            ):
+                raise HTTPError("400 Bad Request", "burst must be a number")
+            message = self.ops.set_rate(
+                target, str(body.get("key", "")), str(body.get("rate")), burst
+            )
+        else:
+            raise HTTPError("400 Bad Request", f"no action {action!r} for {target.id}")
+        logger.info("redqueue dashboard: %s on %s: %s", action, target.id, message)
+        return {"ok": True, "message": message}
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("redqueue dashboard: " + format, *args)
+
+
+def make_dashboard_server(app: Dashboard, host: str = "127.0.0.1", port: int = 5566) -> Any:
+    """A threaded HTTP server for the dashboard (``serve_forever()`` it; port 0 picks one)."""
+    return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)

@@ -1,0 +1,199 @@
+"""`celery -A app redqueue ...` operator commands, run as a user runs them."""
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from tests.integration.conftest import ROOT
+
+RECORD = "tests.integration.proc_app.record"
+COMMAND = [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", "redqueue"]
+
+
+def redqueue(env, *args, check=True):
+    result = subprocess.run(
+        [*COMMAND, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def make_pool(client, prefix, **options):
+    return CappedPool(client, RECORD, 1000, prefix=prefix, **options)
+
+
+def test_stats_prints_every_counter_and_checks_identities(
+    proc_env, redqueue_redis, redqueue_prefix
+):
+    pool = make_pool(redqueue_redis, redqueue_prefix, delivery="at_least_once", max_receives=1)
+    pool.add_many(range(10))
+    pool.ack(pool.pop(4), failures={0: "boom"})
+    out = redqueue(proc_env, "stats", RECORD).stdout
+    assert f"pool:{RECORD}" in out
+    assert re.search(r"offered\s+10\b", out) and re.search(r"processed\s+3\b", out)
+    assert re.search(r"dead\s+1\b", out) and re.search(r"depth\s+6\b", out)
+    assert out.count(": ok") == 2 and "MISMATCH" not in out
+    data = json.loads(redqueue(proc_env, "stats", RECORD, "--json").stdout)
+    assert data["identities_hold"] and data["counters"]["accepted"] == 10
+
+    # Counters that do not add up are reported, with a failing exit status.
+    redqueue_redis.hincrby(pool.keys("stats"), "accepted", 1)
+    broken = redqueue(proc_env, "stats", RECORD, check=False)
+    assert broken.returncode == 1 and "MISMATCH (11 != 10)" in broken.stdout
+
+    bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix)
+    bucket.enqueue_many([("a", 1), ("b", 2)])
+    bucket.commit(bucket.dequeue())
+    out = redqueue(proc_env, "stats", "bucket:crawl").stdout
+    assert re.search(r"enqueued\s+2\b", out) and ": ok" in out
+
+
+def test_drain_sends_a_job_only_for_the_apps_tasks(proc_env, redqueue_redis, redqueue_prefix):
+    make_pool(redqueue_redis, redqueue_prefix).add([[1], {}])
+    broker = f"{redqueue_prefix}:broker:celery"
+    before = redqueue_redis.llen(broker)
+    out = redqueue(proc_env, "drain", RECORD).stdout
+    assert "drain job sent" in out
+    assert redqueue_redis.llen(broker) == before + 1
+    message = json.loads(redqueue_redis.lindex(broker, 0))
+    assert message["headers"]["task"] == RECORD and message["headers"]["redqueue_drain"] == 1
+
+    LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix).enqueue("a", 1)
+    refused = redqueue(proc_env, "drain", "crawl", check=False)
+    assert refused.returncode == 1 and "no task of this app is named 'crawl'" in refused.stderr
+    assert redqueue_redis.llen(broker) == before + 1
+
+
+def test_keys_and_set_rate(proc_env, redqueue_redis, redqueue_prefix):
+    bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix, default_rate="2/s")
+    bucket.enqueue_many([(f"site{i}.example", n) for i in range(8) for n in range(i + 1)])
+    out = redqueue(proc_env, "keys", "crawl", "--top", "3").stdout
+    listed = re.findall(r"^(site\d\.example)\s+(\d+)", out, re.MULTILINE)
+    assert listed == [("site7.example", "8"), ("site6.example", "7"), ("site5.example", "6")]
+
+    out = redqueue(proc_env, "set-rate", "crawl", "site7.example", "10/s", "--burst", "4").stdout
+    assert "rate of 'site7.example' set to 10/s (burst 4)" in out
+    stats = bucket.key_stats("site7.example")
+    assert stats.interval == 0.1 and stats.burst == 4
+    rows = json.loads(redqueue(proc_env, "keys", "crawl", "--search", "site7", "--json").stdout)
+    assert [(r["key"], r["rate"], r["custom_rate"]) for r in rows] == [
+        ("site7.example", 10.0, True)
+    ]
+
+    bad = redqueue(proc_env, "set-rate", "crawl", "x", "soon", check=False)
+    assert bad.returncode == 1 and "rate" in bad.stderr
+    not_bucket = redqueue(proc_env, "keys", RECORD, check=False)
+    assert not_bucket.returncode == 1 and "no bucket named" in not_bucket.stderr
+
+
+def test_leases_lists_each_resource(proc_env, redqueue_redis, redqueue_prefix):
+    pool = ResourcePool(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix)
+    lease = pool.acquire(ttl=60)
+    out = redqueue(proc_env, "leases", "creds").stdout
+    assert "2 free, 1 held, 0 expired of 3" in out
+    assert re.search(rf"{lease.resource}\s+held expires in \d+\.\ds", out)
+    assert len(re.findall(r"\bfree$", out, re.MULTILINE)) == 2
+
+
+def test_metrics_command_prints_the_text_format(proc_env, redqueue_redis, redqueue_prefix):
+    make_pool(redqueue_redis, redqueue_prefix).add_many(range(5))
+    text = redqueue(proc_env, "metrics").stdout
+    depth = {
+        s.labels["name"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "redqueue_depth"
+    }
+    assert depth == {RECORD: 5}
+
+
+def test_top_redraws_in_place(proc_env, redqueue_redis, redqueue_prefix):
+    pool = make_pool(redqueue_redis, redqueue_prefix)
+    pool.add_many(range(12))
+    out = redqueue(proc_env, "top", "--iterations", "2", "--interval", "0.2").stdout
+    frames = out.split("\x1b[H")[1:]
+    assert len(frames) == 2 and all(frame.rstrip().endswith("\x1b[J") for frame in frames)
+    assert re.search(rf"pool:{re.escape(RECORD)}\s+12\b", frames[1])
+
+
+def read_until(fd, pattern, timeout=60.0):
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, seen):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {pattern!r}; got {seen[-500:]!r}")
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+    return seen
+
+
+def test_top_in_a_terminal_refreshes_and_leaves_on_ctrl_c(
+    proc_env, redqueue_redis, redqueue_prefix
+):
+    pool = make_pool(redqueue_redis, redqueue_prefix)
+    pool.add_many(range(3))
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [*COMMAND, "top", "--interval", "0.3"],
+        env=proc_env,
+        cwd=ROOT,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    try:
+        read_until(controller, rb"pool:\S+\s+3\b")
+        pool.add_many(range(4))  # the next frames show the new depth, in place
+        read_until(controller, rb"\x1b\[H[^\x1b]*pool:\S+\s+7\b")
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(controller)
+
+
+def test_dashboard_command_serves_on_loopback(proc_env, redqueue_redis, redqueue_prefix):
+    make_pool(redqueue_redis, redqueue_prefix).add(1)
+    env = dict(proc_env, REDQUEUE_DASHBOARD_TOKEN="from-the-environment")
+    proc = subprocess.Popen(
+        [*COMMAND, "dashboard", "--port", "0"],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        match = re.search(r"on (http://127\.0\.0\.1:\d+/) \(actions need the token\)", line)
+        assert match, line
+        with urllib.request.urlopen(match.group(1) + "api/overview", timeout=30) as response:
+            overview = json.load(response)
+        assert [v["id"] for v in overview["structures"]] == [f"pool:{RECORD}"]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stderr.close()
