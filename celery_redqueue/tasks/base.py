@@ -9,18 +9,42 @@ from the structure and calling the body for each. The task kinds live beside thi
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Retry
 from celery.utils.time import maybe_make_aware
 
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .config import get_config
+from .options import check_option_names, drain_options
+
+#: The redqueue task whose ``__call__`` chain is running in this context, and whether it runs
+#: one stored call of a drain (True) or a direct call (False). Outer entries dispatch a call
+#: once; inner ones (reached through another base's ``super().__call__``) only pass it on.
+_ACTIVE: contextvars.ContextVar[tuple[Any, bool] | None] = contextvars.ContextVar(
+    "redqueue_call", default=None
+)
+
+
+def _entry(owner: type, inner: Callable[..., Any] | None) -> Callable[..., Any]:
+    """The ``__call__`` every redqueue class ends up with: whichever base's ``__call__`` would
+    win, drain jobs are recognised first, then the call goes on to ``inner`` (the class's own
+    ``__call__``) or to the next ``__call__`` in the MRO."""
+
+    def __call__(self: RedQueueTask, *args: Any, **kwargs: Any) -> Any:
+        return self._enter(owner, inner, args, kwargs)
+
+    __call__._redqueue_entry = True  # type: ignore[attr-defined]
+    __call__.__qualname__ = f"{owner.__qualname__}.__call__"
+    return __call__
 
 
 def error_text(exc: BaseException) -> str:
@@ -29,7 +53,93 @@ def error_text(exc: BaseException) -> str:
 
 
 class RedQueueTask(Task):  # type: ignore[misc]
-    """Shared plumbing of tasks backed by a redqueue structure."""
+    """Shared plumbing of tasks backed by a redqueue structure.
+
+    It composes with other task bases (a Flask app's ``task_cls``, Django's ``DjangoTask``, a
+    base of your own) in either order: a drain job is recognised whichever ``__call__`` wins,
+    and each stored call runs through the other bases' ``__call__`` (so, e.g., inside Flask's
+    app context), one call at a time.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_option_names(cls)
+        if not getattr(cls.__call__, "_redqueue_entry", False):
+            # Another base's __call__ (or the class's own) would win: wrap it.
+            cls.__call__ = _entry(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
+
+    def _enter(
+        self,
+        owner: type,
+        inner: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        active = _ACTIVE.get()
+        if active is not None and active[0] is self:
+            return self._pass_on(owner, inner, active[1], args, kwargs)
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        args, kwargs = self._direct_call(args, kwargs)
+        token = _ACTIVE.set((self, False))
+        try:
+            return self._pass_on(owner, inner, False, args, kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def _pass_on(
+        self,
+        owner: type,
+        inner: Callable[..., Any] | None,
+        stored: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if inner is not None:
+            return inner(self, *args, **kwargs)
+        following = super(owner, self).__call__  # type: ignore[arg-type]
+        if stored and getattr(following, "__func__", None) is Task.__call__:
+            # Celery's own __call__ would push a request of its own and call the autoretry
+            # wrapper; a stored call keeps the drain's request and its structure's retries.
+            return self._body()(*args, **kwargs)
+        return following(*args, **kwargs)
+
+    def _direct_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments a direct call (not a stored one) hands the body (subclasses)."""
+        return args, kwargs
+
+    def _run_call(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the body on one stored call, through every base's ``__call__`` (the per-call
+        context they give, e.g. Flask's app context), never through the drain dispatch."""
+        token = _ACTIVE.set((self, True))
+        try:
+            return type(self).__call__(self, *args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def drain(self) -> Any:
+        """Run stored calls (subclasses); returns a DrainSummary."""
+        raise NotImplementedError
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: BaseException | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """Inside a stored call, raise :class:`~celery.exceptions.Retry` for the drain to
+        handle (the structure retries the call); elsewhere, Celery's retry."""
+        active = _ACTIVE.get()
+        if active is not None and active[0] is self and active[1]:
+            raise Retry(exc=exc, when=countdown if countdown is not None else eta)
+        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
 
     @classmethod
     def bind(cls, app: Any) -> Any:
@@ -62,7 +172,23 @@ class RedQueueTask(Task):  # type: ignore[misc]
             self.__header__(*(args or ()), **(kwargs or {}))
 
     def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return not args and not kwargs and bool(getattr(self.request, DRAIN_HEADER, None))
+        """A drain job: no arguments and the drain header, or no arguments, a body that needs
+        some, and a message behind it (a beat row run by hand, ``celery call``, Flower)."""
+        if args or kwargs:
+            return False
+        if getattr(self.request, DRAIN_HEADER, None):
+            return True
+        return not self.request.called_directly and self._needs_arguments()
+
+    def _needs_arguments(self) -> bool:
+        """The body cannot be called without arguments."""
+        try:
+            inspect.signature(self._body()).bind()
+        except TypeError:
+            return True
+        except ValueError:  # no signature to read: assume a plain call is meant
+            return False
+        return False
 
     def reap(self) -> int:
         """Return expired reservations of this task's structure; returns how many."""
@@ -98,19 +224,45 @@ class RedQueueTask(Task):  # type: ignore[misc]
     ) -> Any:
         """Store the call in the task's structure; returns its receipt, not an AsyncResult.
 
-        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual.
-        In eager mode the body runs at once on the arguments as a worker would see them.
+        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
+        does an argument-less call of a body that needs arguments (a beat row run by hand).
+        Every other option has a meaning for the call or is refused, naming it
+        (:mod:`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
+        arguments as a worker would see them.
         """
-        if (options.get("headers") or {}).get(DRAIN_HEADER):
-            return self.send_drain(producer=producer, **options)
+        drain = bool((options.get("headers") or {}).get(DRAIN_HEADER))
+        if drain or (not args and not kwargs and self._needs_arguments()):
+            return self.send_drain(
+                producer=producer,
+                task_id=task_id,
+                link=link,
+                link_error=link_error,
+                shadow=shadow,
+                **options,
+            )
+        routing = drain_options(
+            self.name,
+            dict(options, task_id=task_id, link=link, link_error=link_error, shadow=shadow),
+        )
+        if producer is not None:
+            routing["producer"] = producer
         prepared = self._prepare_call(args, kwargs)
         delay = self._delay_of(options)
         dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
         if self.app.conf.task_always_eager:
-            return self._run_eagerly(prepared, task_id=task_id, link=link, link_error=link_error)
+            return self._run_eagerly(prepared)
         result = self._store(prepared, delay, dedupe_id)
-        self._after_add(result.drain_needed, result.wake_in)
+        self._after_add(result.drain_needed, result.wake_in, routing)
         return result
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
+        """Refused: a stored call has no result. Celery's canvas asks for one when it freezes a
+        signature (chains, groups, chords), so those fail here, when they are built."""
+        raise RedQueueError(
+            f"{self.name}: chains, groups and chords are refused: a pooled or bucket call has no "
+            "task id and no result to pass on or join; call the next task from the body, or "
+            "use .s(...).delay() / add_many() on its own"
+        )
 
     def _prepare_call(self, args: Any, kwargs: Any) -> Any:
         """Check and serialize one call (subclasses)."""
@@ -181,12 +333,15 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return dedupe_id
 
-    def _after_add(self, drain_needed: bool, wake_in: float | None) -> None:
+    def _after_add(
+        self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
+    ) -> None:
         """Send the drain job an add asked for: now, or when its delayed call is due."""
+        routing = routing or {}
         if drain_needed:
-            self.send_drain()
+            self.send_drain(**routing)
         if wake_in is not None:
-            self.send_drain(countdown=wake_in)
+            self.send_drain(countdown=wake_in, **routing)
 
     def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
@@ -200,3 +355,6 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""
         body: Callable[..., Any] = getattr(self, "_orig_run", None) or self.run
         return body
+
+
+RedQueueTask.__call__ = _entry(RedQueueTask, None)  # type: ignore[method-assign]

@@ -19,6 +19,7 @@ from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .options import check_key_parameter, check_structure_name
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class BucketTask(RedQueueTask):
         fetch.bucket.set_rate("example.com", "10/s")   # seen by every worker
         fetch.delay("https://example.com/")            # -> EnqueueResult, not an AsyncResult
     """
+
+    redqueue_kind = "bucket"
 
     #: The key of a call: a callable taking the call's arguments and returning a string, or
     #: the name of one of the body's arguments.
@@ -112,6 +115,9 @@ class BucketTask(RedQueueTask):
                 cls.bucket_key = staticmethod(key)
         if "run" in cls.__dict__ and cls.bucket_key is None:
             raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
+        if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
+            check_key_parameter(cls.bucket_key, cls.__dict__["run"])
+        check_structure_name(cls, "bucket_name")
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -202,11 +208,6 @@ class BucketTask(RedQueueTask):
 
     # Consuming
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._is_drain_request(args, kwargs):
-            return self.drain().as_dict()
-        return super().__call__(*args, **kwargs)
-
     def drain(self) -> DrainSummary:
         """Release eligible items until none is, or the time budget is spent.
 
@@ -241,7 +242,7 @@ class BucketTask(RedQueueTask):
         started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
-            self._body()(*call_args, **call_kwargs)
+            self._run_call(*call_args, **call_kwargs)
         except Retry as exc:
             # self.retry() inside the body: the drain's request knows nothing of this item's
             # retries, so the item's own receive count decides.

@@ -1,30 +1,94 @@
-"""The decorators' shared helper: a shared task (or an app's task) with a redqueue base."""
+"""The decorators' shared helper: a shared task (or an app's task) with a redqueue base, built
+on the app's ``task_cls`` and checked where it is declared."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task
+from celery._state import _get_active_apps, connect_on_app_finalize, get_current_app
+from celery.local import Proxy
 
 from ..errors import ConfigurationError
+
+
+def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
+    """``base`` built on the app's ``task_cls`` (Flask's ``FlaskTask``, Django's ``DjangoTask``,
+    a base of your own), so the task keeps what that class gives every task of the app."""
+    app_task: type[Task] = app.Task
+    task_cls = app_task.__mro__[1]
+    if task_cls is Task or issubclass(base, task_cls):
+        return base
+    try:
+        composed: type[Task] = type(
+            base.__name__,
+            (base, app_task),
+            {"__module__": base.__module__, "__qualname__": base.__qualname__, "abstract": True},
+        )
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"{label}: {base.__name__} cannot be built on the app's task_cls "
+            f"{task_cls.__name__}: {exc}"
+        ) from exc
+    return composed
+
+
+def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = None) -> None:
+    """Build a throwaway subclass: it runs the checks Celery's class will run, but now, at the
+    decoration site, rather than when the app is finalized."""
+    attrs = {
+        k: v
+        for k, v in options.items()
+        if hasattr(base, k) or k.startswith(("pool_", "bucket_", "lease_"))
+    }
+    if fun is not None:
+        attrs["run"] = fun if options.get("bind") else staticmethod(fun)
+        attrs["name"] = options.get("name") or f"{fun.__module__}.{fun.__name__}"
+    type("_Check", (base,), attrs)
+
+
+def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], label: str) -> Any:
+    """What Celery's ``shared_task`` does, with the base built on each app's ``task_cls``."""
+
+    def create(app: Any) -> Any:
+        return app.task(
+            fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
+        )
+
+    connect_on_app_finalize(create)
+    for app in _get_active_apps():
+        if app.finalized:
+            with app._finalize_mutex:
+                create(app)
+
+    def task_by_app() -> Any:
+        app = get_current_app()
+        return app.tasks[options.get("name") or app.gen_task_name(fun.__name__, fun.__module__)]
+
+    return Proxy(task_by_app)
 
 
 def decorate_task(
     default_base: type[Task], args: tuple[Any, ...], options: dict[str, Any], name: str
 ) -> Any:
     """What pool_task, bucket_task and lease_task share: a shared task (or ``app=``'s task)
-    with the given base, its options checked at the decoration site."""
+    with the given base built on the app's ``task_cls``, its options checked at the decoration
+    site."""
     base = options.pop("base", default_base)
     if not (isinstance(base, type) and issubclass(base, default_base)):
         raise ConfigurationError(f"{name} base must subclass {default_base.__name__}, got {base!r}")
-    # Building a throwaway subclass runs the same validation as Celery will, but now, at the
-    # decoration site, rather than when the app is finalized.
-    type("_Check", (base,), {k: v for k, v in options.items() if hasattr(base, k)})
     app = options.pop("app", None)
-    decorate: Callable[..., Any] = app.task if app is not None else shared_task
+    _check_declaration(base, options)
+
+    def register(fun: Callable[..., Any]) -> Any:
+        _check_declaration(base, options, fun)
+        if app is not None:
+            return app.task(fun, base=compose_base(base, app, name), **options)
+        return _shared(fun, base, options, name)
+
     if len(args) == 1 and callable(args[0]) and not options:
-        return decorate(base=base)(args[0])
+        return register(args[0])
     if args:
         raise TypeError(f"{name} takes keyword options only, or is used bare: @{name}")
-    return decorate(base=base, **options)
+    return register

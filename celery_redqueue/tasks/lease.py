@@ -25,11 +25,13 @@ free resource raises NoFreeResourceError at once (an eager retry would spin).
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import os
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +43,14 @@ from ..structures.leases import Lease, LeaseKeeper, ResourcePool
 from ..validation import boolean, count, seconds
 from .config import get_config
 from .decorators import decorate_task
+from .options import check_option_names, check_structure_name
 
 logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
+
+#: The lease task whose call holds a lease in this context (one lease per call).
+_LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing", default=None)
 
 
 class _LeaseRegistry:
@@ -137,10 +143,28 @@ class LeaseTask(Task):  # type: ignore[misc]
     #: Retries for want of a free resource before the call fails with NoFreeResourceError.
     lease_max_retries: int = 100
 
+    redqueue_kind = "lease"
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.lease_pool is not None:
-            validate_name(cls.lease_pool, "lease_pool")
+        check_option_names(cls)
+        check_structure_name(cls, "lease_pool")
+        resolved = cls.__call__
+        if resolved is not LeaseTask.__call__ and not getattr(resolved, "_redqueue_lease", False):
+            # Another base's __call__ (or the class's own) would win and run the body without a
+            # lease: hold the lease around it.
+            inner = cls.__dict__.get("__call__")
+
+            def __call__(self: LeaseTask, *args: Any, **kwargs: Any) -> Any:
+                call = (
+                    functools.partial(inner, self)
+                    if inner is not None
+                    else super(cls, self).__call__  # type: ignore[misc]
+                )
+                return self._leased(call, args, kwargs)
+
+            __call__._redqueue_lease = True  # type: ignore[attr-defined]
+            cls.__call__ = __call__  # type: ignore[method-assign]
         seconds("lease_ttl", cls.lease_ttl, positive=True)
         seconds("lease_wait", cls.lease_wait)
         seconds("lease_retry_backoff", cls.lease_retry_backoff, positive=True)
@@ -186,6 +210,23 @@ class LeaseTask(Task):  # type: ignore[misc]
         return keeper is not None and keeper.lost
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._leased(super().__call__, args, kwargs)
+
+    def _leased(
+        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run ``call`` holding a lease; once per call, however many bases pass it on."""
+        if _LEASING.get() is self:
+            return call(*args, **kwargs)
+        token = _LEASING.set(self)
+        try:
+            return self._hold_and_call(call, args, kwargs)
+        finally:
+            _LEASING.reset(token)
+
+    def _hold_and_call(
+        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         pool = self.resource_pool
         lease = pool.acquire(self.lease_ttl, wait=self.lease_wait or None)
         if lease is None:
@@ -196,7 +237,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         try:
             if keeper is not None:
                 keeper.start()
-            return super().__call__(*args, **kwargs)
+            return call(*args, **kwargs)
         finally:
             stack.pop()
             if keeper is not None:

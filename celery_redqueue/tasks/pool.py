@@ -25,6 +25,7 @@ from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .options import check_structure_name
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class PoolTask(RedQueueTask):
 
         record.delay({"user": 7})   # -> AddResult(kept=True, ...), not an AsyncResult
     """
+
+    redqueue_kind = "pool"
 
     #: Most distinct entries the pool holds; what does not fit is dropped and counted.
     pool_size: int = 10_000
@@ -131,6 +134,7 @@ class PoolTask(RedQueueTask):
             raise ConfigurationError(
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
             )
+        check_structure_name(cls, "pool_name")
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -210,12 +214,12 @@ class PoolTask(RedQueueTask):
 
     # Consuming
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._is_drain_request(args, kwargs):
-            return self.drain().as_dict()
+    def _direct_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.pool_batch:
-            return super().__call__([PoolCall(tuple(args), dict(kwargs), 1)])
-        return super().__call__(*args, **kwargs)
+            return ([PoolCall(tuple(args), dict(kwargs), 1)],), {}
+        return args, kwargs
 
     def drain(self) -> DrainSummary:
         """Pop and run batches until the pool is empty or the time budget is spent."""
@@ -268,7 +272,7 @@ class PoolTask(RedQueueTask):
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
-                self._body()(calls)
+                self._run_call(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
                 self.send_drain()  # this job ends here; the rest of the pool needs one
@@ -283,7 +287,7 @@ class PoolTask(RedQueueTask):
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                self._body()(*call_args, **call_kwargs)
+                self._run_call(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)

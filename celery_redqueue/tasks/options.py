@@ -1,0 +1,153 @@
+"""What a redqueue task accepts: its own options at declaration, Celery's at each call.
+
+Declaration: every ``pool_*``, ``bucket_*`` and ``lease_*`` name given to a task class (by a
+decorator, ``@app.task(base=...)`` or a subclass) must be an option of that task kind; a typo
+is a :class:`~celery_redqueue.errors.ConfigurationError` with a "did you mean". One class may be
+only one kind of redqueue task.
+
+Calls: a pooled or bucket call is stored in Redis, not sent as a message, so each of Celery's
+``apply_async`` options either has a meaning for it (:data:`CALL_OPTIONS`,
+:data:`DRAIN_OPTIONS`) or is refused with a :class:`~celery_redqueue.errors.RedQueueError`
+naming it (:data:`REFUSED_OPTIONS`); none is dropped silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any
+
+from ..errors import ConfigurationError, RedQueueError
+
+#: The option prefixes that belong to redqueue task kinds.
+PREFIXES = ("pool_", "bucket_", "lease_")
+
+#: Options a stored call uses itself.
+CALL_OPTIONS = {
+    "countdown": "holds the call in its structure until due (seconds)",
+    "eta": "holds the call in its structure until that time",
+    "dedupe_id": "names the call for producer-side dedupe",
+}
+
+#: Options that go to the drain job this call sends, if it sends one (Celery's meaning there).
+DRAIN_OPTIONS = {
+    "queue": "routes the drain job this call sends",
+    "routing_key": "routes the drain job this call sends",
+    "exchange": "routes the drain job this call sends",
+    "priority": "the priority of the drain job this call sends",
+    "headers": "carried by the drain job this call sends",
+    "producer": "sends the drain job this call sends",
+    "connection": "sends the drain job this call sends",
+    "serializer": "the broker serializer of the drain job (stored calls use redqueue_serializer)",
+    "compression": "compresses the drain job's message",
+    "retry": "retries sending the drain job (Celery's publish retry)",
+    "retry_policy": "retries sending the drain job (Celery's publish retry)",
+    "ignore_result": "whether the drain job stores its summary",
+}
+
+_NO_RESULT = "a pooled or bucket call has no task id and no result"
+
+#: Options refused, with the reason and what to do instead.
+REFUSED_OPTIONS = {
+    "task_id": f"{_NO_RESULT}; pass dedupe_id= to name a call",
+    "link": f"{_NO_RESULT} to pass on; call the follow-up task at the end of the body",
+    "link_error": (
+        f"{_NO_RESULT}; a failed call is counted and, with retries, dead-lettered "
+        "(see the structure's stats and dead letters)"
+    ),
+    "shadow": "the worker runs a stored call inside a drain job, which has the task's own name",
+    "expires": (
+        "a stored call waits in its structure, not in the broker; a full pool sheds by "
+        "pool_policy and a bucket key is bounded by bucket_max_depth"
+    ),
+    "time_limit": "limits apply to the drain job that runs many calls: set them on the task",
+    "soft_time_limit": "limits apply to the drain job that runs many calls: set them on the task",
+    "chain": f"chains: {_NO_RESULT} to pass on; call the next task from the body",
+    "chord": f"chords: {_NO_RESULT} to join",
+    "group_id": f"groups: {_NO_RESULT} to join; use add_many() to store many calls at once",
+    "group_index": f"groups: {_NO_RESULT} to join; use add_many() to store many calls at once",
+    "parent_id": f"canvas: {_NO_RESULT} to track",
+    "root_id": f"canvas: {_NO_RESULT} to track",
+    "reply_to": f"{_NO_RESULT} to reply with",
+    "add_to_parent": f"{_NO_RESULT} to add to the calling task's children",
+}
+
+
+def drain_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Check a call's ``apply_async`` options; returns those meant for its drain job.
+
+    Raises:
+        RedQueueError: an option is refused or unknown, named in the message.
+    """
+    for name, value in options.items():
+        if name in CALL_OPTIONS or name in DRAIN_OPTIONS:
+            continue
+        if name in REFUSED_OPTIONS:
+            if value is None or (name == "chain" and not value):
+                continue  # Celery passes some of these as None (or an empty chain)
+            raise RedQueueError(
+                f"{task_name}: apply_async({name}=...) is refused: {REFUSED_OPTIONS[name]}"
+            )
+        known = [*CALL_OPTIONS, *DRAIN_OPTIONS, *REFUSED_OPTIONS]
+        raise RedQueueError(
+            f"{task_name}: apply_async({name}=...) is not an option of a pooled or bucket call"
+            + _did_you_mean(name, known)
+        )
+    return {k: v for k, v in options.items() if k in DRAIN_OPTIONS and v is not None}
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_option_names(cls: type) -> None:
+    """Refuse ``pool_*``/``bucket_*``/``lease_*`` names that are no option of ``cls``'s kind,
+    and classes that combine two kinds."""
+    kinds = {k.__dict__["redqueue_kind"] for k in cls.__mro__ if "redqueue_kind" in k.__dict__}
+    if len(kinds) > 1:
+        raise ConfigurationError(
+            f"{cls.__qualname__} combines {' and '.join(sorted(kinds))} tasks: a task stores its "
+            "calls in one structure; declare one task per structure"
+        )
+    if "redqueue_kind" in vars(cls):
+        return  # the kind's own class declares its options
+    known = {name for klass in cls.__mro__[1:] for name in vars(klass) if name.startswith(PREFIXES)}
+    for name in vars(cls):
+        if not name.startswith(PREFIXES) or name in known:
+            continue
+        kind = next(iter(kinds), "redqueue")
+        same = sorted(n for n in known if n.startswith(name.split("_", 1)[0] + "_"))
+        raise ConfigurationError(
+            f"{name} is not an option of a {kind} task"
+            + _did_you_mean(name, sorted(known))
+            + (f"; its options of that kind are: {', '.join(same)}" if same else "")
+        )
+
+
+def check_structure_name(cls: type, option: str) -> None:
+    """The structure's name (``option``, or the task name it defaults to) is a valid key part."""
+    from ..redis.keys import validate_name
+
+    value = getattr(cls, option, None)
+    if value is not None:
+        validate_name(value, option)
+        return
+    task_name = cls.__dict__.get("name")
+    if task_name is not None:
+        validate_name(task_name, f"{option} (the task name, when {option} is not given)")
+
+
+def check_key_parameter(key: str, run: Any) -> None:
+    """``bucket_key`` given as a name must be one of the body's named parameters."""
+    body = run.__func__ if isinstance(run, staticmethod) else run
+    try:
+        parameters = inspect.signature(body).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read: the call site checks each call
+    named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if key not in named:
+        raise ConfigurationError(
+            f"bucket_key={key!r} is not a parameter of {getattr(body, '__name__', body)!r} "
+            f"(its parameters: {', '.join(named) or 'none'})" + _did_you_mean(key, named)
+        )
