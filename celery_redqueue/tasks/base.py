@@ -19,6 +19,7 @@ from celery.utils.time import maybe_make_aware
 
 from ..errors import RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
+from .buffer import CallBuffer, buffered_call
 from .config import get_config
 
 
@@ -107,9 +108,17 @@ class RedQueueTask(Task):  # type: ignore[misc]
         dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
         if self.app.conf.task_always_eager:
             return self._run_eagerly(prepared, task_id=task_id, link=link, link_error=link_error)
+        held = buffered_call(self, prepared, delay, dedupe_id)
+        if held is not None:
+            return held  # stored when the open ``with buffer():`` block exits
         result = self._store(prepared, delay, dedupe_id)
         self._after_add(result.drain_needed, result.wake_in)
         return result
+
+    def buffer(self, *, flush_on_error: bool = False) -> CallBuffer:
+        """``with task.buffer():`` holds this task's calls and stores them on exit (see
+        :mod:`.buffer`)."""
+        return CallBuffer((self,), flush_on_error=flush_on_error)
 
     def _prepare_call(self, args: Any, kwargs: Any) -> Any:
         """Check and serialize one call (subclasses)."""
