@@ -122,8 +122,12 @@ class CallBuffer:
         self._token: Any = None
 
     def covers(self, task: Any) -> bool:
-        """True if this open block takes ``task``'s calls."""
-        return not self._closed and (not self._names or task.name in self._names)
+        """True if this open block takes ``task``'s calls (pooled and bucket tasks only)."""
+        if self._closed or (self._names and task.name not in self._names):
+            return False
+        if task.name not in self._calls:
+            return isinstance(task.structure, CappedPool | LeakyBucket)
+        return True
 
     def __len__(self) -> int:
         return sum(len(c) for _, groups in self._calls.values() for c in groups.values())
@@ -215,10 +219,7 @@ def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
 def buffered_call(task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
     """The hook of ``apply_async``: hold the call in the innermost open buffer covering
     ``task`` and return its receipt, or return None (no buffer: store it now)."""
-    stack = _open.get()
-    if not stack or not isinstance(task.structure, CappedPool | LeakyBucket):
-        return None
-    for held in reversed(stack):
+    for held in reversed(_open.get()):
         if held.covers(task):
             return held.add(task, prepared, delay, dedupe_id)
     return None
