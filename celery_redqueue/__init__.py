@@ -18,6 +18,7 @@ from .errors import (
     ConfigurationError,
     NoFreeResourceError,
     PickleWarning,
+    ReceiptNotReadyError,
     RedisUnavailableError,
     RedQueueError,
     ReservationError,
@@ -41,6 +42,7 @@ from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolSta
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
 from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
 from .tasks.beat import DrainSummary
+from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
 from .tasks.lease import LeaseTask, lease_task, resource_pool
 
 __version__ = "0.2.0.dev0"
@@ -49,6 +51,8 @@ __all__ = [
     "AddResult",
     "BucketStats",
     "BucketTask",
+    "BufferedReceipt",
+    "CallBuffer",
     "CappedPool",
     "ConfigurationError",
     "DeadLetter",
@@ -70,6 +74,7 @@ __all__ = [
     "PoolStats",
     "PoolTask",
     "ReapResult",
+    "ReceiptNotReadyError",
     "RedQueueError",
     "RedisUnavailableError",
     "Reservation",
@@ -82,6 +87,7 @@ __all__ = [
     "UndecodableItemsError",
     "__version__",
     "bucket_task",
+    "buffer",
     "lease_task",
     "parse_rate",
     "pool_task",

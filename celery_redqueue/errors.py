@@ -71,3 +71,7 @@ class UndecodableItemsError(SerializationError):
 
 class RedisServerNotFound(RedQueueError):
     """No usable redis-server binary was found."""
+
+
+class ReceiptNotReadyError(RedQueueError):
+    """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""

@@ -23,6 +23,7 @@ from celery.utils.time import maybe_make_aware
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
+from .buffer import CallBuffer, buffered_call
 from .config import get_config
 from .options import check_option_names, drain_options
 
@@ -251,6 +252,9 @@ class RedQueueTask(Task):  # type: ignore[misc]
         dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
         if self.app.conf.task_always_eager:
             return self._run_eagerly(prepared)
+        held = buffered_call(self, prepared, delay, dedupe_id)
+        if held is not None:
+            return held  # stored when the open ``with buffer():`` block exits
         result = self._store(prepared, delay, dedupe_id)
         self._after_add(result.drain_needed, result.wake_in, routing)
         return result
@@ -263,6 +267,11 @@ class RedQueueTask(Task):  # type: ignore[misc]
             "task id and no result to pass on or join; call the next task from the body, or "
             "use .s(...).delay() / add_many() on its own"
         )
+
+    def buffer(self, *, flush_on_error: bool = False) -> CallBuffer:
+        """``with task.buffer():`` holds this task's calls and stores them on exit (see
+        :mod:`.buffer`)."""
+        return CallBuffer((self,), flush_on_error=flush_on_error)
 
     def _prepare_call(self, args: Any, kwargs: Any) -> Any:
         """Check and serialize one call (subclasses)."""

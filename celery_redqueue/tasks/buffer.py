@@ -1,0 +1,250 @@
+"""Buffered producers: calls made inside a ``with buffer():`` block are stored on exit, in one
+round trip per task and thousand calls.
+
+A web request, a loop over rows or a signal handler that fires many calls pays one round trip
+per pooled or bucket task instead of one per call::
+
+    with celery_redqueue.buffer():          # every redqueue task called in this block
+        for row in rows:
+            receipts.append(record.delay(row))
+    receipts[0].kept                        # filled in when the block exited
+
+    with record.buffer():                   # only this task; others go straight to Redis
+        ...
+
+Rules (each is tested):
+
+* A call is checked where it is made: bad arguments, a failing key or dedupe function raise at
+  ``delay()`` and are not buffered.
+* ``delay()`` returns a :class:`BufferedReceipt`. Its fields (``kept``, ``queued``, ...) are
+  those of the stored call's receipt and can be read once the block has exited; before,
+  reading one raises :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
+* Buffers belong to the thread (and asyncio task) that opened them: a call made in another
+  thread is stored at once. Blocks nest; a call goes to the innermost open block that covers
+  its task, and each block stores its own calls when it exits.
+* When an exception leaves the block, its calls are discarded (like a transaction: a request
+  that fails half-way does not leave half of its work queued) and their receipts say so;
+  ``buffer(flush_on_error=True)`` stores them instead. Nothing is discarded silently: the
+  exception goes on.
+* If storing fails (Redis down), the calls stored before the failure have receipts, the rest
+  have receipts that raise the failure's error, and the error leaves the block.
+* In eager mode (``task_always_eager``) calls run at once, as without a buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any
+
+from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
+from ..structures.bucket import ENQUEUE_CHUNK, LeakyBucket
+from ..structures.pool import ADD_CHUNK, CappedPool
+
+#: Open buffers of this thread or asyncio task, innermost last.
+_open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
+
+_PENDING, _STORED, _DISCARDED, _FAILED = "pending", "stored", "discarded", "failed"
+
+
+class BufferedReceipt:
+    """The receipt of a buffered call: the stored call's receipt once its buffer has flushed.
+
+    Attribute reads (``receipt.kept``, ``receipt.drain_needed``...) and ``bool(receipt)`` are
+    passed to the pool's :class:`~celery_redqueue.AddResult` or the bucket's
+    :class:`~celery_redqueue.EnqueueResult`; before the flush they raise
+    :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
+    """
+
+    def __init__(self, task_name: str) -> None:
+        self.task_name = task_name
+        self._state = _PENDING
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True once the call was stored (its receipt can be read)."""
+        return self._state == _STORED
+
+    @property
+    def result(self) -> Any:
+        """The stored call's receipt (AddResult or EnqueueResult)."""
+        if self._state == _STORED:
+            return self._result
+        if self._state == _PENDING:
+            raise ReceiptNotReadyError(
+                f"{self.task_name}: this call is buffered and is stored when its buffer block "
+                "exits; read its receipt after the block"
+            )
+        if self._state == _DISCARDED:
+            raise ReceiptNotReadyError(
+                f"{self.task_name}: this call was discarded, not stored: an exception left its "
+                "buffer block (use buffer(flush_on_error=True) to store such calls)"
+            )
+        raise ReceiptNotReadyError(
+            f"{self.task_name}: this call was not stored: {self._error}"
+        ) from self._error
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+    def __bool__(self) -> bool:
+        return bool(self.result)
+
+    def __repr__(self) -> str:
+        if self._state == _STORED:
+            return f"<BufferedReceipt {self._result!r}>"
+        return f"<BufferedReceipt {self.task_name} {self._state}>"
+
+
+class CallBuffer:
+    """One open ``buffer()`` block: the calls it holds, grouped by task and delay.
+
+    Use :func:`buffer` or ``task.buffer()`` to make one.
+    """
+
+    def __init__(self, tasks: Iterable[Any] = (), *, flush_on_error: bool = False) -> None:
+        names = []
+        for task in tasks:
+            name = getattr(task, "name", None)
+            if not isinstance(name, str) or not hasattr(task, "structure"):
+                raise ConfigurationError(f"buffer() takes pooled or bucket tasks, got {task!r}")
+            names.append(name)
+        self._names = frozenset(names)
+        self.flush_on_error = bool(flush_on_error)
+        # task name -> (task, {delay: [(prepared, dedupe_id, receipt), ...]})
+        self._calls: dict[str, tuple[Any, dict[float, list[tuple[Any, str | None, Any]]]]] = {}
+        self._closed = False
+        self._token: Any = None
+
+    def covers(self, task: Any) -> bool:
+        """True if this open block takes ``task``'s calls (pooled and bucket tasks only)."""
+        if self._closed or (self._names and task.name not in self._names):
+            return False
+        if task.name not in self._calls:
+            return isinstance(task.structure, CappedPool | LeakyBucket)
+        return True
+
+    def __len__(self) -> int:
+        return sum(len(c) for _, groups in self._calls.values() for c in groups.values())
+
+    def add(self, task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+        """Hold one checked, serialized call; returns its pending receipt."""
+        receipt = BufferedReceipt(task.name)
+        _, groups = self._calls.setdefault(task.name, (task, {}))
+        groups.setdefault(delay, []).append((prepared, dedupe_id, receipt))
+        return receipt
+
+    def flush(self) -> None:
+        """Store every held call now: one round trip per task, delay and thousand calls.
+
+        Called when the block exits; may be called inside the block too (e.g. every N rows
+        of a long loop). Sends each task the drain jobs its calls asked for.
+        """
+        calls, self._calls = self._calls, {}
+        failure: BaseException | None = None
+        for task, groups in calls.values():
+            drain_needed, wakes = False, []
+            try:
+                for delay, entries in groups.items():
+                    for start in range(0, len(entries), _chunk(task)):
+                        chunk = entries[start : start + _chunk(task)]
+                        results = _store_many(task, chunk, delay)
+                        for (_, _, receipt), result in zip(chunk, results, strict=True):
+                            receipt._state, receipt._result = _STORED, result
+                            drain_needed = drain_needed or result.drain_needed
+                            if result.wake_in is not None:
+                                wakes.append(result.wake_in)
+            except RedQueueError as exc:
+                failure = failure or exc
+                _mark(groups, _FAILED, exc)
+            if drain_needed:
+                task._after_add(True, None)
+            for wake_in in wakes:
+                task._after_add(False, wake_in)
+        if failure is not None:
+            raise failure
+
+    def discard(self) -> int:
+        """Drop every held call (their receipts say so); returns how many."""
+        calls, self._calls = self._calls, {}
+        dropped = 0
+        for _, groups in calls.values():
+            dropped += _mark(groups, _DISCARDED, None)
+        return dropped
+
+    def __enter__(self) -> CallBuffer:
+        if self._token is not None or self._closed:
+            raise ConfigurationError("a buffer() block cannot be entered twice")
+        self._token = _open.set((*_open.get(), self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closed = True
+        _open.reset(self._token)
+        if exc_type is None or self.flush_on_error:
+            self.flush()
+        else:
+            self.discard()
+
+
+def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
+    """Collect the calls of ``tasks`` (no tasks: every pooled and bucket task) made in this
+    thread inside the ``with`` block, and store them when it exits.
+
+    Example::
+
+        with buffer(record, fetch) as held:
+            for row in rows:
+                record.delay(row)
+        # here every call is stored; len(held) was the number of calls held
+
+    Args:
+        tasks: The tasks to buffer; none means every redqueue task.
+        flush_on_error: Store the held calls even when an exception leaves the block
+            (default: discard them).
+    """
+    return CallBuffer(tasks, flush_on_error=flush_on_error)
+
+
+def buffered_call(task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+    """The hook of ``apply_async``: hold the call in the innermost open buffer covering
+    ``task`` and return its receipt, or return None (no buffer: store it now)."""
+    for held in reversed(_open.get()):
+        if held.covers(task):
+            return held.add(task, prepared, delay, dedupe_id)
+    return None
+
+
+def _chunk(task: Any) -> int:
+    return ADD_CHUNK if isinstance(task.structure, CappedPool) else ENQUEUE_CHUNK
+
+
+def _store_many(task: Any, chunk: list[tuple[Any, str | None, Any]], delay: float) -> list[Any]:
+    """Store one chunk of prepared calls in one round trip (the structures' batched adds)."""
+    prepared = [p for p, _, _ in chunk]
+    dedupe_ids = [d for _, d, _ in chunk]
+    structure = task.structure
+    if isinstance(structure, CappedPool):
+        return list(structure._add_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
+    return list(structure._enqueue_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
+
+
+def _mark(groups: dict[float, list[tuple[Any, str | None, Any]]], state: str, error: Any) -> int:
+    """Give every not-yet-stored receipt of ``groups`` its final state; returns how many."""
+    marked = 0
+    for entries in groups.values():
+        for _, _, receipt in entries:
+            if receipt._state == _PENDING:
+                receipt._state, receipt._error = state, error
+                marked += 1
+    return marked
