@@ -40,6 +40,15 @@ from .structures.figures import Figures
 from .structures.leases import Lease, LeaseKeeper, LeaseStats, ResourcePool
 from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
+from .structures.stream_types import (
+    AckResult,
+    GroupFigures,
+    PublishReceipt,
+    StreamEvent,
+    StreamRead,
+    StreamReapResult,
+)
+from .structures.streams import EventStream
 from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
 from .tasks.beat import DrainSummary
 from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
@@ -48,6 +57,7 @@ from .tasks.lease import LeaseTask, lease_task, resource_pool
 __version__ = "0.2.0.dev0"
 
 __all__ = [
+    "AckResult",
     "AddResult",
     "BucketStats",
     "BucketTask",
@@ -58,7 +68,9 @@ __all__ = [
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",
+    "EventStream",
     "Figures",
+    "GroupFigures",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -73,6 +85,7 @@ __all__ = [
     "PoolItem",
     "PoolStats",
     "PoolTask",
+    "PublishReceipt",
     "ReapResult",
     "ReceiptNotReadyError",
     "RedQueueError",
@@ -83,6 +96,9 @@ __all__ = [
     "ScheduledSet",
     "SerializationError",
     "SortedSet",
+    "StreamEvent",
+    "StreamRead",
+    "StreamReapResult",
     "TimeSortedSet",
     "UndecodableItemsError",
     "__version__",

@@ -3,6 +3,8 @@
 - :mod:`.base`: what every queue structure shares (keys, scripts, registration, dead letters)
 - :mod:`.pool`: :class:`CappedPool`, a bounded pool that sheds load and counts it
 - :mod:`.bucket`: :class:`LeakyBucket`, per-key rate-limited queues
+- :mod:`.streams`: :class:`EventStream`, a capped log each consumer group reads at its own
+  position, with replay
 - :mod:`.leases`: :class:`ResourcePool`, leased named resources
 - :mod:`.sets`: sorted, time-sorted and scheduled sets
 - :mod:`.figures`: backpressure figures read in one bounded script
@@ -10,6 +12,6 @@
 - :mod:`.deadletters`, :mod:`.receipts`: dead-letter records and producer receipts
 """
 
-from . import bucket, pool
+from . import bucket, pool, streams
 
-__all__ = ["bucket", "pool"]
+__all__ = ["bucket", "pool", "streams"]

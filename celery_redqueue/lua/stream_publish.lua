@@ -1,0 +1,34 @@
+-- Append events to the stream under its cap, create the groups the caller knows of (at the end,
+-- before these events, so they receive them) and arm the drain lease of each group that has
+-- none. KEYS[1..5]: see stream_common.lua; then per known group: gstats, drain.
+-- ARGV[1] maxlen (0: uncapped), ARGV[2] drain lease ms, ARGV[3] number of known groups G,
+-- ARGV[4 .. 3+G] their names, then per event: payload, partition key ('' none), target group
+-- ('' every group; a requeued dead letter names its group).
+-- Returns {ids, trimmed, armed group names}.
+--#include stream_common
+local maxlen, lease_ms, n_groups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local first_event = 4 + n_groups
+if not maxlen or not lease_ms or not n_groups or (#ARGV - first_event + 1) % 3 ~= 0 then
+  return redis.error_reply('ERR stream_publish: malformed arguments')
+end
+local now = now_ms()
+
+for i = 1, n_groups do ensure_group(ARGV[3 + i], KEYS[4 + 2 * i], now) end
+
+local ids, trimmed = {}, 0
+for i = first_event, #ARGV, 3 do
+  local id, out = append(maxlen, ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  ids[#ids + 1] = id
+  trimmed = trimmed + out
+end
+local events = #ids
+redis.call('HINCRBY', K_STATS, 'published', events)
+tick(K_FLOW, 'in', events, now)
+
+local armed = {}
+for i = 1, n_groups do
+  if redis.call('SET', KEYS[5 + 2 * i], 1, 'NX', 'PX', lease_ms) then
+    armed[#armed + 1] = ARGV[3 + i]
+  end
+end
+return {ids, trimmed, armed}

@@ -1,0 +1,19 @@
+-- Heartbeat of a running drain: renew the group's drain lease and the hold of the entries its
+-- consumer is working on (their idle time restarts, so they are not claimed by another
+-- consumer while the body runs; entries already claimed by someone else are left alone).
+-- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
+-- ARGV[1] group, ARGV[2] consumer, ARGV[3] drain lease ms, ARGV[4 ..] entry ids.
+-- Returns how many entries were renewed.
+--#include stream_common
+local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
+local renewed = 0
+for i = 4, #ARGV do
+  local deliveries, owner = deliveries_of(group, ARGV[i])
+  if deliveries > 0 and owner == consumer then
+    redis.call('XCLAIM', K_EVENTS, group, consumer, 0, ARGV[i], 'JUSTID')
+    renewed = renewed + 1
+  end
+end
+redis.call('SET', K_DRAIN, 1, 'PX', lease_ms)
+return renewed

@@ -1,0 +1,22 @@
+-- The reaper's look at one group: arm its drain lease (when none is held) if the group has
+-- unread entries, held entries come free, or entries pending longer than the visibility
+-- timeout. Nothing is claimed here: the drain job claims them (with their delivery count).
+-- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
+-- ARGV[1] group, ARGV[2] visibility timeout ms, ARGV[3] drain lease ms.
+-- Returns {armed (1|0), claimable entries seen (at most 100), unread entries}.
+--#include stream_common
+local group, visibility, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if not visibility or not lease_ms then
+  return redis.error_reply('ERR stream_wake: malformed arguments')
+end
+if redis.call('HEXISTS', K_GROUPS, group) == 0 then return {0, 0, 0} end
+local claimable = #redis.call('XPENDING', K_EVENTS, group, 'IDLE', visibility, '-', '+', 100)
+local seq = tonumber(redis.call('HGET', K_STATS, 'seq') or '0')
+local unread = seq - tonumber(redis.call('HGET', K_GSTATS, 'last_seq') or '0')
+if unread < 0 then unread = 0 end
+local ready = redis.call('LLEN', K_READY)
+local armed = 0
+if claimable + unread + ready > 0 and redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) then
+  armed = 1
+end
+return {armed, claimable, unread}

@@ -1,0 +1,167 @@
+"""What EventStream hands back: receipts, reads, settlements and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .figures import WINDOW, ring_sums
+from .receipts import Receipt
+
+
+@dataclass(frozen=True)
+class PublishReceipt(Receipt):
+    """One published event. ``drain_needed`` is set on the first receipt of a call that armed
+    some group's drain lease; ``woken`` names those groups."""
+
+    #: The entry id Redis gave the event ("<ms>-<n>"): a position for ``seek``.
+    id: str = ""
+    #: Entries the cap removed while appending (on the first receipt of a call).
+    trimmed: int = 0
+    #: Groups whose drain lease this call armed.
+    woken: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One entry handed to a consumer of a group."""
+
+    id: str
+    payload: Any
+    #: Times this entry has been handed to the group, this time included.
+    deliveries: int
+    #: Its partition key, if published with one.
+    key: str | None
+    group: str
+
+
+@dataclass
+class StreamRead:
+    """Entries handed out in one read; settle them with ``stream.ack(read)``."""
+
+    group: str
+    consumer: str
+    events: list[StreamEvent] = field(default_factory=list)
+    #: Entries whose payload could not be decoded: (id, raw); ``ack`` dead-letters them.
+    undecodable: list[tuple[str, bytes]] = field(default_factory=list)
+    #: Nothing to hand out, and the drain lease was kept because the read asked to linger.
+    lingering: bool = False
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.events] + [i for i, _ in self.undecodable]
+
+    def __len__(self) -> int:
+        return len(self.events) + len(self.undecodable)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """What ``ack`` did: acknowledged, left pending to retry, dead-lettered, and stale (no
+    longer pending: claimed and settled elsewhere, or trimmed)."""
+
+    processed: int
+    retried: int
+    dead: int
+    stale: int
+    #: Held entries came free and this call armed the drain lease.
+    drain_needed: bool = False
+
+
+@dataclass(frozen=True)
+class StreamReapResult:
+    """Groups whose drain lease the reaper armed (their drain claims what is due)."""
+
+    woken: int
+    groups: tuple[str, ...] = ()
+
+    @property
+    def drain_needed(self) -> bool:
+        return self.woken > 0
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One group's position and pace."""
+
+    COUNTERS: ClassVar[tuple[str, ...]] = (
+        "delivered",
+        "redelivered",
+        "processed",
+        "retried",
+        "dead",
+        "missed",
+        "lost",
+        "guard_skipped",
+    )
+
+    group: str
+    #: The group exists in Redis (created by a publish that knew it, a read or a seek).
+    exists: bool
+    #: Entries kept in the stream that the group has not read yet.
+    lag: int
+    #: Entries handed out and not yet acknowledged (parked ordered entries included).
+    pending: int
+    #: Seconds since the oldest pending entry was published; None when nothing is pending.
+    oldest_pending_age: float | None
+    #: Events published per second over the last minute (the stream's in-rate).
+    rate_in: float
+    #: Entries this group finished (acknowledged or dead-lettered) per second, last minute.
+    rate_out: float
+    #: Average seconds a body took over the last minute; None without data.
+    seconds_per_event: float | None
+    #: New entries read (requeued letters of other groups and guard skips included).
+    delivered: int = 0
+    #: Entries handed out again after their visibility timeout or a failure.
+    redelivered: int = 0
+    #: Entries acknowledged.
+    processed: int = 0
+    #: Failures left pending to be retried.
+    retried: int = 0
+    #: Entries this group dead-lettered (ever; the list is shared by the stream's groups).
+    dead: int = 0
+    #: Entries the cap trimmed before this group read them.
+    missed: int = 0
+    #: Entries trimmed while pending for this group, so they could not be delivered again.
+    lost: int = 0
+    #: Entries skipped because the processed-guard had them as completed.
+    guard_skipped: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_reply(cls, group: str, reply: list[Any]) -> GroupFigures:
+        """Build the figures from stream_figures.lua's reply."""
+        stats, gstats = (
+            {reply[j][i].decode(): reply[j][i + 1] for i in range(0, len(reply[j]), 2)}
+            for j in range(2)
+        )
+        now = float(reply[8])
+        flow, gflow = (
+            ring_sums({reply[j][i]: reply[j][i + 1] for i in range(0, len(reply[j]), 2)}, now)
+            for j in (2, 3)
+        )
+        seq = int(stats.get("seq", 0))
+        last_seq = int(gstats.get("last_seq", 0))
+        # Entries before the oldest kept one cannot be read any more: they are not lag.
+        first_seq = int(reply[6]) if reply[6] else seq + 1
+        oldest = reply[5].decode() if reply[5] else ""
+        done = gflow.get("done", 0.0)
+        return cls(
+            group=group,
+            exists=bool(int(reply[9])),
+            lag=seq - max(last_seq, first_seq - 1),
+            pending=int(reply[4]),
+            # An entry id starts with the time (ms) it was published.
+            oldest_pending_age=(
+                max(now - int(oldest.split("-")[0]), 0.0) / 1000 if oldest else None
+            ),
+            rate_in=flow.get("in", 0.0) / WINDOW,
+            rate_out=gflow.get("out", 0.0) / WINDOW,
+            seconds_per_event=gflow.get("busy", 0.0) / done if done else None,
+            **{name: int(gstats.get(name, 0)) for name in cls.COUNTERS},
+        )

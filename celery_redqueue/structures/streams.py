@@ -1,0 +1,424 @@
+"""EventStream: a capped log of events that every consumer group reads at its own position.
+
+A queue hands each message to one consumer and forgets it; a stream keeps it, and each group
+(the SMS sender, the packing-slip printer, the loyalty ledger) reads every event once, at its own
+pace, and can go back (:meth:`EventStream.seek`) to replay after a bug fix. Redis Streams hold the
+log: XADD under an approximate cap, consumer groups, a pending list per group, XAUTOCLAIM.
+
+Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
+pending longer than ``visibility_timeout`` is claimed again by the next read, and past
+``max_deliveries`` it goes to the dead-letter list with the reason. Counting is exact:
+
+* ``trimmed`` (stream): entries the cap removed, counted at each append as XLEN before + 1 -
+  XLEN after (approximate trimming removes whole nodes, so the stream may hold somewhat more
+  than ``maxlen``; every entry it removes is counted, once);
+* ``missed`` (group): entries the cap removed before that group read them (a gap in the
+  sequence numbers every entry carries); ``lost`` (group): entries trimmed while pending, so
+  they could not be delivered again.
+
+Example::
+
+    stream = EventStream(redis.Redis(), "orders", maxlen=100_000, groups=["sms", "loyalty"])
+    stream.publish({"order": 7, "step": "placed"}, key="7")
+    batch = stream.read("sms", "worker-1")
+    for event in batch.events:
+        send_sms(event.payload)
+    stream.ack(batch)
+    stream.seek("loyalty", "start")        # replay everything the stream still holds
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..redis.client import redis_errors
+from ..redis.keys import DEFAULT_PREFIX
+from ..redis.serializers import Serializer
+from ..validation import positive_int, seconds
+from .base import Structure
+from .figures import Figures, compute
+from .stream_types import (
+    AckResult,
+    GroupFigures,
+    PublishReceipt,
+    StreamEvent,
+    StreamRead,
+    StreamReapResult,
+)
+
+#: The stream's own keys, in the order every stream script receives them (stream_common.lua).
+PARTS = ("events", "stats", "flow", "groups", "dead")
+#: Each group's keys, received after PARTS by scripts that act for one group.
+GROUP_PARTS = ("stats", "flow", "drain", "done", "busy", "held", "ready")
+
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+ENTRY_ID = re.compile(r"^\d+-\d+$")
+#: Events per publish script call: keeps every call short (O(chunk)).
+PUBLISH_CHUNK = 1000
+#: Seconds a process trusts its list of the stream's groups before reading it again.
+GROUPS_TTL = 5.0
+
+
+def validate_group(group: Any, what: str = "group") -> str:
+    """A group name: letters, digits and ``_ . : @ -`` (it is part of key names)."""
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise ConfigurationError(f"{what} must be 1-200 letters, digits or '_.:@-', got {group!r}")
+    return group
+
+
+class EventStream(Structure):
+    """A capped Redis stream with consumer groups; see the module docstring."""
+
+    kind = "stream"
+    parts = PARTS
+    dead_script = "stream_dead"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        maxlen: int | None = None,
+        groups: Iterable[str] = (),
+        key: Callable[[Any], str] | None = None,
+        visibility_timeout: float = 60.0,
+        max_deliveries: int = 5,
+        processed_guard: float = 0.0,
+        ordered: bool = False,
+        drain_lease: float = 15.0,
+        prefix: str = DEFAULT_PREFIX,
+        serializer: str | Serializer | None = None,
+        on_wake: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        positive_int("maxlen", maxlen, optional=True)
+        self.visibility_ms = int(
+            seconds("visibility_timeout", visibility_timeout, positive=True) * 1000
+        )
+        positive_int("max_deliveries", max_deliveries)
+        self.guard_ms = int(seconds("processed_guard", processed_guard) * 1000)
+        self.lease_ms = int(seconds("drain_lease", drain_lease, positive=True) * 1000)
+        if not isinstance(ordered, bool):
+            raise ConfigurationError(f"ordered must be True or False, got {ordered!r}")
+        if key is not None and not callable(key):
+            raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
+        self.declared = [validate_group(g) for g in groups]
+        self._setup(client, name, prefix, serializer)
+        self.maxlen = maxlen
+        self.key = key
+        self.max_deliveries = max_deliveries
+        self.ordered = ordered
+        #: Called with the groups whose drain lease a publish (or requeue, or reap) armed: the
+        #: Celery layer sends one drain job per group; without it the leases simply run out.
+        self.on_wake = on_wake
+        self._groups_seen: tuple[float, list[str]] = (-GROUPS_TTL, [])
+
+    def __repr__(self) -> str:
+        return f"<EventStream {self.keys.base} maxlen={self.maxlen}>"
+
+    def _script_head(self) -> list[Any]:
+        return []
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to open this stream (the registry keeps it)."""
+        return {
+            "maxlen": self.maxlen,
+            "visibility_timeout": self.visibility_ms / 1000,
+            "max_deliveries": self.max_deliveries,
+            "drain_lease": self.lease_ms / 1000,
+        }
+
+    def _group_keys(self, group: str) -> list[str]:
+        return self._keys + [self.keys(f"group:{group}:{part}") for part in GROUP_PARTS]
+
+    def groups(self) -> list[str]:
+        """Every group of this stream (created by a publish, read or seek), sorted."""
+        with redis_errors(f"reading groups of {self.keys.base}"):
+            return sorted(g.decode() for g in self.client.hkeys(self.keys("groups")))
+
+    def _known_groups(self) -> list[str]:
+        """Declared groups and those found in Redis (re-read every few seconds)."""
+        read_at, found = self._groups_seen
+        if time.monotonic() - read_at >= GROUPS_TTL:
+            found = self.groups()
+            self._groups_seen = (time.monotonic(), found)
+        return sorted(set(self.declared) | set(found))
+
+    # Producing
+
+    def publish(self, event: Any, *, key: str | None = None) -> PublishReceipt:
+        """Append one event for every group; one round trip. Raises SerializationError (or
+        ConfigurationError for a bad key), storing nothing."""
+        return self.publish_many([event], keys=None if key is None else [key])[0]
+
+    def publish_many(
+        self, events: Iterable[Any], *, keys: Iterable[str | None] | None = None
+    ) -> list[PublishReceipt]:
+        """Append many events, one round trip per thousand; every event is checked and
+        serialized before any is stored. ``keys`` gives each event's partition key (else the
+        stream's ``key`` function decides, else none)."""
+        events = list(events)
+        given = list(keys) if keys is not None else [None] * len(events)
+        if len(given) != len(events):
+            raise ConfigurationError(f"keys names {len(given)} keys for {len(events)} events")
+        prepared = [
+            (self.encode(e), self._key_of(e, k)) for e, k in zip(events, given, strict=True)
+        ]
+        receipts: list[PublishReceipt] = []
+        for start in range(0, len(prepared), PUBLISH_CHUNK):
+            receipts.extend(self._append(prepared[start : start + PUBLISH_CHUNK]))
+        return receipts
+
+    def _key_of(self, event: Any, given: str | None) -> str:
+        key = given
+        if key is None and self.key is not None:
+            try:
+                key = self.key(event)
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"stream key function failed on {event!r}: {exc!r}"
+                ) from exc
+        if key is None:
+            return ""
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = str(key)  # an order number is a fine partition key
+        if not isinstance(key, str) or not key or "\n" in key:
+            raise ConfigurationError(
+                f"a partition key must be a non-empty string without newlines, got {key!r}"
+            )
+        return key
+
+    def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
+        groups = self._known_groups()
+        keys = list(self._keys)
+        for group in groups:
+            keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
+        args: list[Any] = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
+        for data, key in prepared:
+            args += [data, key, ""]
+        ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
+        woken = [g.decode() for g in armed]
+        if woken and self.on_wake is not None:
+            self.on_wake(woken)
+        return [
+            PublishReceipt(
+                id=raw.decode(),
+                trimmed=int(trimmed) if i == 0 else 0,
+                woken=tuple(woken) if i == 0 else (),
+                drain_needed=bool(woken) and i == 0,
+            )
+            for i, raw in enumerate(ids)
+        ]
+
+    # Consuming
+
+    def read(
+        self, group: str, consumer: str, count: int = 10, *, linger: bool = False
+    ) -> StreamRead:
+        """Hand up to ``count`` entries of ``group`` to ``consumer``: entries whose key came
+        free (ordered), then entries pending past the visibility timeout, then new ones.
+
+        An empty read releases the group's drain lease in the same step (unless ``linger``),
+        so nothing published afterwards is stranded.
+        """
+        validate_group(group)
+        positive_int("count", count)
+        if not isinstance(consumer, str) or not consumer or consumer.startswith("~"):
+            raise ConfigurationError(
+                f"consumer must be a name not starting with '~', got {consumer!r}"
+            )
+        reply = self._run(
+            "stream_read",
+            [
+                group,
+                consumer,
+                count,
+                self.visibility_ms,
+                self.max_deliveries,
+                int(self.guard_ms > 0),
+                int(self.ordered),
+                self.lease_ms,
+                int(linger),
+            ],
+            keys=self._group_keys(group),
+        )
+        batch = StreamRead(group=group, consumer=consumer, lingering=int(reply[0]) == 2)
+        for i in range(1, len(reply), 4):
+            raw_id, raw, deliveries, key = reply[i : i + 4]
+            entry_id = raw_id.decode()
+            try:
+                payload = self.serializer.loads(raw)
+            except Exception:
+                batch.undecodable.append((entry_id, raw))
+                continue
+            batch.events.append(
+                StreamEvent(entry_id, payload, int(deliveries), key.decode() or None, group)
+            )
+        return batch
+
+    def ack(
+        self,
+        batch: StreamRead,
+        *,
+        failures: Mapping[str, str] | None = None,
+        retry_in: Mapping[str, float] | None = None,
+        seconds: float = 0.0,
+    ) -> AckResult:
+        """Settle a read. ``failures`` maps entry ids to error texts: a failed entry stays
+        pending and is handed out again after ``retry_in[id]`` seconds (default: at once),
+        or is dead-lettered once it has been delivered ``max_deliveries`` times. Entries that
+        could not be decoded are dead-lettered at once. ``seconds`` (time the bodies took)
+        feeds the figures."""
+        failures = failures or {}
+        retry_in = retry_in or {}
+        args: list[Any] = [
+            batch.group,
+            self.guard_ms,
+            self.max_deliveries,
+            self.visibility_ms,
+            self.lease_ms,
+            repr(float(seconds)),
+        ]
+        for event in batch.events:
+            err = str(failures.get(event.id, ""))[:4000]
+            args += [event.id, err, int(retry_in.get(event.id, 0.0) * 1000), 0]
+        for entry_id, _ in batch.undecodable:
+            args += [entry_id, "undecodable payload", 0, 1]
+        if len(args) == 6:
+            return AckResult(0, 0, 0, 0)
+        reply = self._run("stream_ack", args, keys=self._group_keys(batch.group))
+        processed, retried, dead, stale, send = (int(x) for x in reply)
+        result = AckResult(processed, retried, dead, stale, drain_needed=bool(send))
+        if result.drain_needed and self.on_wake is not None:
+            self.on_wake([batch.group])
+        return result
+
+    def renew(self, group: str, consumer: str, ids: Iterable[str] = ()) -> int:
+        """Heartbeat: renew the group's drain lease and ``consumer``'s hold on ``ids`` (their
+        visibility timeout restarts). Returns how many entries were renewed."""
+        return int(
+            self._run(
+                "stream_renew",
+                [group, consumer, self.lease_ms, *ids],
+                keys=self._group_keys(validate_group(group)),
+            )
+        )
+
+    def release_drain(self, group: str) -> None:
+        """Give up the group's drain lease (a drain job could not be sent: the next publish or
+        the reaper arms it again at once)."""
+        with redis_errors(f"releasing the drain lease of {self.keys.base}"):
+            self.client.delete(self.keys(f"group:{validate_group(group)}:drain"))
+
+    def seek(self, group: str, position: str | float | datetime) -> str:
+        """Move ``group``'s read position; the next read starts at ``position``: ``"start"``
+        (the oldest entry kept: replay), ``"end"`` (only what is published next), an entry id
+        (that entry and after) or a time (a datetime, or seconds since the epoch: entries
+        published at or after it). Pending entries stay pending. Returns the last-delivered
+        id now set for the group."""
+        validate_group(group)
+        if position in ("start", "end"):
+            kind, target = str(position), ""
+        elif isinstance(position, str) and ENTRY_ID.match(position):
+            kind, target = "id", position
+        elif isinstance(position, datetime):
+            kind, target = "id", f"{int(position.timestamp() * 1000)}-0"
+        elif isinstance(position, int | float) and not isinstance(position, bool) and position >= 0:
+            kind, target = "id", f"{int(position * 1000)}-0"
+        else:
+            raise ConfigurationError(
+                "seek position must be 'start', 'end', an entry id like '1700000000000-0', a "
+                f"datetime or seconds since the epoch, got {position!r}"
+            )
+        last_id, _ = self._run("stream_seek", [group, kind, target], keys=self._group_keys(group))
+        return str(last_id.decode())
+
+    def requeue_dead(self, letters: Iterable[Any] | None = None, limit: int = -1) -> int:
+        """Append dead letters to the stream again, each addressed to its own group only (a
+        new entry id, at the end of the log); wakes those groups. Returns how many."""
+        count = super().requeue_dead(letters, limit)
+        if count:
+            self.reap()
+        return count
+
+    def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
+        if name == self.dead_script:
+            # The dead-letter tools pass (action, limit, *entries); the cap comes first.
+            args = [self.maxlen or 0, *args]
+        return super()._run(name, args, keys)
+
+    def reap(self) -> StreamReapResult:
+        """Arm the drain lease of every group with unread, freed or claimable entries and no
+        drain pending (what beat's reaper does); the entries are claimed by the drain."""
+        woken = []
+        for group in self._known_groups():
+            armed, _, _ = self._run(
+                "stream_wake",
+                [group, self.visibility_ms, self.lease_ms],
+                keys=self._group_keys(group),
+            )
+            if int(armed):
+                woken.append(group)
+        if woken and self.on_wake is not None:
+            self.on_wake(woken)
+        return StreamReapResult(woken=len(woken), groups=tuple(woken))
+
+    # Reading
+
+    def group_figures(self, group: str) -> GroupFigures:
+        """One group's figures, read in one bounded script."""
+        reply = self._run("stream_figures", [group], keys=self._group_keys(validate_group(group)))
+        return GroupFigures.from_reply(group, reply)
+
+    def stats(self) -> dict[str, int]:
+        """Stream-wide counters: published, requeued, trimmed, purged, length, groups."""
+        with redis_errors(f"reading stats of {self.keys.base}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(self.keys("stats"))
+            pipe.xlen(self.keys("events"))
+            pipe.hlen(self.keys("groups"))
+            raw, length, groups = pipe.execute()
+        counters = {k.decode(): int(v) for k, v in raw.items()}
+        return {
+            **{n: counters.get(n, 0) for n in ("published", "requeued", "trimmed", "purged")},
+            "length": int(length),
+            "groups": int(groups),
+        }
+
+    def figures(self) -> Figures:
+        """The stream as one structure, for lists of every structure: depth is the sum of the
+        groups' lags, in flight their pending entries, dropped what the cap trimmed."""
+        per_group = [self.group_figures(g) for g in self._known_groups()]
+        stats = self.stats()
+        with redis_errors(f"reading dead letters of {self.keys.base}"):
+            dead = int(self.client.llen(self.keys("dead")))
+        ages = [f.oldest_pending_age for f in per_group if f.oldest_pending_age is not None]
+        figures = compute(
+            depth=sum(f.lag for f in per_group),
+            in_flight=sum(f.pending for f in per_group),
+            dead=dead,
+            delayed=0,
+            offered=stats["published"],
+            processed=sum(f.processed for f in per_group),
+            dropped=stats["trimmed"],
+            sums={
+                "in": max((f.rate_in for f in per_group), default=0.0) * 60,
+                "out": sum(f.rate_out for f in per_group) * 60,
+            },
+            oldest_ms=None,
+            now_ms=0.0,
+        )
+        return Figures(**{**figures.as_dict(), "oldest_age": max(ages, default=None)})
+
+    def clear(self) -> None:
+        """Delete the stream, its groups and everything kept about them (its own keys only)."""
+        keys = list(self._keys)
+        for group in set(self.groups()) | set(self.declared):
+            keys += self._group_keys(group)[len(PARTS) :]
+        with redis_errors(f"clearing {self.keys.base}"):
+            self.client.delete(*keys)
+        self._groups_seen = (-GROUPS_TTL, [])
