@@ -9,7 +9,8 @@
 -- Depth is a level, not a flow, so no script that changes it can tick it; instead every reading
 -- keeps the deepest depth seen this minute in the minute ring ("depth:m<minute % 60>"), so the
 -- hour's depth curve has a point for each minute in which anyone (a scrape, the dashboard, the
--- CLI) looked. That one HSET is the only write.
+-- CLI) looked. That one HSET is the only write, and it is optional: at maxmemory (noeviction)
+-- Redis refuses it, and the figures must still be readable then, so its error is ignored.
 local depth_field = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -23,7 +24,7 @@ if depth_field ~= '' then
     local old_minute, old_depth = string.match(old, '^(%d+) (%S+)$')
     if tonumber(old_minute) == minute and tonumber(old_depth) > depth then depth = old_depth end
   end
-  redis.call('HSET', KEYS[2], field, minute .. ' ' .. depth)
+  redis.pcall('HSET', KEYS[2], field, minute .. ' ' .. depth)
 end
 return {
   redis.call('HGETALL', KEYS[1]),
