@@ -20,6 +20,7 @@ import click
 from ..errors import RedQueueError
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_entry, registry_entries
+from ..structures.health import check_for_loss, server_warnings
 from ..structures.pool import CappedPool
 from ..tasks.beat import DRAIN_HEADER
 from ..tasks.config import get_config
@@ -77,6 +78,12 @@ def redqueue() -> None:
 @click.pass_context
 def list_structures(ctx: click.Context, as_json: bool) -> None:
     """Every registered pool and bucket, with its backpressure figures."""
+    config = get_config(_app(ctx))
+    client = config.client()
+    for text in server_warnings(client):
+        click.echo(f"warning: {text}", err=True)
+    for loss in check_for_loss(client, config.key_prefix):
+        click.echo(f"data lost: {loss.describe()}", err=True)
     rows = [(name, structure.figures()) for name, structure in _structures(ctx)]
     if as_json:
         click.echo(json.dumps({name: f.as_dict() for name, f in rows}, indent=2))

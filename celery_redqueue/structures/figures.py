@@ -12,6 +12,7 @@ from typing import Any
 
 from ..redis.client import redis_errors
 from ..redis.lua import script
+from .health import server_warnings
 
 WINDOW = 60
 
@@ -45,6 +46,9 @@ class Figures:
     seconds_per_item: float | None
     #: Worker processes needed to keep up with the in-rate at that time per item.
     workers_needed: float | None
+    #: What in Redis's configuration can lose calls (an eviction policy, persistence off);
+    #: see :func:`~celery_redqueue.structures.health.server_warnings`.
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -86,6 +90,7 @@ def compute(
     sums: dict[str, float],
     oldest_ms: float | None,
     now_ms: float,
+    warnings: tuple[str, ...] = (),
 ) -> Figures:
     rate_in = sums.get("in", 0.0) / WINDOW
     rate_out = sums.get("out", 0.0) / WINDOW
@@ -105,6 +110,7 @@ def compute(
         drain_eta=(depth + in_flight) / rate_out if rate_out > 0 else (0.0 if not depth else None),
         seconds_per_item=per_item,
         workers_needed=rate_in * per_item if per_item is not None else None,
+        warnings=warnings,
     )
 
 
@@ -135,4 +141,5 @@ def structure_figures(
         sums=sums,
         oldest_ms=oldest,
         now_ms=now,
+        warnings=server_warnings(client),
     )
