@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from celery_redqueue import LeaseKeeper, ResourcePool
+from celery_redqueue import LeaseKeeper, LeaseTask, ResourcePool, resource_pool
 from celery_redqueue.redis.client import make_client
 from tests.helpers import wait_for
 
@@ -102,3 +102,28 @@ def make(redqueue_redis, redqueue_prefix):
         return ResourcePool(redqueue_redis, name, resources, prefix=redqueue_prefix)
 
     return build
+
+
+@pytest.mark.timeout(60)
+def test_a_lease_task_learns_that_its_lease_ran_out(redqueue_celery_app):
+    app = redqueue_celery_app
+    resource_pool(app, "devices", ["phone-1"])
+    reports = []
+
+    class Guarded(LeaseTask):
+        def on_lease_lost(self, lease, reason):
+            reports.append((lease.resource, reason))
+
+    @app.task(
+        base=Guarded, bind=True, shared=False, lease_pool="devices", lease_ttl=0.2,
+        lease_renew=False,
+    )  # fmt: skip
+    def overrun(self):
+        fence = self.lease.fence
+        time.sleep(0.4)  # longer than the lease, with nothing renewing it
+        return self.lease_lost, fence
+
+    lost, fence = overrun.apply().get()
+    assert lost is True
+    assert len(reports) == 1 and reports[0][0] == "phone-1"
+    assert overrun.apply().get()[1] > fence
