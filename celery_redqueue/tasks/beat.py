@@ -90,8 +90,8 @@ def reap(self: Task) -> dict[str, int]:
             continue
         if count:
             reaped[name] = count
-    config = get_config(self.app)
     try:
+        config = get_config(self.app)
         entries = registry_entries(config.client(), config.key_prefix)
     except Exception as exc:
         # The registry itself is unreadable (Redis down, the key overwritten): the app's own
