@@ -37,7 +37,8 @@ from .structures.bucket import (
 )
 from .structures.deadletters import DeadLetter
 from .structures.figures import Figures
-from .structures.leases import Lease, LeaseKeeper, LeaseStats, ResourcePool
+from .structures.lease_keeper import LeaseKeeper
+from .structures.leases import Lease, LeaseStats, ResourcePool
 from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
 from .structures.stream_types import (

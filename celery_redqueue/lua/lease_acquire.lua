@@ -3,7 +3,7 @@
 -- ARGV[1] lease time to live, ms
 -- ARGV[2] token of the new holder (unique, chosen by the caller)
 -- ARGV[3] most expired leases this call reclaims
--- Returns {1, resource, expiry_ms} when a resource was leased, or
+-- Returns {1, resource, expiry_ms, fencing token} when a resource was leased, or
 -- {0, ms until the earliest lease expires (-1: no lease), number of resources} when none is free.
 -- Bounded: O((reclaimed + 1) * log N).
 --#include lease_common
@@ -26,6 +26,7 @@ local expiry = now + tonumber(ARGV[1])
 redis.call('ZADD', K_LEASED, expiry, resource)
 redis.call('HSET', K_TOKENS, resource, ARGV[2])
 redis.call('HINCRBY', K_STATS, 'acquired', 1)
+local fence = next_fence(resource, now)
 -- Reclaimed resources beyond the one taken here are free: wake as many waiting clients.
 wake(returned - 1)
-return {1, resource, expiry}
+return {1, resource, expiry, string.format('%d', fence)}

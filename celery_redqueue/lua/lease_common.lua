@@ -7,7 +7,9 @@
 -- KEYS[4] tokens     hash: leased resource -> token of its holder
 -- KEYS[5] stats      hash: counters (acquired, released, reclaimed, renewed, missed)
 -- KEYS[6] notify     list: one entry per resource freed while clients may be waiting
+-- KEYS[7] fences     hash: resource -> fencing token of its latest lease (never decreases)
 local K_RESOURCES, K_FREE, K_LEASED, K_TOKENS, K_STATS, K_NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_FENCES = KEYS[7]
 
 -- The server clock in whole ms: one clock for every client.
 local function lease_now()
@@ -41,4 +43,14 @@ local function reclaim(limit, now)
   end
   if #expired > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #expired / 2) end
   return #expired / 2, returned
+end
+
+-- The next fencing token of `resource`: above every token it had, and at least the server time
+-- in ms, so tokens keep increasing even after Redis lost the `fences` hash (a restart without
+-- persistence), as long as the server clock does not go back.
+local function next_fence(resource, now)
+  local last = tonumber(redis.call('HGET', K_FENCES, resource) or '0')
+  local fence = math.max(last + 1, now)
+  redis.call('HSET', K_FENCES, resource, string.format('%d', fence))
+  return fence
 end

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import RedQueueError
+from ..structures.health import check_for_loss, server_warnings
 from .reading import Operations, Target
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,7 +71,12 @@ def redqueue() -> None:
 @_errors
 def list_structures(ctx: click.Context, as_json: bool) -> None:
     """Every registered structure, with its backpressure figures."""
-    views = _ops(ctx).overview()["structures"]
+    ops = _ops(ctx)
+    for text in server_warnings(ops.client):
+        click.echo(f"warning: {text}", err=True)
+    for loss in check_for_loss(ops.client, ops.prefix):
+        click.echo(f"data lost: {loss.describe()}", err=True)
+    views = ops.overview()["structures"]
     if as_json:
         click.echo(
             json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)

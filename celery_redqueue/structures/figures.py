@@ -14,6 +14,7 @@ from typing import Any
 
 from ..redis.client import redis_errors
 from ..redis.lua import script
+from .health import server_warnings
 
 WINDOW = 60
 #: Minutes of history kept by the per-minute ring.
@@ -75,6 +76,9 @@ class Figures:
     counters: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
     #: The last minute and the last hour, read in the same call.
     history: History | None = field(default=None, repr=False, compare=False)
+    #: What in Redis's configuration can lose calls (an eviction policy, persistence off);
+    #: see :func:`~celery_redqueue.structures.health.server_warnings`.
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The figures only (counters and history have their own ``as_dict``)."""
@@ -151,6 +155,7 @@ def compute(
     now_ms: float,
     counters: Mapping[str, int] | None = None,
     history: History | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> Figures:
     rate_in = sums.get("in", 0.0) / WINDOW
     rate_out = sums.get("out", 0.0) / WINDOW
@@ -172,6 +177,7 @@ def compute(
         workers_needed=rate_in * per_item if per_item is not None else None,
         counters=dict(counters or {}),
         history=history,
+        warnings=warnings,
     )
 
 
@@ -206,4 +212,5 @@ def structure_figures(
         now_ms=now,
         counters=counters,
         history=ring_history(flow, now),
+        warnings=server_warnings(client),
     )

@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -57,7 +57,7 @@ from ..redis.lua import script
 from . import catalog
 
 #: The keys every lease script receives, in this order (see lua/lease_common.lua).
-PARTS = ("resources", "free", "leased", "tokens", "stats", "notify")
+PARTS = ("resources", "free", "leased", "tokens", "stats", "notify", "fences")
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,18 @@ class Lease:
     token: str
     #: When the lease runs out, Unix seconds by the Redis server's clock.
     expires_at: float
+    #: Fencing token: larger than that of every earlier lease of this resource. Pass it with
+    #: each write to the guarded store, which keeps the largest it has seen and refuses writes
+    #: carrying a smaller one: a holder that lost its lease while paused can then do no harm.
+    fence: int = 0
+    #: ``time.monotonic()`` by which the lease surely still holds (the moment its acquire or
+    #: last renew was sent, plus its ttl): this process's own clock, so no clock skew with the
+    #: Redis server. Past it, treat the resource as lost.
+    local_deadline: float = field(default=0.0, compare=False)
+
+    def remaining(self) -> float:
+        """Seconds the lease surely still holds by this process's clock (<= 0: lost)."""
+        return self.local_deadline - time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,13 @@ def _names(resources: Iterable[str]) -> list[str]:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"resource names must be non-empty strings, got {name!r}")
     return names
+
+
+def _socket_timeout(client: Any) -> float | None:
+    """The client's socket timeout in seconds, where redis-py tells it (not on a cluster)."""
+    pool = getattr(client, "connection_pool", None)
+    value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _text(value: Any) -> str:
@@ -283,16 +302,31 @@ class ResourcePool:
 
     def _try_acquire(self, ttl_ms: int) -> tuple[Lease | None, float | None]:
         token = uuid.uuid4().hex
+        sent = time.monotonic()
         reply = self._run(
             "lease_acquire",
             [ttl_ms, token, RECLAIM_BATCH],
         )
         if int(reply[0]) == 1:
-            return Lease(self.keys.base, _text(reply[1]), token, int(reply[2]) / 1000), None
+            lease = Lease(
+                self.keys.base,
+                _text(reply[1]),
+                token,
+                int(reply[2]) / 1000,
+                fence=int(reply[3]),
+                local_deadline=sent + ttl_ms / 1000,
+            )
+            return lease, None
         until_expiry_ms = int(reply[1])
         return None, (until_expiry_ms / 1000 if until_expiry_ms >= 0 else None)
 
     def _wait_for_release(self, timeout: float) -> None:
+        # A blocking call must give up before the client's socket timeout would (redis-py < 8
+        # applies that timeout to the block too): otherwise every wait ends in a timeout, which
+        # also drops the connection.
+        socket_timeout = _socket_timeout(self.client)
+        if socket_timeout:
+            timeout = min(timeout, max(socket_timeout - 1.0, socket_timeout / 2))
         try:
             with redis_errors(f"waiting for a resource of {self.keys.base}"):
                 self.client.blpop([self.keys("notify")], timeout=timeout)
@@ -322,15 +356,17 @@ class ResourcePool:
         using the resource.
         """
         self._check(lease)
+        ttl_ms = _ttl_ms(ttl)
+        sent = time.monotonic()
         expiry_ms = int(
             self._run(
                 "lease_renew",
-                [lease.resource, lease.token, _ttl_ms(ttl)],
+                [lease.resource, lease.token, ttl_ms],
             )
         )
         if expiry_ms <= 0:
             return None
-        return replace(lease, expires_at=expiry_ms / 1000)
+        return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)
 
     def _check(self, lease: Any) -> None:
         if not isinstance(lease, Lease):
@@ -340,13 +376,20 @@ class ResourcePool:
 
     @contextmanager
     def lease(
-        self, ttl: float, *, wait: float | None = None, keep_alive: bool = False
+        self,
+        ttl: float,
+        *,
+        wait: float | None = None,
+        keep_alive: bool = False,
+        on_lost: LostCallback | None = None,
     ) -> Iterator[str]:
         """Hold a resource for the ``with`` block; yields its name and releases it afterwards.
 
         Raises NoFreeResourceError when none is free (within ``wait`` seconds, if given). With
         ``keep_alive=True`` a background thread renews the lease every ``ttl / 3`` seconds
         while the block runs, so ``ttl`` only bounds how long a crashed holder keeps it.
+        ``on_lost(lease, reason)`` is called once if the lease is lost (see
+        :class:`LeaseKeeper`), at the latest when the release at the end finds it gone.
 
         Example::
 
@@ -356,27 +399,18 @@ class ResourcePool:
         lease = self.acquire(ttl, wait=wait)
         if lease is None:
             raise NoFreeResourceError(f"no free resource in {self.keys.base}")
-        keeper = LeaseKeeper(self, lease, ttl) if keep_alive else None
-        if keeper is not None:
+        # Without keep_alive the keeper is not started: it only reports a loss at release.
+        keeper = LeaseKeeper(self, lease, ttl, on_lost=on_lost)
+        if keep_alive:
             keeper.start()
         try:
             yield lease.resource
         finally:
-            if keeper is not None:
-                lease = keeper.stop()
             try:
-                released = self.release(lease)
+                keeper.release()
             except RedQueueError:
                 # Do not hide the block's own outcome: the lease runs out by itself anyway.
                 logger.exception("%s: releasing %r failed", self.keys.base, lease.resource)
-            else:
-                if not released:
-                    logger.warning(
-                        "%s: lease on %r ran out before the block ended; another holder may "
-                        "have used it at the same time",
-                        self.keys.base,
-                        lease.resource,
-                    )
 
     # Maintenance and figures
 
@@ -426,77 +460,9 @@ class ResourcePool:
         with self._declare_lock:
             self._undeclared.clear()
         with redis_errors(f"clearing {self.keys.base}"):
-            self.client.delete(
-                *(
-                    self.keys(part)
-                    for part in ("resources", "free", "leased", "tokens", "stats", "notify")
-                )
-            )
+            self.client.delete(*self._keys)
 
 
-class LeaseKeeper:
-    """Renews a lease from a daemon thread every ``ttl / 3`` seconds until stopped.
-
-    If a renewal finds the lease gone (it ran out, say after a long pause of the process),
-    the keeper stops renewing and sets ``lost``; the resource may then be someone else's. A
-    Redis outage is logged and retried at the next interval.
-
-    Example::
-
-        keeper = LeaseKeeper(pool, lease, ttl=30)
-        keeper.start()
-        try:
-            long_job(lease.resource)
-        finally:
-            pool.release(keeper.stop())
-    """
-
-    def __init__(self, pool: ResourcePool, lease: Lease, ttl: float) -> None:
-        self.pool = pool
-        self.ttl = _seconds(ttl, "ttl")
-        self.interval = self.ttl / 3
-        self._lease = lease
-        self._lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"redqueue-lease-{lease.resource}", daemon=True
-        )
-
-    @property
-    def lease(self) -> Lease:
-        """The lease as last renewed."""
-        return self._lease
-
-    @property
-    def lost(self) -> bool:
-        """A renewal found the lease no longer held."""
-        return self._lost
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> Lease:
-        """Stop renewing (waits briefly for a renewal in progress); returns the latest lease."""
-        self._stop.set()
-        if self._thread.is_alive():
-            # Bounded: a renewal stuck on a dead connection must not hold up the caller; if it
-            # completes after the release it finds the token gone and changes nothing.
-            self._thread.join(timeout=10)
-        return self._lease
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                renewed = self.pool.renew(self._lease, self.ttl)
-            except RedQueueError:
-                logger.exception("%s: renewing lease on %r failed", self.pool, self._lease.resource)
-                continue
-            if renewed is None:
-                self._lost = True
-                logger.warning(
-                    "%s: lease on %r was lost before it could be renewed",
-                    self.pool,
-                    self._lease.resource,
-                )
-                return
-            self._lease = renewed
+# The keeper builds on this module; imported last and re-exported so that older imports
+# (``from celery_redqueue.structures.leases import LeaseKeeper``) keep working.
+from .lease_keeper import LeaseKeeper, LostCallback  # noqa: E402

@@ -16,6 +16,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from ..structures.catalog import open_entry, registry_entries
 from .config import get_config
+from .health import check_app
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def reap(self: Task) -> dict[str, int]:
             continue
         if count:
             reaped[name] = count
-    config = get_config(self.app)
     try:
+        config = get_config(self.app)
         entries = registry_entries(config.client(), config.key_prefix)
     except Exception as exc:
         # The registry itself is unreadable (Redis down, the key overwritten): the app's own
@@ -115,6 +116,11 @@ def reap(self: Task) -> dict[str, int]:
             continue
         if count:
             reaped[label] = count
+    try:
+        # A Redis that restarted and lost data is logged here, with the figures last seen.
+        check_app(self.app)
+    except Exception as exc:
+        logger.error("redqueue: checking for data loss failed: %s", _describe(exc))
     if failed:
         reaped[FAILED_KEY] = failed
     return reaped

@@ -28,7 +28,9 @@ class RedQueueConfig:
     #: ``redqueue_serializer``: a kombu serializer name (``"json"`` by default; ``"pickle"``
     #: warns) or an object with dumps/loads, resolved once.
     serializer: Serializer = field(default_factory=lambda: get_serializer("json"))
-    #: Extra keyword arguments for ``redis.Redis.from_url`` (timeouts, TLS, ...).
+    #: Extra keyword arguments for ``redis.Redis.from_url`` (TLS, ...), over the package's
+    #: default timeouts (``socket_timeout`` and ``socket_connect_timeout`` of 5 s, see
+    #: :data:`~celery_redqueue.redis.client.DEFAULT_TIMEOUTS`; ``None`` waits forever).
     redis_options: dict[str, Any] = field(default_factory=dict)
     #: Register drain and reaper jobs with beat (``add_periodic_task``).
     beat: bool = True

@@ -39,7 +39,8 @@ from celery import Task
 
 from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
 from ..redis.keys import validate_name
-from ..structures.leases import Lease, LeaseKeeper, ResourcePool
+from ..structures.lease_keeper import LeaseKeeper
+from ..structures.leases import Lease, ResourcePool
 from ..validation import boolean, count, seconds
 from .config import get_config
 from .decorators import decorate_task
@@ -107,12 +108,11 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
 
 @dataclass
 class _Holding:
-    lease: Lease
-    keeper: LeaseKeeper | None
+    keeper: LeaseKeeper
 
     @property
     def current(self) -> Lease:
-        return self.keeper.lease if self.keeper is not None else self.lease
+        return self.keeper.lease
 
 
 class LeaseTask(Task):  # type: ignore[misc]
@@ -204,10 +204,16 @@ class LeaseTask(Task):  # type: ignore[misc]
 
     @property
     def lease_lost(self) -> bool:
-        """The running call's lease was found expired while renewing: stop using the resource."""
+        """The running call's lease is lost (a renewal found it gone, or no renewal succeeded
+        before its deadline): stop using the resource. Check it before each use; give writes
+        ``self.lease.fence`` so a store can refuse a stale holder."""
         stack = self._holdings()
-        keeper = stack[-1].keeper if stack else None
-        return keeper is not None and keeper.lost
+        return bool(stack) and stack[-1].keeper.lost
+
+    def on_lease_lost(self, lease: Lease, reason: str) -> None:
+        """Called once, from the renewing thread or at release, when the running call's lease
+        is lost. Override it to stop the body's work (set an event the body checks, say); the
+        default does nothing more than the warning already logged."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._leased(super().__call__, args, kwargs)
@@ -231,34 +237,26 @@ class LeaseTask(Task):  # type: ignore[misc]
         lease = pool.acquire(self.lease_ttl, wait=self.lease_wait or None)
         if lease is None:
             raise self._no_free_resource(pool)
-        keeper = LeaseKeeper(pool, lease, self.lease_ttl) if self.lease_renew else None
+        # Not started without lease_renew: it then only reports a loss found at release.
+        keeper = LeaseKeeper(pool, lease, self.lease_ttl, on_lost=self.on_lease_lost)
         stack = self._holdings()
-        stack.append(_Holding(lease, keeper))
+        stack.append(_Holding(keeper))
         try:
-            if keeper is not None:
+            if self.lease_renew:
                 keeper.start()
             return call(*args, **kwargs)
         finally:
             stack.pop()
-            if keeper is not None:
-                lease = keeper.stop()
-            self._release(pool, lease)
+            self._release(keeper)
 
-    def _release(self, pool: ResourcePool, lease: Lease) -> None:
+    def _release(self, keeper: LeaseKeeper) -> None:
         # Never let a failed release hide the body's own result or exception: the lease runs
-        # out by itself anyway.
+        # out by itself anyway. A release that finds the lease gone is reported by the keeper
+        # (warning, on_lease_lost).
         try:
-            released = pool.release(lease)
+            keeper.release()
         except RedQueueError:
-            logger.exception("%s: releasing %r failed", self.name, lease.resource)
-            return
-        if not released:
-            logger.warning(
-                "%s: the lease on %r ran out before the call ended; another holder may have "
-                "used it at the same time (raise lease_ttl or keep lease_renew on)",
-                self.name,
-                lease.resource,
-            )
+            logger.exception("%s: releasing %r failed", self.name, keeper.lease.resource)
 
     def _no_free_resource(self, pool: ResourcePool) -> BaseException:
         if len(pool) == 0:

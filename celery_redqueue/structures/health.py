@@ -1,0 +1,240 @@
+"""Loss made visible: warn about Redis settings that lose data, and detect a Redis that
+restarted and lost it.
+
+Two things can take calls out of Redis without any script running: an eviction policy (Redis
+deletes keys when full, leaving structures with phantom depth or wedged keys) and a restart
+without persistence (every counter starts again at 0, so the accounting identities still
+"hold" while thousands of queued calls are gone). Neither can be prevented from here; both can
+be made known.
+
+* :func:`server_warnings`: the eviction policy and persistence, read with CONFIG GET and INFO
+  (skipped quietly where a managed Redis refuses them), cached a minute per client.
+* :func:`check_for_loss`: compares each registered structure's totals with the snapshot last
+  seen (kept in process memory and in ``<prefix>:health``); when Redis's run id changed and a
+  structure's counters went backwards or vanished, returns a :class:`Loss` per structure that
+  says what was last seen, and when. The Celery glue calls it at worker start and from the
+  reaper, and logs what it finds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from ..errors import RedQueueError
+from ..redis.client import redis_errors
+from ..redis.keys import normalize_prefix
+from .catalog import open_entry, registry_entries
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a client's server warnings are reused before CONFIG/INFO are read again.
+WARNINGS_TTL = 60.0
+#: Totals kept per structure; ``offered`` and ``processed`` only ever grow while Redis keeps
+#: its data, the others say how much was held.
+TOTALS = ("offered", "processed", "dropped", "depth", "in_flight", "delayed", "dead")
+
+_lock = threading.Lock()
+_warnings: dict[str, tuple[float, tuple[str, ...]]] = {}
+_snapshots: dict[tuple[str, str], Snapshot] = {}
+
+
+def _client_id(client: Any) -> str:
+    # redis-py's repr names host, port and db; enough to tell servers apart in one process.
+    return repr(client)
+
+
+def server_warnings(client: Any, *, refresh: bool = False) -> tuple[str, ...]:
+    """What in Redis's configuration can lose calls: an eviction policy other than
+    ``noeviction``, or no persistence at all. Empty when all is well, or when the server
+    refuses CONFIG/INFO (managed services often do)."""
+    key = _client_id(client)
+    now = time.monotonic()
+    cached = _warnings.get(key)
+    if cached is not None and not refresh and now - cached[0] < WARNINGS_TTL:
+        return cached[1]
+    found = tuple(_read_warnings(client))
+    with _lock:
+        _warnings[key] = (now, found)
+    return found
+
+
+def _read_warnings(client: Any) -> list[str]:
+    found = []
+    try:
+        policy = _config(client, "maxmemory-policy")
+        save = _config(client, "save")
+        aof = int(client.info("persistence").get("aof_enabled", 0))
+    except redis.exceptions.RedisError as exc:
+        # A managed Redis that renames or forbids CONFIG, or one that is down (the call that
+        # needs it will say so): nothing to warn about here.
+        logger.debug("redqueue: cannot read Redis's configuration: %s", exc)
+        return []
+    if policy and policy != "noeviction":
+        found.append(
+            f"Redis maxmemory-policy is {policy!r}: when full, Redis deletes keys and "
+            "structures lose calls silently (phantom depth, wedged keys); set noeviction"
+        )
+    if not aof and not save:
+        found.append(
+            "Redis persistence is off (no AOF, no RDB snapshots): a restart loses every "
+            "queued call; set appendonly yes"
+        )
+    return found
+
+
+def _config(client: Any, name: str) -> str:
+    value = client.config_get(name)
+    raw = value.get(name, "") if isinstance(value, dict) else ""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Totals of every registered structure of one prefix, as last seen."""
+
+    #: Redis's run id (changes at every restart); None where INFO is refused.
+    run_id: str | None
+    #: Unix time of the reading.
+    seen_at: float
+    #: ``"kind:name"`` -> counter -> value.
+    totals: dict[str, dict[str, int]]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"run_id": self.run_id, "seen_at": self.seen_at, "totals": self.totals},
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Snapshot | None:
+        try:
+            data = json.loads(raw)
+            return cls(data["run_id"], float(data["seen_at"]), dict(data["totals"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A structure whose data Redis lost: what was last seen, and what is there now."""
+
+    structure: str
+    #: Unix time at which ``before`` was read.
+    seen_at: float
+    before: dict[str, int]
+    #: None when the structure is gone altogether.
+    after: dict[str, int] | None
+    old_run_id: str | None
+    new_run_id: str | None
+
+    @property
+    def held(self) -> int:
+        """Calls it held when last seen (waiting, in flight, delayed, dead): the upper bound
+        of what was lost with it."""
+        return sum(self.before.get(k, 0) for k in ("depth", "in_flight", "delayed", "dead"))
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.seen_at))
+        last = ", ".join(f"{k}={v}" for k, v in sorted(self.before.items()))
+        now = (
+            "it is gone"
+            if self.after is None
+            else "now " + ", ".join(f"{k}={v}" for k, v in sorted(self.after.items()))
+        )
+        return (
+            f"{self.structure}: Redis restarted (run id {self.old_run_id} -> {self.new_run_id}) "
+            f"and lost its data: up to {self.held} calls lost; last seen at {when} with {last}; "
+            f"{now}"
+        )
+
+
+def current_totals(client: Any, prefix: str) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """Totals of every registered structure that has figures, and the names of those that
+    could not be read (left out of the comparison: unreadable is not lost)."""
+    totals: dict[str, dict[str, int]] = {}
+    unreadable: set[str] = set()
+    for entry in registry_entries(client, prefix):
+        name = f"{entry.kind}:{entry.name}"
+        try:
+            structure = open_entry(client, prefix, entry)
+            if structure is None or not hasattr(structure, "figures"):
+                continue
+            figures = structure.figures()
+        except RedQueueError as exc:
+            logger.debug("redqueue: no figures for %s: %s", name, exc)
+            unreadable.add(name)
+            continue
+        totals[name] = {k: int(getattr(figures, k)) for k in TOTALS}
+    return totals, unreadable
+
+
+def _run_id(client: Any) -> str | None:
+    try:
+        info = client.info("server")
+    except redis.exceptions.ResponseError:
+        return None
+    run_id = info.get("run_id") if isinstance(info, dict) else None
+    return str(run_id) if run_id else None
+
+
+def health_key(prefix: str) -> str:
+    """Where the last snapshot of a prefix is kept in Redis."""
+    return f"{normalize_prefix(prefix)}:health"
+
+
+def check_for_loss(client: Any, prefix: str) -> list[Loss]:
+    """Compare every structure's totals with the last snapshot, record the new one, and
+    return the structures Redis lost data of (its run id changed and their counters went
+    backwards or vanished).
+
+    The snapshot is kept in this process and in ``<prefix>:health``: a restart without
+    persistence loses the latter, so the process that saw the figures before is the one that
+    can tell (a worker running the reaper, a long-lived CLI). Raises RedisUnavailableError
+    when Redis cannot be read.
+    """
+    prefix = normalize_prefix(prefix)
+    memory_key = (_client_id(client), prefix)
+    with redis_errors("checking for data loss"):
+        run_id = _run_id(client)
+        stored_raw = client.get(health_key(prefix))
+    totals, unreadable = current_totals(client, prefix)
+    stored = Snapshot.from_json(stored_raw) if stored_raw else None
+    remembered = _snapshots.get(memory_key)
+    candidates = [s for s in (stored, remembered) if s is not None]
+    previous = max(candidates, key=lambda s: s.seen_at) if candidates else None
+    current = Snapshot(run_id, time.time(), totals)
+    with _lock:
+        _snapshots[memory_key] = current
+    try:
+        with redis_errors("recording the health snapshot"):
+            client.set(health_key(prefix), current.to_json())
+    except RedQueueError as exc:
+        # A full Redis refuses the write; the process keeps the snapshot meanwhile.
+        logger.debug("redqueue: health snapshot not stored: %s", exc)
+    if previous is None or previous.run_id == run_id or previous.run_id is None:
+        return []
+    losses = []
+    for name, before in sorted(previous.totals.items()):
+        if name in unreadable:
+            continue
+        after = totals.get(name)
+        went_back = after is None or any(
+            after.get(k, 0) < before.get(k, 0) for k in ("offered", "processed")
+        )
+        if went_back and (after is not None or any(before.values())):
+            losses.append(Loss(name, previous.seen_at, before, after, previous.run_id, run_id))
+    return losses
+
+
+def forget_snapshots() -> None:
+    """Drop this process's snapshots and cached warnings (tests, or after a planned flush)."""
+    with _lock:
+        _snapshots.clear()
+        _warnings.clear()

@@ -1,0 +1,76 @@
+"""Celery glue of the health checks (:mod:`celery_redqueue.structures.health`).
+
+At worker start (``worker_ready``, in the ``celery worker`` process) the worker warns when
+Redis's eviction policy or missing persistence can lose calls, and compares the structures'
+figures with the snapshot last recorded; every reaper run (beat) compares again, so a Redis
+that restarted and lost data is logged within one reaper interval with the figures last seen.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_ready
+
+from ..errors import RedQueueError
+from ..structures.catalog import register
+from ..structures.health import Loss, check_for_loss, server_warnings
+from .config import get_config
+
+logger = logging.getLogger(__name__)
+
+
+def check_app(app: Any, *, warn: bool = False) -> list[Loss]:
+    """Log the server warnings (with ``warn``) and every data loss found; returns the losses.
+
+    Raises RedQueueError when Redis cannot be read.
+    """
+    config = get_config(app)
+    client = config.client()
+    _register_own_structures(app)
+    if warn:
+        for text in server_warnings(client, refresh=True):
+            logger.warning("redqueue: %s", text)
+    losses = check_for_loss(client, config.key_prefix)
+    for loss in losses:
+        logger.error("redqueue: %s", loss.describe())
+    return losses
+
+
+def _register_own_structures(app: Any) -> None:
+    """Record the app's structures in the registry again: a process registers a structure
+    once, so after Redis lost its data (registry included) the reaper, the CLI and this check
+    would no longer see them."""
+    from .base import RedQueueTask
+
+    for task in list(app.tasks.values()):
+        if not isinstance(task, RedQueueTask):
+            continue
+        try:
+            structure = task.structure
+            register(structure.client, structure.keys, structure.settings())
+        except RedQueueError as exc:
+            logger.debug("redqueue: re-registering %s failed: %s", task.name, exc)
+
+
+def _uses_redqueue(app: Any) -> bool:
+    # Imported here: base imports beat, which imports this module.
+    from .base import RedQueueTask
+    from .lease import LeaseTask
+
+    return any(isinstance(task, RedQueueTask | LeaseTask) for task in app.tasks.values())
+
+
+def _check_at_worker_start(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None or not _uses_redqueue(app):
+        return
+    try:
+        check_app(app, warn=True)
+    except RedQueueError as exc:
+        # The worker still starts: calls will raise their own errors while Redis is away.
+        logger.warning("redqueue: health check at worker start failed: %s", exc)
+
+
+worker_ready.connect(_check_at_worker_start, weak=False)
