@@ -18,6 +18,12 @@ from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import DeadLetterTools
 
+#: Default seconds of the drain lease: how long a drain job that is sent or running keeps the
+#: structure's drain flag without renewing it. A job that dies (or was never sent) frees the
+#: structure this long after its last renewal; a running job renews it every pop and, while a
+#: body runs, every third of this from the worker's heartbeat.
+DRAIN_LEASE = 10.0
+
 
 class Structure(DeadLetterTools):
     """Base of pools, buckets and other queue structures (not used directly).
@@ -65,6 +71,15 @@ class Structure(DeadLetterTools):
         return script(name)(
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
+
+    def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
+        """Clear the drain flag (and/or the scheduled wake-up) when the drain job it announced
+        could not be sent, so the next call or beat sends one instead of waiting out the lease.
+        Only the flag's own keys are touched."""
+        keys = [self.keys(part) for part, on in (("drains", flag), ("wake", wake)) if on]
+        if keys:
+            with redis_errors(f"releasing the drain flag of {self.keys.base}"):
+                self.client.delete(*keys)
 
     def encode(self, payload: Any) -> bytes:
         """Serialize one payload as it will be stored (raises SerializationError)."""

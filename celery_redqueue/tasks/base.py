@@ -9,6 +9,8 @@ from the structure and calling the body for each. The task kinds live beside thi
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -20,6 +22,8 @@ from celery.utils.time import maybe_make_aware
 from ..errors import RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .config import get_config
+
+logger = logging.getLogger(__name__)
 
 
 def error_text(exc: BaseException) -> str:
@@ -107,9 +111,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         dedupe_id = self._dedupe_id(getattr(self, self.dedupe_option), args, kwargs, options)
         if self.app.conf.task_always_eager:
             return self._run_eagerly(prepared, task_id=task_id, link=link, link_error=link_error)
-        result = self._store(prepared, delay, dedupe_id)
-        self._after_add(result.drain_needed, result.wake_in)
-        return result
+        return self._after_add(self._store(prepared, delay, dedupe_id))
 
     def _prepare_call(self, args: Any, kwargs: Any) -> Any:
         """Check and serialize one call (subclasses)."""
@@ -174,12 +176,52 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return dedupe_id
 
-    def _after_add(self, drain_needed: bool, wake_in: float | None) -> None:
-        """Send the drain job an add asked for: now, or when its delayed call is due."""
-        if drain_needed:
-            self.send_drain()
-        if wake_in is not None:
-            self.send_drain(countdown=wake_in)
+    def _after_add(self, receipt: Any) -> Any:
+        """Send the drain job an add asked for (now, or when its delayed call is due); returns
+        the receipt saying whether it was sent.
+
+        A send that fails (broker down) does not raise: the call is stored, and raising would
+        invite a retry that stores it twice. The drain flag is released in the same call, so
+        the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
+        """
+        sent, error = False, None
+        if receipt.drain_needed:
+            error = self.send_drain_or_release()
+            sent = error is None
+        if receipt.wake_in is not None:
+            late_error = self.send_drain_or_release(countdown=receipt.wake_in)
+            sent, error = sent or late_error is None, error or late_error
+        if sent or error:
+            return dataclasses.replace(receipt, drain_sent=sent and not error, drain_error=error)
+        return receipt
+
+    def send_drain_or_release(self, countdown: float | None = None) -> str | None:
+        """Send a drain job (now, or after ``countdown`` seconds); if the broker refuses, log a
+        warning, release what announced the job (the drain flag, or the scheduled wake-up) so
+        that the next call or beat sends one, and return the error text (None when sent)."""
+        try:
+            if countdown is None:
+                self.send_drain()
+            else:
+                self.send_drain(countdown=countdown)
+        except Exception as exc:
+            logger.warning(
+                "%s: could not send a drain job (%s); the calls are stored and the next call "
+                "or beat sends one",
+                self.name,
+                error_text(exc),
+            )
+            try:
+                self.structure.release_drain(flag=countdown is None, wake=countdown is not None)
+            except RedQueueError as release_exc:
+                logger.warning(
+                    "%s: could not release the drain flag either (%s); it frees itself when "
+                    "its lease runs out",
+                    self.name,
+                    release_exc,
+                )
+            return error_text(exc)
+        return None
 
     def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
