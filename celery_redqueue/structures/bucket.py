@@ -379,7 +379,9 @@ class LeakyBucket(Structure):
                 decoded = self.serializer.loads(payload)
             except Exception as exc:
                 reason = f"undecodable payload: {type(exc).__name__}: {exc}"
-                logger.warning("%s: item %s dead-lettered: %s", self.keys.base, res_id, reason)
+                logger.warning(
+                    "%s: item %s dead-lettered: %s", self.keys.base, res_id.decode(), reason
+                )
                 self.dead_letter(res_id.decode(), reason)
                 malformed += 1
                 continue
