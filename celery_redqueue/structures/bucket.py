@@ -11,7 +11,10 @@ exact and a late consumer's lost time is not made up. All time is the Redis serv
 
 A dequeued item is *reserved* until committed. If its consumer dies, the reaper puts it back at
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
-to the dead-letter list instead.
+to the dead-letter list instead. A worker renews what it holds (:meth:`LeakyBucket.renew`) while
+the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
+drain-pending flag is a short lease (``drain_lease``) that a running drain renews. An item that
+cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
 
 Layout (all under one hash tag): per-key FIFOs live in one hash (``key NUL position``) with head
 and tail positions per key, so every script touches only the fixed keys it is given and works on
@@ -41,7 +44,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
-from .base import DRAIN_LEASE, Structure
+from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, structure_figures
 from .receipts import Receipt
 
@@ -445,8 +448,13 @@ class LeakyBucket(Structure):
         """Push the deadline of reservations still held to now + ``reservation_timeout`` and
         renew the drain lease, in one round trip (the worker's heartbeat). Returns the ids that
         were no longer held: the reaper had taken them back."""
-        reply = self._run("bucket_renew", [self.reservation_timeout_ms, *reservation_ids])
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
+        name, _, args = self.renew_call(reservation_ids)
+        reply = self._run(name, args)
+        return decode_ids(reply)
+
+    def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        return "bucket_renew", self._keys, [self.reservation_timeout_ms, *reservation_ids]
 
     def heartbeat_interval(self) -> float:
         """Seconds between renewals while a worker holds reservations or the drain lease: a

@@ -54,7 +54,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
-from .base import DRAIN_LEASE, Structure
+from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, structure_figures
 from .receipts import Receipt
 
@@ -351,9 +351,13 @@ class CappedPool(Structure):
 
         An empty batch with ``wait`` None means the pool was empty at that instant; the
         drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
-        stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s.
-        With ``linger=True`` an empty pop keeps the flag (``batch.lingering``): the caller
-        promises to pop again soon, so calls arriving meanwhile send no drain job.
+        stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s;
+        the flag was released (calls due now send their own drain job), and ``schedule`` asks
+        the caller to send one drain job with that countdown (none is scheduled earlier).
+        Entries that cannot be parsed are dead-lettered (``malformed``); undecodable payloads
+        are listed in ``undecodable`` and dead-lettered by :meth:`ack`. With ``linger=True``
+        an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
+        soon, so calls arriving meanwhile send no drain job.
         """
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
@@ -438,8 +442,13 @@ class CappedPool(Structure):
         """Push the deadline of batches still in flight to now + ``batch_timeout`` and renew
         the drain lease, in one round trip (the worker's heartbeat). Returns the ids that were
         no longer in flight: the reaper had taken them back."""
-        reply = self._run("pool_renew", [self.batch_timeout_ms, *batch_ids])
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
+        name, _, args = self.renew_call(batch_ids)
+        reply = self._run(name, args)
+        return decode_ids(reply)
+
+    def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        return "pool_renew", self._keys, [self.batch_timeout_ms, *batch_ids]
 
     def heartbeat_interval(self) -> float:
         """Seconds between renewals while a worker holds batches or the drain lease: a third

@@ -5,7 +5,8 @@ or a pool batch. Without renewal a body that outlives its timeout is taken back 
 and runs again, and a drain lease must be long enough to cover the longest body. One daemon
 thread per process renews everything the process holds: per structure, one script call that
 pushes every held id's deadline and renews the drain lease, every third of the structure's
-shortest timeout (so two renewals can fail before anything expires).
+shortest timeout (so two renewals can fail before anything expires); the calls due together on
+one client go in one pipelined round trip.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import redis
+
+from ..structures.base import renew_pipelined
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +107,29 @@ class Heartbeat:
     def _run(self) -> None:
         while True:
             due, sleep = self._due()
-            for structure, ids in due:
-                self._renew(structure, ids)
+            if due:
+                self.renew(due)
             self._wake.wait(max(sleep, 0.01))
+
+    def renew(self, due: list[tuple[Any, list[str]]]) -> None:
+        """Renew what is due: one round trip for all the structures on one (non-cluster)
+        client, a script call each otherwise."""
+        by_client: dict[int, list[tuple[Any, list[str]]]] = {}
+        for structure, ids in due:
+            by_client.setdefault(id(structure.client), []).append((structure, ids))
+        for group in by_client.values():
+            if len(group) > 1 and isinstance(group[0][0].client, redis.Redis):
+                self._renew_pipelined(group)
+            else:
+                for structure, ids in group:
+                    self._renew(structure, ids)
+
+    def _renew_pipelined(self, group: list[tuple[Any, list[str]]]) -> None:
+        for (structure, ids), missing in zip(group, renew_pipelined(group), strict=True):
+            if missing is None:  # an error (such as a restarted server without the script)
+                self._renew(structure, ids)
+            else:
+                self._renewed(structure, missing)
 
     def _renew(self, structure: Any, ids: list[str]) -> None:
         try:
@@ -119,6 +144,9 @@ class Heartbeat:
                 exc,
             )
             return
+        self._renewed(structure, missing)
+
+    def _renewed(self, structure: Any, missing: list[str]) -> None:
         self.rounds += 1
         for item_id in missing:
             logger.warning(

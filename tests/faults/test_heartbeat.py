@@ -117,3 +117,33 @@ def test_a_renewal_that_finds_its_item_gone_is_logged_and_the_late_commit_counte
         wait_for(lambda: bucket.stats().late == 1, timeout=30, message="the late commit")
     stats = bucket.stats()
     assert (stats.processed, stats.dead, stats.in_flight) == (0, 1, 0)
+
+
+@pytest.mark.parametrize("flush_scripts", [False, True])
+def test_one_renewal_covers_every_structure_the_process_holds(
+    redqueue_redis, redqueue_prefix, flush_scripts
+):
+    """The heartbeat renews a pool batch and a bucket reservation together (one pipelined
+    round trip), and falls back to one call each when the server lost its scripts."""
+    from celery_redqueue import CappedPool, LeakyBucket
+    from celery_redqueue.tasks.heartbeat import Heartbeat
+
+    pool = CappedPool(
+        redqueue_redis, "p", 10, delivery="at_least_once", batch_timeout=60, prefix=redqueue_prefix
+    )
+    bucket = LeakyBucket(redqueue_redis, "b", reservation_timeout=60, prefix=redqueue_prefix)
+    pool.add("x")
+    batch = pool.pop(10)
+    bucket.enqueue("k", "y")
+    reservation = bucket.dequeue()
+    soon = int(time.time() * 1000) + 1000
+    redqueue_redis.zadd(pool.keys("inflight"), {batch.id: soon})
+    redqueue_redis.zadd(bucket.keys("inflight"), {reservation.id: soon})
+    if flush_scripts:
+        redqueue_redis.script_flush()
+    beat = Heartbeat()
+    beat.renew([(pool, [batch.id]), (bucket, [reservation.id, "999.1"])])
+    assert (beat.rounds, beat.failures) == (2, 0)
+    assert redqueue_redis.zscore(pool.keys("inflight"), batch.id) > soon + 30_000
+    assert redqueue_redis.zscore(bucket.keys("inflight"), reservation.id) > soon + 30_000
+    assert not redqueue_redis.zscore(bucket.keys("inflight"), "999.1")  # never re-created
