@@ -21,7 +21,7 @@
 -- KEYS[19] flow      hash: per-second ring counters for the last minute
 -- Common ARGV: [1] default interval ms, [2] default burst, [3] ordered (1|0),
 -- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),
--- [6] drain flag time-to-live ms, [7] max receives. Script-specific ARGV start at 8.
+-- [6] drain lease ms (see plan_drain in common.lua), [7] max receives. Script-specific ARGV start at 8.
 --#include common
 local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_INFLIGHT, K_RES_KEYS, K_RES_ITEMS, K_STATS, K_KEYSTATS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
@@ -30,14 +30,17 @@ local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
 local ORDERED, MAX_DEPTH, OVERFLOW = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5]
 local DRAIN_TTL, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 
--- A key's interval (ms between releases) and burst allowance (items), or the defaults.
+-- A key's interval (ms between releases) and burst allowance (items), or the defaults; the
+-- third value is false when the key's stored rate is malformed (the defaults are used then).
 local function rate_of(key)
   local spec = redis.call('HGET', K_RATES, key)
   if spec then
     local interval, burst = string.match(spec, '^(%S+) (%S+)$')
-    return tonumber(interval), tonumber(burst)
+    interval, burst = tonumber(interval), tonumber(burst)
+    if interval and burst and interval > 0 and burst >= 0 then return interval, burst, true end
+    return tonumber(ARGV[1]), tonumber(ARGV[2]), false
   end
-  return tonumber(ARGV[1]), tonumber(ARGV[2])
+  return tonumber(ARGV[1]), tonumber(ARGV[2]), true
 end
 
 -- When a key may release its next item: its GCRA schedule allows it, and not before `earliest`.
@@ -45,11 +48,14 @@ end
 -- keeps its place in its schedule instead of becoming "eligible now".
 local function eligible_at(key, earliest)
   local interval, burst = rate_of(key)
-  return math.max(tonumber(redis.call('HGET', K_TAT, key) or '0') - burst * interval, earliest)
+  local tat = tonumber(redis.call('HGET', K_TAT, key) or '0') or 0
+  return math.max(tat - burst * interval, earliest)
 end
 
+-- A slot's parts; all nil when it is malformed (only corruption makes one).
 local function parse_slot(slot)
-  local receives, id, at, payload = string.match(slot, '^(%d+):(%d+):(%d+):(.*)$')
+  local receives, id, at, payload = string.match(slot or '', '^(%d+):(%d+):(%d+):(.*)$')
+  if not receives then return nil, nil, nil, nil end
   return tonumber(receives), id, tonumber(at), payload
 end
 
@@ -67,7 +73,7 @@ local function refresh_age(key)
   local slot = redis.call('HGET', K_ITEMS, key .. '\0' .. head)
   if slot then
     local _, _, at = parse_slot(slot)
-    redis.call('ZADD', K_AGES, at, key)
+    redis.call('ZADD', K_AGES, at or 0, key)
   else
     redis.call('ZREM', K_AGES, key)
   end
@@ -128,9 +134,11 @@ local function take_reservation(reservation)
   return key, slot
 end
 
--- Append a dead letter with its key, id, receives and the text of its last failure.
+-- Append a dead letter with its key, id, receives and the text of its last failure (a
+-- malformed slot is kept whole as the payload).
 local function bury(key, slot, err, now)
   local receives, id, at, payload = parse_slot(slot)
+  if not receives then receives, id, at, payload = 0, nil, now, slot or '' end
   local info = cjson.encode({key = key, id = tonumber(id), receives = receives, error = err,
                              at = now, offered_at = at})
   redis.call('RPUSH', K_DEAD, info .. '\n' .. payload)
@@ -138,7 +146,21 @@ local function bury(key, slot, err, now)
   redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', 1)
 end
 
--- Arm the drain flag if no drain job is pending; true means "send one".
-local function arm_drain()
-  return redis.call('SET', K_DRAINS, 1, 'NX', 'PX', DRAIN_TTL) and true or false
+-- When the bucket next has work: the earliest of the first eligible key and the first due
+-- delayed item (nil: none). Then plan the drain job that work needs (common.lua).
+local function plan_bucket_drain(now)
+  local next_at = nil
+  for _, zset in ipairs({K_READY, K_SCHEDULED}) do
+    local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+    if #first > 0 and (next_at == nil or tonumber(first[2]) < next_at) then
+      next_at = tonumber(first[2])
+    end
+  end
+  return plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, next_at)
+end
+
+-- Arm the drain flag unless a job holds it; 1 means "send one now" (a job that then finds
+-- nothing eligible yet schedules itself). For callers that cannot pass on a countdown.
+local function arm_drain(now)
+  return (plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, now))
 end

@@ -8,24 +8,30 @@
 --#include bucket_common
 local action = ARGV[8]
 local now = now_ms()
-local entries = {}
+-- Read and check every dead letter before removing any: one that cannot be parsed (or, to
+-- requeue, has no key: an unreadable delayed item) stays listed.
+local candidates = {}
 if #ARGV >= 10 then
-  for i = 10, #ARGV do
-    if redis.call('LREM', K_DEAD, 1, ARGV[i]) == 1 then entries[#entries + 1] = ARGV[i] end
-  end
+  for i = 10, #ARGV do candidates[#candidates + 1] = ARGV[i] end
 else
-  for _ = 1, tonumber(ARGV[9]) do
-    local entry = redis.call('LPOP', K_DEAD)
-    if not entry then break end
-    entries[#entries + 1] = entry
+  candidates = redis.call('LRANGE', K_DEAD, 0, tonumber(ARGV[9]) - 1)
+end
+local parsed = {}
+for _, entry in ipairs(candidates) do
+  local newline = string.find(entry, '\n', 1, true)
+  local ok, info = false, nil
+  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
+  if ok and type(info) == 'table' and type(info['key']) == 'string'
+      and (action ~= 'requeue' or info['key'] ~= '') then
+    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = string.sub(entry, newline + 1)}
   end
 end
-local queued = 0
-for _, entry in ipairs(entries) do
-  local newline = string.find(entry, '\n', 1, true)
-  local info = cjson.decode(string.sub(entry, 1, newline - 1))
-  local payload = string.sub(entry, newline + 1)
-  local key = info['key']
+local entries, queued = {}, 0
+for _, p in ipairs(parsed) do
+  if redis.call('LREM', K_DEAD, 1, p.entry) == 1 then entries[#entries + 1] = p end
+end
+for _, p in ipairs(entries) do
+  local key, payload = p.key, p.payload
   redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1)
   if action == 'requeue' then
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
@@ -41,5 +47,5 @@ redis.call('HINCRBY', K_STATS, 'dead', -#entries)
 if action == 'purge' then redis.call('HINCRBY', K_STATS, 'purged', #entries) end
 if queued > 0 then redis.call('HINCRBY', K_STATS, 'requeued', queued) end
 local send = 0
-if queued > 0 and arm_drain() then send = 1 end
+if queued > 0 and arm_drain(now) == 1 then send = 1 end
 return {#entries, send}

@@ -1,16 +1,24 @@
 -- Append items to their keys' FIFO queues (or hold them until due), make those keys eligible,
--- and arm the drain flag. KEYS and ARGV[1..7]: see bucket_common.lua.
+-- and plan the drain job they need. KEYS and ARGV[1..7]: see bucket_common.lua.
 -- ARGV[8] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[9], ARGV[10], ... groups of 4: key, payload, dedupe id ('' for none), delay ms
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
--- wake_in_ms >= 0 means "send a drain job with this countdown" (for an earlier delayed item).
+-- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status: 0 refused (key full), 1 queued, 2 queued and the key's oldest item dropped,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
 --#include bucket_common
 local window = tonumber(ARGV[8])
 local now = now_ms()
 local result = {0, -1}
-local earliest, earliest_due = nil, nil
+-- Check every item, and the stored rate of every key an item joins now, before writing.
+for i = 9, #ARGV, 4 do
+  local delay = tonumber(ARGV[i + 3])
+  if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
+  if delay <= 0 and not select(3, rate_of(ARGV[i])) then
+    return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i]
+      .. ' is malformed; set it again (set_rate)')
+  end
+end
 local queued, rejected, duplicates, delayed = 0, 0, 0, 0
 if window > 0 then forget_expired(K_DEDUPE, now) end
 
@@ -24,18 +32,11 @@ for i = 9, #ARGV, 4 do
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if delay > 0 then
       redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
-      if earliest_due == nil or now + delay < earliest_due then earliest_due = now + delay end
       delayed = delayed + 1
       status = 5
     else
-      local when
-      status, when = append(key, make_slot(0, id, now, payload), now)
-      if status == 0 then
-        rejected = rejected + 1
-      else
-        queued = queued + 1
-        if when and (earliest == nil or when < earliest) then earliest = when end
-      end
+      status = append(key, make_slot(0, id, now, payload), now)
+      if status == 0 then rejected = rejected + 1 else queued = queued + 1 end
     end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
@@ -51,23 +52,9 @@ if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) 
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
 tick(K_FLOW, 'in', queued + rejected + duplicates, now)
 
-if queued > 0 then
-  if arm_drain() then
-    result[1] = 1
-  elseif earliest ~= nil then
-    -- A drain job sleeps until `wake`; a key that becomes eligible earlier needs its own job.
-    local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
-    if sleeping_until > earliest then
-      redis.call('DEL', K_WAKE)
-      result[1] = 1
-    end
-  end
-end
-if earliest_due ~= nil then
-  local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
-  if sleeping_until < 0 or sleeping_until > earliest_due then
-    redis.call('SET', K_WAKE, string.format('%.17g', earliest_due), 'PX', math.ceil(earliest_due - now) + DRAIN_TTL)
-    result[2] = math.ceil(earliest_due - now)
-  end
-end
+-- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
+-- eligible now needs a drain job unless one holds the flag; later work needs one scheduled
+-- unless one is scheduled no later.
+local send, wait = plan_bucket_drain(now)
+result[1], result[2] = send, wait
 return result

@@ -10,7 +10,11 @@ for _, reservation in ipairs(expired) do
   local key, slot = take_reservation(reservation)
   if key and slot then
     local receives = parse_slot(slot)
-    if receives >= MAX_RECEIVES then
+    if not receives then
+      bury(key, slot, 'malformed entry: unreadable reserved slot', now)
+      buried = buried + 1
+      make_eligible(key, now)
+    elseif receives >= MAX_RECEIVES then
       bury(key, slot, 'reservation expired ' .. receives .. ' times', now)
       buried = buried + 1
       -- An ordered key waited for this item: its next one may go now.
@@ -26,8 +30,8 @@ for _, reservation in ipairs(expired) do
   end
 end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
--- Items that may go need a drain job even if the dead drain's flag is still alive (its TTL was
--- refreshed at its last dequeue): re-arm it and tell the caller to send one.
+-- Items that may go need a drain job even if the dead drain's lease has not run out yet:
+-- re-arm it and tell the caller to send one.
 local send = 0
 if #expired > 0 and redis.call('ZCARD', K_READY) > 0 then
   redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)

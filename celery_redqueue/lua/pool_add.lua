@@ -1,10 +1,11 @@
--- Offer calls to a capped pool (or hold them until due), and arm the drain flag.
--- KEYS: the first ten of pool_common.lua's. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- Offer calls to a capped pool (or hold them until due), and plan the drain job they need.
+-- KEYS: the first ten of pool_common.lua's. ARGV[1..4]: common (capacity, policy, coalesce,
+-- drain lease ms).
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
 -- delay ms (0: now)
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
--- wake_in_ms >= 0 means "send a drain job with this countdown" (an earlier delayed call).
+-- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status: 0 refused, 1 kept, 2 kept and an older entry evicted, 3 merged into an equal entry,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log N).
 --#include pool_common
@@ -12,7 +13,11 @@ local window = tonumber(ARGV[5])
 local now = pool_now()
 local accepted, rejected, evicted, queued, duplicates, delayed = 0, 0, 0, 0, 0, 0
 local result = {0, -1}
-local earliest_due = nil
+for i = 6, #ARGV, 4 do
+  if not tonumber(ARGV[i]) or not tonumber(ARGV[i + 3]) then
+    return redis.error_reply('ERR pool_add: call ' .. (i - 2) / 4 .. ' has a bad score or delay')
+  end
+end
 
 -- Forget a few expired dedupe ids per call: bounded work, and the set cannot grow unbounded.
 if window > 0 then forget_expired(K_DEDUPE, now) end
@@ -26,7 +31,6 @@ for i = 6, #ARGV, 4 do
     local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if delay > 0 then
       redis.call('ZADD', K_SCHEDULED, now + delay, string.format('%x', seq) .. ':' .. ARGV[i] .. ':' .. payload)
-      if earliest_due == nil or now + delay < earliest_due then earliest_due = now + delay end
       status = 5
     else
       local member = payload
@@ -65,15 +69,9 @@ if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
 pool_tick('in', accepted + rejected, now)
 
-if redis.call('ZCARD', K_ITEMS) > 0 and arm_drain() then
-  result[1] = 1
-end
-if earliest_due ~= nil then
-  -- One drain job sleeps until the earliest due call; an earlier one needs its own job.
-  local sleeping_until = tonumber(redis.call('GET', K_WAKE) or '-1')
-  if sleeping_until < 0 or sleeping_until > earliest_due then
-    redis.call('SET', K_WAKE, earliest_due, 'PX', earliest_due - now + tonumber(DRAIN_TTL))
-    result[2] = earliest_due - now
-  end
-end
+-- One wake mechanism for immediate and delayed calls (plan_drain in common.lua): entries
+-- waiting need a drain job now unless one holds the flag; delayed calls need one scheduled
+-- for the first of them unless one is scheduled no later.
+local send, wait = plan_pool_drain(now)
+result[1], result[2] = send, wait
 return result

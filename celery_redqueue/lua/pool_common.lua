@@ -17,7 +17,7 @@
 -- KEYS[14] dead           list: dead letters, "json NL payload"
 -- KEYS[15] done           zset: entry id -> end of its processed-guard window (ms)
 -- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
--- [4] drain flag time-to-live ms.
+-- [4] drain lease ms (see plan_drain in common.lua).
 local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RECEIVES, K_AGES, K_SCHEDULED, K_DEDUPE, K_FLOW, K_WAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[11], KEYS[12], KEYS[13]
@@ -36,14 +36,21 @@ local function pool_tick(kind, n, now)
   tick(K_FLOW, kind, n, now)
 end
 
--- The payload of a member: coalescing members are payloads, others carry a unique prefix.
-local function payload_of(member)
-  if COALESCE then return member end
-  return string.sub(member, string.find(member, ':', 1, true) + 1)
+-- The id and payload of a member: coalescing members are their payload, others carry a unique
+-- hex prefix. Nil when the member is malformed (only corruption makes one).
+local function parse_member(member)
+  if COALESCE then return member, member end
+  return string.match(member, '^(%x+):(.*)$')
 end
 
+local function payload_of(member)
+  local _, payload = parse_member(member)
+  return payload or member
+end
+
+-- Calls an entry stands for; a corrupted count counts as one call.
 local function count_of(member)
-  if COALESCE then return tonumber(redis.call('HGET', K_COUNTS, member) or '1') end
+  if COALESCE then return tonumber(redis.call('HGET', K_COUNTS, member) or '1') or 1 end
   return 1
 end
 
@@ -98,9 +105,17 @@ local function admit(member, score, count, receives, offered_at)
   return status, evicted
 end
 
--- Arm the drain flag if no drain job is pending; true means "send one".
-local function arm_drain()
-  return redis.call('SET', K_DRAINS, 1, 'NX', 'PX', DRAIN_TTL) and true or false
+-- When the pool next has work: now if entries wait, else when the first delayed call is due
+-- (nil: nothing at all). Then plan the drain job that work needs (common.lua's plan_drain).
+local function plan_pool_drain(now)
+  local next_at = nil
+  if redis.call('ZCARD', K_ITEMS) > 0 then
+    next_at = now
+  else
+    local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+    if #first > 0 then next_at = tonumber(first[2]) end
+  end
+  return plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, next_at)
 end
 
 -- Append a dead letter: metadata as JSON, then the payload after a newline.

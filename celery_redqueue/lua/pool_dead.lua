@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)
 -- ARGV[7], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[6]
@@ -9,27 +9,30 @@
 --#include pool_common
 local action, limit = ARGV[5], tonumber(ARGV[6])
 local now = pool_now()
-local entries = {}
+-- Read and check every dead letter before removing any: one that cannot be parsed stays listed.
+local candidates = {}
 if #ARGV >= 7 then
-  for i = 7, #ARGV do
-    if redis.call('LREM', K_DEAD, 1, ARGV[i]) == 1 then entries[#entries + 1] = ARGV[i] end
-  end
+  for i = 7, #ARGV do candidates[#candidates + 1] = ARGV[i] end
 else
   if limit < 0 then limit = 1000 end
-  for _ = 1, limit do
-    local entry = redis.call('LPOP', K_DEAD)
-    if not entry then break end
-    entries[#entries + 1] = entry
+  candidates = redis.call('LRANGE', K_DEAD, 0, limit - 1)
+end
+local entries = {}
+for _, entry in ipairs(candidates) do
+  local newline = string.find(entry, '\n', 1, true)
+  local ok, info = false, nil
+  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
+  local count = ok and type(info) == 'table' and tonumber(info['count'])
+  if count then
+    entries[#entries + 1] = {entry = entry, count = count, payload = string.sub(entry, newline + 1)}
   end
 end
 local calls, evicted, queued = 0, 0, 0
-for _, entry in ipairs(entries) do
-  local newline = string.find(entry, '\n', 1, true)
-  local info = cjson.decode(string.sub(entry, 1, newline - 1))
-  local payload = string.sub(entry, newline + 1)
-  local count = tonumber(info['count'])
+for _, e in ipairs(entries) do
+  local removed = redis.call('LREM', K_DEAD, 1, e.entry)
+  local count, payload = e.count * removed, e.payload
   calls = calls + count
-  if action == 'requeue' then
+  if action == 'requeue' and removed == 1 then
     local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
     local member = payload
     if not COALESCE then member = string.format('%x', seq) .. ':' .. payload end
@@ -51,5 +54,5 @@ else
   if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 end
 local send = 0
-if queued > 0 and arm_drain() then send = 1 end
+if queued > 0 and plan_pool_drain(now) == 1 then send = 1 end
 return {calls, send}

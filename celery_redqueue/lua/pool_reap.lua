@@ -1,29 +1,43 @@
--- Take back in-flight batches whose deadline passed (their drain died or overran).
+-- Take back in-flight batches whose deadline passed (their drain died, or its heartbeat stopped).
 -- At most once: their calls count as lost. At least once: each entry goes back into the pool
 -- (competing for room like any entry; what does not fit counts as evicted), or to the
--- dead-letter list once it has been received max_receives times.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain ttl).
+-- dead-letter list once it has been received max_receives times; a batch record that cannot
+-- be decoded is dead-lettered whole, as it is, with the reason.
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
--- Returns {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
+-- Reply: {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
 --#include pool_common
-local at_least_once, max_receives = ARGV[6] == '1', tonumber(ARGV[7])
+local limit, at_least_once, max_receives = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
 local now = pool_now()
-local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+
+-- Read and decode every expired batch before writing anything.
+local batches = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, limit)) do
+  local b = {id = id, calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, id) or '0') or 0}
+  b.packed = redis.call('HGET', K_INFLIGHT_ITEMS, id)
+  if at_least_once and b.packed then
+    local ok, entries = pcall(cjson.decode, b.packed)
+    if ok and type(entries) == 'table' then b.entries = entries else b.bad = true end
+  end
+  batches[#batches + 1] = b
+end
+
 local lost, returned, buried, evicted, pushed_out = 0, 0, 0, 0, 0
-for _, batch in ipairs(expired) do
-  local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch) or '0')
-  local packed = redis.call('HGET', K_INFLIGHT_ITEMS, batch)
-  redis.call('HDEL', K_INFLIGHT_CALLS, batch)
-  redis.call('HDEL', K_INFLIGHT_ITEMS, batch)
-  redis.call('ZREM', K_INFLIGHT, batch)
-  if calls > 0 then redis.call('HINCRBY', K_STATS, 'in_flight', -calls) end
-  if at_least_once and packed then
-    for _, entry in ipairs(cjson.decode(packed)) do
-      local member, score, count = entry[1], tonumber(entry[2]), tonumber(entry[3])
-      local receives, offered_at = tonumber(entry[4]), tonumber(entry[5])
-      if receives >= max_receives then
-        bury(payload_of(member), count, receives, 'batch not acknowledged before its deadline ('
-          .. receives .. ' receives)', now)
+for _, b in ipairs(batches) do
+  redis.call('HDEL', K_INFLIGHT_CALLS, b.id)
+  redis.call('HDEL', K_INFLIGHT_ITEMS, b.id)
+  redis.call('ZREM', K_INFLIGHT, b.id)
+  if b.calls > 0 then redis.call('HINCRBY', K_STATS, 'in_flight', -b.calls) end
+  if b.bad then
+    bury(b.packed, b.calls, 0, 'undecodable batch record (cannot return its calls)', now)
+    buried = buried + b.calls
+  elseif b.entries then
+    for _, entry in ipairs(b.entries) do
+      local member, score, count = entry[1], tonumber(entry[2]), tonumber(entry[3]) or 1
+      local receives, offered_at = tonumber(entry[4]) or max_receives, tonumber(entry[5]) or now
+      if receives >= max_receives or type(member) ~= 'string' or not score then
+        bury(type(member) == 'string' and payload_of(member) or cjson.encode(entry), count,
+          receives, 'batch not acknowledged before its deadline (' .. receives .. ' receives)', now)
         buried = buried + count
       else
         local status, out = admit(member, score, count, receives, offered_at)
@@ -33,17 +47,17 @@ for _, batch in ipairs(expired) do
       end
     end
   else
-    lost = lost + calls
+    lost = lost + b.calls
   end
 end
 if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
 if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', returned - pushed_out) end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
--- Returned calls need a drain job even if the dead drain's flag is still alive (its TTL was
--- refreshed at its last pop): re-arm it and tell the caller to send one.
+-- Returned calls need a drain job even if the dead drain's lease has not run out yet: re-arm
+-- it and tell the caller to send one.
 local send = 0
-if #expired > 0 and redis.call('ZCARD', K_ITEMS) > 0 then
+if #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0 then
   redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
   send = 1
 end

@@ -18,6 +18,17 @@ from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import DeadLetterTools
 
+#: Default seconds of the drain lease: how long a drain job that is sent or running keeps the
+#: structure's drain flag without renewing it. A job that dies (or was never sent) frees the
+#: structure this long after its last renewal; a running job renews it every pop and, while a
+#: body runs, every third of this from the worker's heartbeat.
+DRAIN_LEASE = 10.0
+
+
+def decode_ids(reply: Any) -> list[str]:
+    """A script's list of ids, as text."""
+    return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
+
 
 class Structure(DeadLetterTools):
     """Base of pools, buckets and other queue structures (not used directly).
@@ -66,6 +77,15 @@ class Structure(DeadLetterTools):
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
 
+    def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
+        """Clear the drain flag (and/or the scheduled wake-up) when the drain job it announced
+        could not be sent, so the next call or beat sends one instead of waiting out the lease.
+        Only the flag's own keys are touched."""
+        keys = [self.keys(part) for part, on in (("drains", flag), ("wake", wake)) if on]
+        if keys:
+            with redis_errors(f"releasing the drain flag of {self.keys.base}"):
+                self.client.delete(*keys)
+
     def encode(self, payload: Any) -> bytes:
         """Serialize one payload as it will be stored (raises SerializationError)."""
         return to_bytes(self.serializer.dumps(payload))
@@ -77,3 +97,18 @@ class Structure(DeadLetterTools):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.keys.base}>"
+
+
+def renew_pipelined(group: Sequence[tuple[Any, Sequence[str]]]) -> list[list[str] | None]:
+    """Renew held ids of several structures on one client in one round trip (a pipeline of
+    their renew scripts). Per structure: the ids no longer held, or None when its call failed
+    (the caller retries that one alone, which also loads a script the server lacks)."""
+    pipe = group[0][0].client.pipeline(transaction=False)
+    for structure, ids in group:
+        name, keys, args = structure.renew_call(ids)
+        pipe.evalsha(script(name).sha, len(keys), *keys, *args)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except Exception:
+        return [None] * len(group)
+    return [decode_ids(r) if isinstance(r, list) else None for r in replies]

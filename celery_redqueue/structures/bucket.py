@@ -11,7 +11,10 @@ exact and a late consumer's lost time is not made up. All time is the Redis serv
 
 A dequeued item is *reserved* until committed. If its consumer dies, the reaper puts it back at
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
-to the dead-letter list instead.
+to the dead-letter list instead. A worker renews what it holds (:meth:`LeakyBucket.renew`) while
+the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
+drain-pending flag is a short lease (``drain_lease``) that a running drain renews. An item that
+cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
 
 Layout (all under one hash tag): per-key FIFOs live in one hash (``key NUL position``) with head
 and tail positions per key, so every script touches only the fixed keys it is given and works on
@@ -30,8 +33,9 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +44,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
-from .base import Structure
+from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, structure_figures
 from .receipts import Receipt
 
@@ -71,6 +75,10 @@ ENQUEUE_CHUNK = 1000
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
 _RESERVATION_ID = re.compile(r"^\d+\.\d+$")
+#: Undecodable items one poll dead-letters before it gives up for this call.
+MAX_UNDECODABLE_PER_POLL = 100
+
+logger = logging.getLogger(__name__)
 
 
 def parse_rate(rate: str | float | int) -> float:
@@ -136,6 +144,11 @@ class Poll:
     reservation: Reservation | None = None
     #: Seconds until the next key becomes eligible (items are queued); None when empty.
     wait: float | None = None
+    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
+    #: that countdown (the poll released the drain flag, so items due now send their own).
+    schedule: bool = False
+    #: Items that could not be read or decoded, dead-lettered by this poll.
+    malformed: int = 0
 
     @property
     def empty(self) -> bool:
@@ -169,6 +182,8 @@ class BucketStats:
     requeued: int = 0
     reaped: int = 0
     guard_skipped: int = 0
+    #: Commits of reservations the reaper had taken back (the item may run again).
+    late: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -214,11 +229,15 @@ class LeakyBucket(Structure):
         overflow: str = "reject",
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
-        drain_flag_ttl: float = 300.0,
+        drain_lease: float = DRAIN_LEASE,
         max_drains: int = 1,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        drain_flag_ttl: float | None = None,
     ) -> None:
+        # drain_flag_ttl: the old name of drain_lease.
+        drain_lease = drain_lease if drain_flag_ttl is None else drain_flag_ttl
+        seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
         seconds("processed_guard", processed_guard)
         validate_bucket_options(
@@ -238,7 +257,7 @@ class LeakyBucket(Structure):
         self.max_receives = max_receives
         self.max_depth = max_depth or 0
         self.overflow = overflow
-        self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
+        self.drain_lease_ms = max(int(drain_lease * 1000), 1)
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.guard_window_ms = int(processed_guard * 1000)
@@ -254,6 +273,7 @@ class LeakyBucket(Structure):
             "max_depth": self.max_depth or None,
             "overflow": self.overflow,
             "max_drains": self.max_drains,
+            "drain_lease": self.drain_lease_ms / 1000,
         }
 
     def __repr__(self) -> str:
@@ -266,7 +286,7 @@ class LeakyBucket(Structure):
             int(self.ordered),
             self.max_depth,
             self.overflow,
-            self.drain_flag_ttl_ms,
+            self.drain_lease_ms,
             self.max_receives,
         ]
 
@@ -340,28 +360,46 @@ class LeakyBucket(Structure):
     # Consuming
 
     def poll(self) -> Poll:
-        """Reserve the head item of the key eligible longest, or say how long until one is."""
-        reply = self._run(
-            "bucket_dequeue",
-            [self.reservation_timeout_ms, self.max_drains, int(self.guard_window_ms > 0)],
-        )
-        if reply[0] == 0:
-            return Poll()
-        if reply[0] == 1:
-            return Poll(wait=float(reply[1]) / 1000.0)
-        _, key, res_id, payload, receives, deadline, now, fan_out = reply
-        return Poll(
-            Reservation(
+        """Reserve the head item of the key eligible longest, or say how long until one is.
+
+        An item whose payload cannot be decoded is dead-lettered at once with the reason
+        ("undecodable payload: ..."), logged and counted, and the poll carries on with the next.
+        """
+        malformed = 0
+        for _ in range(MAX_UNDECODABLE_PER_POLL):
+            reply = self._run(
+                "bucket_dequeue",
+                [self.reservation_timeout_ms, self.max_drains, int(self.guard_window_ms > 0)],
+            )
+            malformed += int(reply[-1])
+            if reply[0] == 0:
+                return Poll(malformed=malformed)
+            if reply[0] == 1:
+                wait = float(reply[1]) / 1000.0
+                return Poll(wait=wait, schedule=bool(reply[2]), malformed=malformed)
+            _, key, res_id, payload, receives, deadline, now, fan_out, _ = reply
+            try:
+                decoded = self.serializer.loads(payload)
+            except Exception as exc:
+                reason = f"undecodable payload: {type(exc).__name__}: {exc}"
+                logger.warning(
+                    "%s: item %s dead-lettered: %s", self.keys.base, res_id.decode(), reason
+                )
+                self.dead_letter(res_id.decode(), reason)
+                malformed += 1
+                continue
+            reservation = Reservation(
                 id=res_id.decode(),
                 key=key.decode(),
-                payload=self.serializer.loads(payload),
+                payload=decoded,
                 receives=int(receives),
                 deadline=float(deadline) / 1000.0,
                 released_at=float(now) / 1000.0,
                 bucket=self.keys.base,
                 fan_out=bool(fan_out),
             )
-        )
+            return Poll(reservation, malformed=malformed)
+        return Poll(wait=0.0, malformed=malformed)
 
     def dequeue(self) -> Reservation | None:
         """Reserve the next releasable item, or None when no key is eligible now."""
@@ -406,6 +444,23 @@ class LeakyBucket(Structure):
         """Move a held item to the dead-letter list with the text of its last error."""
         return self._settle(reservation, "dead", str(error)[:4000]) > 0
 
+    def renew(self, reservation_ids: Sequence[str]) -> list[str]:
+        """Push the deadline of reservations still held to now + ``reservation_timeout`` and
+        renew the drain lease, in one round trip (the worker's heartbeat). Returns the ids that
+        were no longer held: the reaper had taken them back."""
+        name, _, args = self.renew_call(reservation_ids)
+        reply = self._run(name, args)
+        return decode_ids(reply)
+
+    def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        return "bucket_renew", self._keys, [self.reservation_timeout_ms, *reservation_ids]
+
+    def heartbeat_interval(self) -> float:
+        """Seconds between renewals while a worker holds reservations or the drain lease: a
+        third of the shorter of the two, so two renewals can fail before anything expires."""
+        return min(self.reservation_timeout_ms, self.drain_lease_ms) / 3000.0
+
     def reap(self, limit: int = 1000) -> ReapResult:
         """Return expired reservations to their keys (or dead-letter them past max_receives)."""
         returned, dead, send = self._run("bucket_reap", [limit])
@@ -424,7 +479,7 @@ class LeakyBucket(Structure):
             )
         counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
-        extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued")
+        extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
         return BucketStats(
             **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),

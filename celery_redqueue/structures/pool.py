@@ -24,6 +24,12 @@ consumer died and the pool delivers at most once, the default). With
 and past ``max_receives`` they land in the dead-letter list (``dead``; ``purged`` once purged).
 Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered when due.
 
+The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
+renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
+deadline (``batch_timeout``) is pushed forward by :meth:`CappedPool.renew` while its bodies run.
+An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
+(``dead``); the rest of its batch carries on.
+
 Example::
 
     pool = CappedPool(redis.Redis(), "events", capacity=1000)
@@ -36,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,7 +54,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
-from .base import Structure
+from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, structure_figures
 from .receipts import Receipt
 
@@ -79,6 +86,8 @@ ADD_PARTS = 10
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
+
+logger = logging.getLogger(__name__)
 
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
@@ -119,10 +128,17 @@ class PoolBatch:
     remaining: int = 0
     #: The pool is deep enough that one more drain job should be sent to share the work.
     fan_out: bool = False
-    #: Entries whose payload could not be decoded: (id, count, raw); they fail on ack.
+    #: Entries whose payload could not be decoded: (id, count, raw); ack dead-letters them.
     undecodable: list[tuple[str, int, bytes]] = field(default_factory=list)
+    #: Why each undecodable entry could not be decoded, by id.
+    errors: dict[str, str] = field(default_factory=dict)
     #: Only delayed calls remain: the first is due in this many seconds (else None).
     wait: float | None = None
+    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
+    #: that countdown (the pop released the drain flag, so calls due now send their own).
+    schedule: bool = False
+    #: Entries that could not be parsed, dead-lettered by this pop (counted in ``dead``).
+    malformed: int = 0
     #: Empty, and the drain flag was kept because the pop asked to linger.
     lingering: bool = False
     #: Empty only because the processed-guard skipped what was popped; more waits.
@@ -164,6 +180,7 @@ COUNTERS = (
     "retried",
     "redelivered",
     "guard_skipped",
+    "late",
 )
 
 
@@ -190,6 +207,8 @@ class PoolStats:
     retried: int = 0
     redelivered: int = 0
     guard_skipped: int = 0
+    #: Calls acknowledged after the reaper had taken their batch back (not counted twice).
+    late: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -212,17 +231,20 @@ class CappedPool(Structure):
         coalesce: bool = False,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
-        drain_flag_ttl: float = 300.0,
-        batch_timeout: float = 300.0,
+        drain_lease: float = DRAIN_LEASE,
+        batch_timeout: float = 60.0,
         max_drains: int = 1,
         delivery: str = "at_most_once",
         max_receives: int = 5,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        drain_flag_ttl: float | None = None,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
-        if drain_flag_ttl <= 0 or batch_timeout <= 0:
-            raise ConfigurationError("drain_flag_ttl and batch_timeout must be positive seconds")
+        # drain_flag_ttl: the old name of drain_lease.
+        drain_lease = drain_lease if drain_flag_ttl is None else drain_flag_ttl
+        seconds("drain_lease", drain_lease, positive=True)
+        seconds("batch_timeout", batch_timeout, positive=True)
         if delivery not in DELIVERIES:
             raise ConfigurationError(f"pool_delivery must be one of {DELIVERIES}, got {delivery!r}")
         if isinstance(max_receives, bool) or not isinstance(max_receives, int) or max_receives < 1:
@@ -241,7 +263,7 @@ class CappedPool(Structure):
         self.policy = policy
         self.coalesce = coalesce
         self._add_keys = self._keys[:ADD_PARTS]
-        self.drain_flag_ttl_ms = int(drain_flag_ttl * 1000)
+        self.drain_lease_ms = max(int(drain_lease * 1000), 1)
         self.batch_timeout_ms = int(batch_timeout * 1000)
         self.max_drains = max_drains
         self.at_least_once = delivery == "at_least_once"
@@ -255,7 +277,7 @@ class CappedPool(Structure):
     # Producing
 
     def _script_head(self) -> list[Any]:
-        return [self.capacity, self.policy, int(self.coalesce), self.drain_flag_ttl_ms]
+        return [self.capacity, self.policy, int(self.coalesce), self.drain_lease_ms]
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this pool (the registry keeps it)."""
@@ -267,6 +289,7 @@ class CappedPool(Structure):
             "max_receives": self.max_receives,
             "batch_timeout": self.batch_timeout_ms / 1000,
             "max_drains": self.max_drains,
+            "drain_lease": self.drain_lease_ms / 1000,
         }
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
@@ -328,9 +351,13 @@ class CappedPool(Structure):
 
         An empty batch with ``wait`` None means the pool was empty at that instant; the
         drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
-        stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s.
-        With ``linger=True`` an empty pop keeps the flag (``batch.lingering``): the caller
-        promises to pop again soon, so calls arriving meanwhile send no drain job.
+        stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s;
+        the flag was released (calls due now send their own drain job), and ``schedule`` asks
+        the caller to send one drain job with that countdown (none is scheduled earlier).
+        Entries that cannot be parsed are dead-lettered (``malformed``); undecodable payloads
+        are listed in ``undecodable`` and dead-lettered by :meth:`ack`. With ``linger=True``
+        an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
+        soon, so calls arriving meanwhile send no drain job.
         """
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
@@ -354,16 +381,30 @@ class CappedPool(Structure):
             fan_out=bool(reply[0]),
             remaining=int(reply[1]),
             wait=wait_ms / 1000.0 if wait_ms >= 0 else None,
+            schedule=bool(reply[3]),
+            malformed=int(reply[4]),
             lingering=wait_ms == -2,
             pop_again=wait_ms == -3,
         )
-        for i in range(3, len(reply), 4):
+        if batch.malformed:
+            logger.warning(
+                "%s: %d malformed entries dead-lettered by a pop", self.keys.base, batch.malformed
+            )
+        for i in range(5, len(reply), 4):
             raw, count, receives, entry_id = reply[i : i + 4]
             entry_id = entry_id.decode(errors="replace")
             try:
                 payload = self.serializer.loads(raw)
-            except Exception:
+            except Exception as exc:
+                # It can never succeed: ack() dead-letters it at once, with the reason.
+                logger.warning(
+                    "%s: entry %s is undecodable (%s); it will be dead-lettered",
+                    self.keys.base,
+                    entry_id,
+                    exc,
+                )
                 batch.undecodable.append((entry_id, int(count), raw))
+                batch.errors[entry_id] = f"undecodable payload: {type(exc).__name__}: {exc}"
             else:
                 batch.items.append(PoolItem(payload, int(count), int(receives), entry_id))
         return batch
@@ -391,10 +432,28 @@ class CappedPool(Structure):
             repr(float(seconds)),
         ]
         for index, item in enumerate(batch.items):
-            args.extend((item.id, item.count, str(failures.get(index, ""))[:4000]))
-        for entry_id, count, _ in batch.undecodable:
-            args.extend((entry_id, count, "undecodable payload"))
+            args.extend((item.id, item.count, str(failures.get(index, ""))[:4000], ""))
+        for entry_id, count, raw in batch.undecodable:
+            reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
+            args.extend((entry_id, count, reason, b"!" + raw))
         return bool(self._run("pool_ack", args))
+
+    def renew(self, batch_ids: Sequence[str]) -> list[str]:
+        """Push the deadline of batches still in flight to now + ``batch_timeout`` and renew
+        the drain lease, in one round trip (the worker's heartbeat). Returns the ids that were
+        no longer in flight: the reaper had taken them back."""
+        name, _, args = self.renew_call(batch_ids)
+        reply = self._run(name, args)
+        return decode_ids(reply)
+
+    def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        return "pool_renew", self._keys, [self.batch_timeout_ms, *batch_ids]
+
+    def heartbeat_interval(self) -> float:
+        """Seconds between renewals while a worker holds batches or the drain lease: a third
+        of the shorter of the two, so two renewals can fail before anything expires."""
+        return min(self.batch_timeout_ms, self.drain_lease_ms) / 3000.0
 
     def reap(self, limit: int = 1000) -> PoolReapResult:
         """Take back batches past their deadline: lost (at most once) or returned to the pool

@@ -18,3 +18,9 @@ class Receipt:
     #: Seconds until this delayed call is due, when the caller should schedule a drain job for
     #: then (it is earlier than any drain already scheduled); else None.
     wake_in: float | None = None
+    #: A drain job was sent to the broker for this call (now, or for when it is due). False
+    #: with ``drain_needed`` means the send failed (see ``drain_error``): the call is stored,
+    #: the drain flag was released, and the next call (or beat) sends the job.
+    drain_sent: bool = False
+    #: Why the drain job this call needed could not be sent (the broker's error), else None.
+    drain_error: str | None = None

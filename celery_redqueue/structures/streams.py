@@ -308,7 +308,7 @@ class EventStream(Structure):
             )
         )
 
-    def release_drain(self, group: str) -> None:
+    def release_drain(self, group: str) -> None:  # type: ignore[override]  # per group
         """Give up the group's drain lease (a drain job could not be sent: the next publish or
         the reaper arms it again at once)."""
         with redis_errors(f"releasing the drain lease of {self.keys.base}"):

@@ -10,7 +10,9 @@ from the structure and calling the body for each. The task kinds live beside thi
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -46,6 +48,9 @@ def _entry(owner: type, inner: Callable[..., Any] | None) -> Callable[..., Any]:
     __call__._redqueue_entry = True  # type: ignore[attr-defined]
     __call__.__qualname__ = f"{owner.__qualname__}.__call__"
     return __call__
+
+
+logger = logging.getLogger(__name__)
 
 
 def error_text(exc: BaseException) -> str:
@@ -255,9 +260,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         held = buffered_call(self, prepared, delay, dedupe_id)
         if held is not None:
             return held  # stored when the open ``with buffer():`` block exits
-        result = self._store(prepared, delay, dedupe_id)
-        self._after_add(result.drain_needed, result.wake_in, routing)
-        return result
+        return self._after_add(self._store(prepared, delay, dedupe_id), routing)
 
     def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
         """Refused: a stored call has no result. Celery's canvas asks for one when it freezes a
@@ -342,15 +345,60 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return dedupe_id
 
-    def _after_add(
+    def _after_add(self, receipt: Any, routing: dict[str, Any] | None = None) -> Any:
+        """Send the drain job an add asked for (now, or when its delayed call is due); returns
+        the receipt saying whether it was sent.
+
+        A send that fails (broker down) does not raise: the call is stored, and raising would
+        invite a retry that stores it twice. The drain flag is released in the same call, so
+        the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
+        """
+        if not receipt.drain_needed and receipt.wake_in is None:
+            return receipt
+        sent, error = self.send_wanted_drains(receipt.drain_needed, receipt.wake_in, routing)
+        return dataclasses.replace(receipt, drain_sent=sent, drain_error=error)
+
+    def send_wanted_drains(
         self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
-    ) -> None:
-        """Send the drain job an add asked for: now, or when its delayed call is due."""
-        routing = routing or {}
+    ) -> tuple[bool, str | None]:
+        """Send the drain jobs that stored calls asked for: one now (``drain_needed``) and/or
+        one when the earliest delayed call is due (``wake_in``). Returns (all sent, error)."""
+        error = None
         if drain_needed:
-            self.send_drain(**routing)
+            error = self.send_drain_or_release(routing=routing)
         if wake_in is not None:
-            self.send_drain(countdown=wake_in, **routing)
+            error = self.send_drain_or_release(countdown=wake_in, routing=routing) or error
+        return error is None, error
+
+    def send_drain_or_release(
+        self, countdown: float | None = None, routing: dict[str, Any] | None = None
+    ) -> str | None:
+        """Send a drain job (now, or after ``countdown`` seconds); if the broker refuses, log a
+        warning, release what announced the job (the drain flag, or the scheduled wake-up) so
+        that the next call or beat sends one, and return the error text (None when sent)."""
+        options = dict(routing or {})
+        if countdown is not None:
+            options["countdown"] = countdown
+        try:
+            self.send_drain(**options)
+        except Exception as exc:
+            logger.warning(
+                "%s: could not send a drain job (%s); the calls are stored and the next call "
+                "or beat sends one",
+                self.name,
+                error_text(exc),
+            )
+            try:
+                self.structure.release_drain(flag=countdown is None, wake=countdown is not None)
+            except RedQueueError as release_exc:
+                logger.warning(
+                    "%s: could not release the drain flag either (%s); it frees itself when "
+                    "its lease runs out",
+                    self.name,
+                    release_exc,
+                )
+            return error_text(exc)
+        return None
 
     def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
         """Build a structure once per process: a prefork child must not reuse the parent's."""

@@ -13,12 +13,14 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, RedQueueError
+from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
 from ..validation import function_option, optional_seconds, seconds
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .heartbeat import heartbeat
 from .options import check_key_parameter, check_structure_name
 
 logger = logging.getLogger(__name__)
@@ -58,8 +60,13 @@ class BucketTask(RedQueueTask):
     bucket_rate: str | float = "1/s"
     #: Items a key may release beyond its rate after a pause (GCRA burst allowance).
     bucket_burst: float = 0
-    #: Seconds a released item stays reserved before the reaper takes it back.
-    bucket_reservation_timeout: float = 300.0
+    #: Seconds a released item stays reserved without a heartbeat before the reaper takes it
+    #: back. The worker renews it every third of this while its body runs, so it bounds
+    #: recovery after a crash, not the length of a body.
+    bucket_reservation_timeout: float = 60.0
+    #: Seconds the drain flag survives a drain job that died or was never sent (renewed by a
+    #: running drain): the longest a bucket waits for a new call to send a fresh drain job.
+    bucket_drain_lease: float = DRAIN_LEASE
     #: Receives (first delivery, retries and redeliveries) before an item is dead-lettered.
     bucket_max_receives: int = 5
     #: At most one item in flight per key, so each key's items complete in order.
@@ -101,6 +108,7 @@ class BucketTask(RedQueueTask):
         )
         optional_seconds("bucket_drain_interval", cls.bucket_drain_interval)
         seconds("bucket_drain_time_budget", cls.bucket_drain_time_budget, positive=True)
+        seconds("bucket_drain_lease", cls.bucket_drain_lease, positive=True)
         seconds("bucket_dedupe_window", cls.bucket_dedupe_window, positive=True)
         function_option(cls, "bucket_dedupe_key")
         seconds("bucket_processed_guard", cls.bucket_processed_guard)
@@ -167,6 +175,7 @@ class BucketTask(RedQueueTask):
             prefix=config.key_prefix,
             serializer=config.serializer,
             max_drains=self.bucket_drain_concurrency,
+            drain_lease=self.bucket_drain_lease,
             dedupe_window=self.bucket_dedupe_window,
             processed_guard=self.bucket_processed_guard,
         )
@@ -214,25 +223,35 @@ class BucketTask(RedQueueTask):
         When items remain but no key may release yet, the job schedules itself (countdown) for
         the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
         """
+        with heartbeat().holding(self.bucket):
+            return self._drain()
+
+    def _drain(self) -> DrainSummary:
         bucket = self.bucket
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
         while True:
             poll = bucket.poll()
+            failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:
-                if poll.wait is not None:
-                    self.send_drain(countdown=poll.wait)
-                    return DrainSummary(processed, failed, continued=True)
-                return DrainSummary(processed, failed)
+                if poll.wait is None:
+                    return DrainSummary(processed, failed)
+                if poll.schedule:
+                    self.send_drain_or_release(countdown=poll.wait)
+                elif poll.wait <= 0 and time.monotonic() < deadline:
+                    continue  # the poll skipped many items: look again
+                return DrainSummary(processed, failed, continued=True)
             if reservation.fan_out:
-                self.send_drain()
-            if self._run_reservation(reservation):
+                self.send_drain_or_release()
+            with heartbeat().holding(bucket, reservation.id):
+                ok = self._run_reservation(reservation)
+            if ok:
                 processed += 1
             else:
                 failed += 1
             if time.monotonic() >= deadline:
-                self.send_drain()
+                self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)
 
     def _run_reservation(self, reservation: Reservation) -> bool:
@@ -254,7 +273,7 @@ class BucketTask(RedQueueTask):
             return False
         except SoftTimeLimitExceeded:
             bucket.release(reservation)
-            self.send_drain()  # this job ends here; the released item needs one
+            self.send_drain_or_release()  # this job ends here; the released item needs one
             raise
         except Exception as exc:
             if self._should_retry(exc, reservation.receives):
@@ -316,7 +335,7 @@ class BucketTask(RedQueueTask):
     def reap(self) -> int:
         result = self.bucket.reap()
         if result.drain_needed:
-            self.send_drain()
+            self.send_drain_or_release()
         return result.returned + result.dead_lettered
 
 

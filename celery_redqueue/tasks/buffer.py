@@ -162,10 +162,8 @@ class CallBuffer:
             except RedQueueError as exc:
                 failure = failure or exc
                 _mark(groups, _FAILED, exc)
-            if drain_needed:
-                task._after_add(True, None)
-            for wake_in in wakes:
-                task._after_add(False, wake_in)
+            if drain_needed or wakes:
+                task.send_wanted_drains(drain_needed, min(wakes) if wakes else None)
         if failure is not None:
             raise failure
 

@@ -12,6 +12,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, RedQueueError
+from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
     ADD_CHUNK,
     DELIVERIES,
@@ -25,6 +26,7 @@ from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .heartbeat import heartbeat
 from .options import check_structure_name
 
 logger = logging.getLogger(__name__)
@@ -86,8 +88,13 @@ class PoolTask(RedQueueTask):
     #: pool empties and refills constantly; lingering keeps the one drain job working instead
     #: of ending and having the next call send a new one.
     pool_drain_linger: float = 0.2
-    #: Seconds a popped batch may take before the reaper counts it as lost.
-    pool_batch_timeout: float = 300.0
+    #: Seconds a popped batch stays in flight without a heartbeat before the reaper takes it
+    #: back (lost, or returned at least once). The worker renews it every third of this while
+    #: its bodies run, so it bounds recovery after a crash, not the length of a body.
+    pool_batch_timeout: float = 60.0
+    #: Seconds the drain flag survives a drain job that died or was never sent (renewed by a
+    #: running drain): the longest a pool waits for a new call to send a fresh drain job.
+    pool_drain_lease: float = DRAIN_LEASE
     #: "at_most_once" (default: a batch whose worker dies is counted as lost) or
     #: "at_least_once" (it comes back; failed calls are retried; past pool_max_receives they
     #: go to the dead-letter list).
@@ -119,6 +126,7 @@ class PoolTask(RedQueueTask):
         optional_seconds("pool_drain_interval", cls.pool_drain_interval)
         seconds("pool_drain_time_budget", cls.pool_drain_time_budget, positive=True)
         seconds("pool_batch_timeout", cls.pool_batch_timeout, positive=True)
+        seconds("pool_drain_lease", cls.pool_drain_lease, positive=True)
         seconds("pool_dedupe_window", cls.pool_dedupe_window, positive=True)
         seconds("pool_drain_linger", cls.pool_drain_linger)
         function_option(cls, "pool_dedupe_key")
@@ -169,6 +177,7 @@ class PoolTask(RedQueueTask):
             prefix=config.key_prefix,
             serializer=config.serializer,
             batch_timeout=self.pool_batch_timeout,
+            drain_lease=self.pool_drain_lease,
             max_drains=self.pool_drain_concurrency,
             delivery=self.pool_delivery,
             max_receives=self.pool_max_receives,
@@ -196,7 +205,10 @@ class PoolTask(RedQueueTask):
         results: list[AddResult] = []
         for start in range(0, len(encoded), ADD_CHUNK):
             results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
-        self._after_add(any(r.drain_needed for r in results), None)
+        for i, result in enumerate(results):
+            if result.drain_needed:
+                results[i] = self._after_add(result)
+                break
         return results
 
     def _prepare_call(self, args: Any, kwargs: Any) -> bytes:
@@ -222,7 +234,15 @@ class PoolTask(RedQueueTask):
         return args, kwargs
 
     def drain(self) -> DrainSummary:
-        """Pop and run batches until the pool is empty or the time budget is spent."""
+        """Pop and run batches until the pool is empty or the time budget is spent.
+
+        While it runs, the process's heartbeat renews the pool's drain lease and the batch in
+        flight, so neither expires under a long body.
+        """
+        with heartbeat().holding(self.pool):
+            return self._drain()
+
+    def _drain(self) -> DrainSummary:
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
         processed = failed = batches = 0
@@ -231,7 +251,7 @@ class PoolTask(RedQueueTask):
             linger = time.monotonic() - last_work < self.pool_drain_linger
             batch = pool.pop(self.pool_batch_size, linger=linger)
             if batch.fan_out:
-                self.send_drain()
+                self.send_drain_or_release()
             if batch.pop_again:
                 continue
             if batch.lingering:
@@ -239,14 +259,17 @@ class PoolTask(RedQueueTask):
                 continue
             if not batch:
                 if batch.wait is not None:
-                    # Only delayed calls remain: come back when the first is due.
-                    self.send_drain(countdown=batch.wait)
+                    # Only delayed calls remain: a job comes back when the first is due.
+                    if batch.schedule:
+                        self.send_drain_or_release(countdown=batch.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
             started = time.monotonic()
-            failures = self._run_batch(batch)
-            last_work = time.monotonic()  # linger is counted from when the work ended
-            if not pool.ack(batch, failures=failures, seconds=last_work - started):
+            with heartbeat().holding(pool, batch.id):
+                failures = self._run_batch(batch)
+                last_work = time.monotonic()  # linger is counted from when the work ended
+                acked = pool.ack(batch, failures=failures, seconds=last_work - started)
+            if not acked:
                 logger.warning(
                     "%s: batch %s finished after its deadline; the reaper had taken it back",
                     self.name,
@@ -260,7 +283,7 @@ class PoolTask(RedQueueTask):
             processed += batch.calls - batch_failed
             if time.monotonic() >= deadline:
                 # Hand over to a fresh job so one pool cannot hold a worker forever.
-                self.send_drain()
+                self.send_drain_or_release()
                 return DrainSummary(processed, failed, batches, continued=True)
 
     def _run_batch(self, batch: PoolBatch) -> dict[int, str]:
@@ -275,7 +298,7 @@ class PoolTask(RedQueueTask):
                 self._run_call(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
-                self.send_drain()  # this job ends here; the rest of the pool needs one
+                self.send_drain_or_release()  # this job ends here; the rest needs one
                 raise
             except Exception as exc:
                 logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
@@ -291,7 +314,7 @@ class PoolTask(RedQueueTask):
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
-                self.send_drain()  # this job ends here; the rest of the pool needs one
+                self.send_drain_or_release()  # this job ends here; the rest needs one
                 raise
             except Exception as exc:
                 logger.exception("%s: pooled call %r failed", self.name, item.payload)
@@ -301,7 +324,7 @@ class PoolTask(RedQueueTask):
     def reap(self) -> int:
         result = self.pool.reap()
         if result.drain_needed:
-            self.send_drain()
+            self.send_drain_or_release()
         return result.lost + result.returned + result.dead_lettered
 
 

@@ -1,0 +1,76 @@
+-- Taking items out of a bucket's queues, each read and parsed before anything is written
+-- (spliced in by the loader at "--#include bucket_entries", after bucket_common). Redis keeps
+-- the writes of a script that fails half-way, so a malformed entry is dead-lettered with the
+-- reason instead of failing the script after its first writes.
+
+-- Due delayed items join the tail of their key's queue, in due order (at most 100 per call).
+-- A malformed one is dead-lettered (counted as enqueued and dead). Returns how many were.
+local function offer_due_items(now)
+  local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'LIMIT', 0, 100)
+  local parsed, malformed = {}, 0
+  for i, entry in ipairs(due) do
+    local id, key, payload = string.match(entry, '^(%d+) ([^%z]*)%z(.*)$')
+    parsed[i] = {id = id, key = key, payload = payload}
+  end
+  for i, entry in ipairs(due) do
+    redis.call('ZREM', K_SCHEDULED, entry)
+    local p = parsed[i]
+    if not p.id then
+      bury('', entry, 'malformed entry: unreadable delayed item', now)
+      redis.call('HINCRBY', K_STATS, 'enqueued', 1)
+      malformed = malformed + 1
+    elseif append(p.key, make_slot(0, p.id, now, p.payload), now) == 0 then
+      redis.call('HINCRBY', K_STATS, 'rejected', 1)
+    else
+      redis.call('HINCRBY', K_STATS, 'enqueued', 1)
+    end
+  end
+  if #due > 0 then redis.call('HINCRBY', K_STATS, 'delayed', -#due) end
+  return malformed
+end
+
+-- Take the head item off a key's queue. Returns its slot (nil if missing) and how many items
+-- the key still holds.
+local function take_head(key)
+  local head = tonumber(redis.call('HGET', K_HEADS, key) or '0') or 0
+  local field = key .. '\0' .. head
+  local slot = redis.call('HGET', K_ITEMS, field)
+  local remaining = key_depth(key) - 1
+  redis.call('HDEL', K_ITEMS, field)
+  redis.call('HINCRBY', K_STATS, 'depth', -1)
+  if remaining <= 0 then
+    redis.call('HDEL', K_HEADS, key)
+    redis.call('HDEL', K_TAILS, key)
+  else
+    redis.call('HSET', K_HEADS, key, head + 1)
+  end
+  refresh_age(key)
+  return slot or nil, remaining
+end
+
+-- Reserve a released item until now + timeout_ms, and advance its key's rate schedule (GCRA:
+-- from the key's own theoretical arrival time, so a consumer late by less than the burst
+-- allowance loses no throughput, and none can exceed the rate). Returns the reservation id and
+-- its deadline.
+local function reserve(key, id, receives, at, payload, remaining, timeout_ms, now)
+  local interval, burst, ok = rate_of(key)
+  if not ok then redis.log(redis.LOG_WARNING, 'redqueue: malformed rate of key ' .. key) end
+  local tat = tonumber(redis.call('HGET', K_TAT, key) or '0') or 0
+  local next_tat = math.max(tat, now) + interval
+  redis.call('HSET', K_TAT, key, string.format('%.17g', next_tat))
+  if remaining > 0 and not ORDERED then
+    redis.call('ZADD', K_READY, next_tat - burst * interval, key)
+  else
+    redis.call('ZREM', K_READY, key)
+  end
+  local reservation = id .. '.' .. receives
+  local deadline = now + timeout_ms
+  redis.call('ZADD', K_INFLIGHT, deadline, reservation)
+  redis.call('HSET', K_RES_KEYS, reservation, key)
+  redis.call('HSET', K_RES_ITEMS, reservation, make_slot(receives, id, at, payload))
+  redis.call('HINCRBY', K_STATS, 'in_flight', 1)
+  redis.call('HINCRBY', K_STATS, 'receives', 1)
+  if receives > 1 then redis.call('HINCRBY', K_STATS, 'redelivered', 1) end
+  redis.call('HINCRBY', K_KEYSTATS, key .. '\0in_flight', 1)
+  return reservation, deadline
+end

@@ -1,0 +1,10 @@
+-- The worker's heartbeat for one bucket: push the deadline of reservations still held and
+-- renew the drain lease (common.lua's renew_inflight).
+-- KEYS and ARGV[1..7]: see bucket_common.lua. ARGV[8] reservation timeout ms,
+-- ARGV[9], ... reservation ids held by the worker's process.
+-- Reply: the ids no longer held (the reaper took them back). Bounded: O(ids * log K).
+--#include bucket_common
+local timeout = tonumber(ARGV[8])
+local ids = {}
+for i = 9, #ARGV do ids[#ids + 1] = ARGV[i] end
+return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_TTL, ids, timeout, now_ms())

@@ -1,0 +1,10 @@
+-- The worker's heartbeat for one pool: push the deadline of batches still in flight and renew
+-- the drain lease (common.lua's renew_inflight).
+-- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- ARGV[5] batch timeout ms, ARGV[6], ... batch ids held by the worker's process.
+-- Reply: the ids no longer in flight (the reaper took them back). Bounded: O(ids * log N).
+--#include pool_common
+local timeout = tonumber(ARGV[5])
+local ids = {}
+for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
+return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_TTL, ids, timeout, pool_now())

@@ -1,0 +1,169 @@
+"""The worker's heartbeat: while bodies run, renew what this process holds.
+
+A drain job holds its structure's drain lease, and each body it runs holds a bucket reservation
+or a pool batch. Without renewal a body that outlives its timeout is taken back by the reaper
+and runs again, and a drain lease must be long enough to cover the longest body. One daemon
+thread per process renews everything the process holds: per structure, one script call that
+pushes every held id's deadline and renews the drain lease, every third of the structure's
+shortest timeout (so two renewals can fail before anything expires); the calls due together on
+one client go in one pipelined round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from ..structures.base import renew_pipelined
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Held:
+    """What this process holds of one structure."""
+
+    structure: Any
+    interval: float
+    next_at: float
+    ids: Counter[str] = field(default_factory=Counter)
+    drains: int = 0
+
+
+class Heartbeat:
+    """Renews held reservations, batches and drain leases from one background thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, _Held] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Renewal rounds run and renewals that failed (for tests and logs).
+        self.rounds = 0
+        self.failures = 0
+
+    @contextmanager
+    def holding(self, structure: Any, item_id: str | None = None) -> Iterator[None]:
+        """Renew ``item_id`` (or, with None, the structure's drain lease) while inside."""
+        self.hold(structure, item_id)
+        try:
+            yield
+        finally:
+            self.drop(structure, item_id)
+
+    def hold(self, structure: Any, item_id: str | None = None) -> None:
+        with self._lock:
+            held = self._held.get(id(structure))
+            if held is None:
+                interval = structure.heartbeat_interval()
+                held = _Held(structure, interval, time.monotonic() + interval)
+                self._held[id(structure)] = held
+            if item_id is None:
+                held.drains += 1
+            else:
+                held.ids[item_id] += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="redqueue-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, structure: Any, item_id: str | None = None) -> None:
+        with self._lock:
+            held = self._held.get(id(structure))
+            if held is None:
+                return
+            if item_id is None:
+                held.drains -= 1
+            else:
+                held.ids[item_id] -= 1
+                if held.ids[item_id] <= 0:
+                    del held.ids[item_id]
+            if held.drains <= 0 and not held.ids:
+                del self._held[id(structure)]
+
+    def _due(self) -> tuple[list[tuple[Any, list[str]]], float]:
+        """What is due for renewal now, and the seconds until the next renewal."""
+        now = time.monotonic()
+        due: list[tuple[Any, list[str]]] = []
+        sleep = 1.0
+        with self._lock:
+            for held in self._held.values():
+                if held.next_at <= now:
+                    due.append((held.structure, sorted(held.ids)))
+                    held.next_at = now + held.interval
+                sleep = min(sleep, max(held.next_at - now, 0.0))
+        return due, sleep
+
+    def _run(self) -> None:
+        while True:
+            due, sleep = self._due()
+            if due:
+                self.renew(due)
+            self._wake.wait(max(sleep, 0.01))
+
+    def renew(self, due: list[tuple[Any, list[str]]]) -> None:
+        """Renew what is due: one round trip for all the structures on one (non-cluster)
+        client, a script call each otherwise."""
+        by_client: dict[int, list[tuple[Any, list[str]]]] = {}
+        for structure, ids in due:
+            by_client.setdefault(id(structure.client), []).append((structure, ids))
+        for group in by_client.values():
+            if len(group) > 1 and isinstance(group[0][0].client, redis.Redis):
+                self._renew_pipelined(group)
+            else:
+                for structure, ids in group:
+                    self._renew(structure, ids)
+
+    def _renew_pipelined(self, group: list[tuple[Any, list[str]]]) -> None:
+        for (structure, ids), missing in zip(group, renew_pipelined(group), strict=True):
+            if missing is None:  # an error (such as a restarted server without the script)
+                self._renew(structure, ids)
+            else:
+                self._renewed(structure, missing)
+
+    def _renew(self, structure: Any, ids: list[str]) -> None:
+        try:
+            missing = structure.renew(ids)
+        except Exception as exc:
+            self.failures += 1
+            logger.warning(
+                "redqueue: renewing %d held item(s) of %s failed (%s); they expire unless the "
+                "next renewal succeeds",
+                len(ids),
+                structure.keys.base,
+                exc,
+            )
+            return
+        self._renewed(structure, missing)
+
+    def _renewed(self, structure: Any, missing: list[str]) -> None:
+        self.rounds += 1
+        for item_id in missing:
+            logger.warning(
+                "redqueue: %s: %s was taken back before its body finished; it may run again",
+                structure.keys.base,
+                item_id,
+            )
+
+
+_HEARTBEAT: tuple[int, Heartbeat] | None = None
+_HEARTBEAT_LOCK = threading.Lock()
+
+
+def heartbeat() -> Heartbeat:
+    """This process's heartbeat (a prefork child gets its own, with its own thread)."""
+    global _HEARTBEAT
+    with _HEARTBEAT_LOCK:
+        if _HEARTBEAT is None or _HEARTBEAT[0] != os.getpid():
+            _HEARTBEAT = (os.getpid(), Heartbeat())
+        return _HEARTBEAT[1]

@@ -1,0 +1,213 @@
+"""Fixtures of the fault suite: real workers (in-process and `celery worker` subprocesses), a
+broker that can be stopped and started again on the same port, and the accounting identities.
+Everything runs on loopback; every wait is bounded."""
+
+import contextlib
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from celery_redqueue.testing import celery_test_config
+from celery_redqueue.testing.embedded import find_server_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait_for():
+    """Poll a predicate until it is truthy (generous timeouts; never a timing assert)."""
+    return _wait_for
+
+
+@pytest.fixture
+def app(redqueue_celery_app):
+    """The test's app, with beat off (no safety net: calls alone must get drains sent)."""
+    redqueue_celery_app.task = functools.partial(redqueue_celery_app.task, shared=False)
+    redqueue_celery_app.conf.redqueue_beat = False
+    return redqueue_celery_app
+
+
+@pytest.fixture
+def worker():
+    """Start Celery's in-process test worker: ``with worker(app): ...``."""
+
+    @contextlib.contextmanager
+    def run(app, **options):
+        options.setdefault("pool", "solo")
+        options.setdefault("perform_ping_check", False)
+        options.setdefault("loglevel", "WARNING")
+        with start_worker(app, **options) as started:
+            yield started
+
+    return run
+
+
+def pool_identities_hold(stats):
+    return stats.offered == stats.accepted + stats.rejected and stats.accepted == (
+        stats.processed
+        + stats.failed
+        + stats.evicted
+        + stats.depth
+        + stats.in_flight
+        + stats.lost
+        + stats.dead
+        + stats.purged
+    )
+
+
+def bucket_identity_holds(stats):
+    return stats.enqueued + stats.requeued == (
+        stats.depth + stats.in_flight + stats.processed + stats.dead + stats.dropped + stats.purged
+    )
+
+
+@pytest.fixture
+def identities():
+    """Checks of the accounting identities (pools: two; buckets: one)."""
+    return {"pool": pool_identities_hold, "bucket": bucket_identity_holds}
+
+
+class StoppableRedis:
+    """A redis-server on a fixed loopback port that can be stopped and started again, as a
+    broker that goes down and comes back."""
+
+    def __init__(self):
+        self.binary = find_server_binary()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.dir = tempfile.TemporaryDirectory(prefix="redqueue-broker-")
+        self.process = None
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self):
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        args += ["--dir", self.dir.name, "--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        try:
+            _wait_for(lambda: self._ping(client), timeout=20, message="the broker to start")
+        finally:
+            client.close()
+
+    @staticmethod
+    def _ping(client):
+        try:
+            return client.ping()
+        except redis.exceptions.ConnectionError:
+            return False
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@pytest.fixture
+def broker_server():
+    """A broker (redis-server) of the test's own, running; ``.stop()`` / ``.start()``."""
+    server = StoppableRedis()
+    server.start()
+    yield server
+    server.stop()
+    server.dir.cleanup()
+
+
+@pytest.fixture
+def split_app(redqueue_server_url, redqueue_prefix, broker_server):
+    """An app whose broker is ``broker_server`` while its structures stay on the test Redis."""
+    app = Celery(f"redqueue-fault-{redqueue_prefix}", set_as_current=False)
+    app.conf.update(celery_test_config(redqueue_server_url, redqueue_prefix))
+    app.conf.broker_url = broker_server.url
+    app.conf.redqueue_beat = False
+    # Keep the failing publish short: the default retries take a few seconds too.
+    app.conf.task_publish_retry_policy = {"max_retries": 1, "interval_start": 0}
+    app.conf.broker_connection_timeout = 2
+    app.task = functools.partial(app.task, shared=False)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def spawn_worker(redqueue_server_url, redqueue_prefix, tmp_path):
+    """Start `celery -A tests.faults.fault_app worker` subprocesses (stopped at teardown)."""
+    env = dict(os.environ)
+    env.update(
+        REDQUEUE_TEST_URL=redqueue_server_url,
+        REDQUEUE_TEST_PREFIX=redqueue_prefix,
+        PYTHONPATH=str(ROOT),
+    )
+    procs = []
+
+    def start(*args):
+        log = open(tmp_path / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 (closed below)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.faults.fault_app", "worker", *args],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append((proc, log))
+        return proc
+
+    yield start
+    for proc, log in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def worker_logs(tmp_path):
+    """The subprocess workers' logs (printed when a test fails, to see why)."""
+
+    def read():
+        return "\n".join(f"{p.name}:\n{p.read_text()[-4000:]}" for p in tmp_path.glob("*.log"))
+
+    return read
+
+
+@pytest.fixture
+def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
+    """tests.faults.fault_app imported in this process, on the test's prefix (as a producer)."""
+    import importlib
+
+    monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
+    monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
+    module = importlib.import_module("tests.faults.fault_app")
+    module = importlib.reload(module)
+    yield module
+    module.app.close()

@@ -1,0 +1,137 @@
+"""Problems 3 and 5 of issue 8: every script reads and checks before it writes, and an entry
+that cannot be parsed or decoded is dead-lettered with the reason (pools and buckets alike)
+while the rest carries on; the accounting identities stay exact."""
+
+import pytest
+import redis
+
+from celery_redqueue import BucketTask, CappedPool, LeakyBucket
+from celery_redqueue.errors import RedQueueError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def pool(redqueue_redis, redqueue_prefix):
+    return CappedPool(redqueue_redis, "p", 10, policy="newest", prefix=redqueue_prefix)
+
+
+@pytest.fixture
+def bucket(redqueue_redis, redqueue_prefix):
+    return LeakyBucket(
+        redqueue_redis, "b", default_rate="1000/s", default_burst=10, prefix=redqueue_prefix
+    )
+
+
+def corrupt_member(client, pool, index, member):
+    """Replace the index-th waiting entry of a pool by ``member``, keeping its score."""
+    old, score = client.zrange(pool.keys("items"), index, index, withscores=True)[0]
+    client.zrem(pool.keys("items"), old)
+    client.zadd(pool.keys("items"), {member: score})
+    return old
+
+
+def test_problem_3_a_malformed_pool_member_loses_nothing(pool, redqueue_redis, identities):
+    pool.add_many(["a", "b", "c"])
+    corrupt_member(redqueue_redis, pool, 1, b"not an entry")
+    batch = pool.pop(10)  # the old pop raised after ZPOPMIN, losing "a" and "c"
+    assert sorted(item.payload for item in batch.items) == ["a", "c"]
+    assert batch.malformed == 1
+    pool.ack(batch)
+    stats = pool.stats()
+    assert (stats.processed, stats.dead, stats.depth, stats.in_flight) == (2, 1, 0, 0)
+    assert identities["pool"](stats)
+    [letter] = pool.dead_letters()
+    assert letter.error.startswith("malformed entry")
+
+
+def test_problem_3_pool_reap_reads_a_batch_before_taking_it(
+    redqueue_redis, redqueue_prefix, identities
+):
+    pool = CappedPool(
+        redqueue_redis, "p", 10, delivery="at_least_once", batch_timeout=60, prefix=redqueue_prefix
+    )
+    pool.add_many(["a", "b"])
+    batch = pool.pop(10)
+    redqueue_redis.hset(pool.keys("inflight_items"), batch.id, b"{not json")
+    redqueue_redis.zadd(pool.keys("inflight"), {batch.id: 0})  # its deadline passed
+    result = pool.reap()  # the old reap deleted the batch, then failed to decode it
+    assert result.dead_lettered == 2
+    stats = pool.stats()
+    assert (stats.in_flight, stats.dead) == (0, 2)
+    assert identities["pool"](stats)
+    assert pool.dead_letters()[0].error.startswith("undecodable batch record")
+
+
+def test_problem_3_bucket_dequeue_parses_a_slot_before_taking_it(
+    bucket, redqueue_redis, identities
+):
+    bucket.enqueue_many([("k", "first"), ("k", "second")])
+    head = int(redqueue_redis.hget(bucket.keys("heads"), "k") or 0)
+    redqueue_redis.hset(bucket.keys("items"), f"k\0{head}", b"garbage")
+    poll = bucket.poll()  # the old dequeue decremented depth, then failed on the slot
+    assert poll.reservation is not None and poll.reservation.payload == "second"
+    assert poll.malformed == 1
+    assert bucket.commit(poll.reservation)
+    stats = bucket.stats()
+    assert (stats.depth, stats.in_flight, stats.processed, stats.dead) == (0, 0, 1, 1)
+    assert identities["bucket"](stats)
+    assert bucket.dead_letters()[0].error.startswith("malformed entry")
+
+
+def test_problem_3_bucket_enqueue_reads_the_rate_before_appending(bucket, redqueue_redis):
+    bucket.enqueue("k", "kept")
+    redqueue_redis.hset(bucket.keys("rates"), "new", b"not a rate")
+    with pytest.raises((RedQueueError, redis.exceptions.ResponseError), match="rate"):
+        bucket.enqueue("new", "refused")
+    # Nothing stored: the old script appended the item and counted its depth, then failed
+    # reading the rate.
+    stats = bucket.stats()
+    assert (stats.depth, stats.enqueued) == (1, 1)
+    assert redqueue_redis.hlen(bucket.keys("items")) == 1
+    bucket.set_rate("new", "1000/s")
+    assert bucket.enqueue("new", "again")
+
+
+def test_problem_5_an_undecodable_bucket_payload_is_dead_lettered_with_its_reason(
+    bucket, redqueue_redis, identities
+):
+    bucket.enqueue_many([("k", "first"), ("k", "second")])
+    head = int(redqueue_redis.hget(bucket.keys("heads"), "k") or 0)
+    slot = redqueue_redis.hget(bucket.keys("items"), f"k\0{head}")
+    prefix = b":".join(slot.split(b":", 3)[:3])
+    redqueue_redis.hset(bucket.keys("items"), f"k\0{head}", prefix + b":\xff{not json")
+    poll = bucket.poll()  # the old poll raised, leaving the item reserved
+    assert poll.reservation is not None and poll.reservation.payload == "second"
+    bucket.commit(poll.reservation)
+    stats = bucket.stats()
+    assert (stats.in_flight, stats.processed, stats.dead) == (0, 1, 1)
+    assert identities["bucket"](stats)
+    assert bucket.dead_letters()[0].error.startswith("undecodable payload: ")
+
+
+def test_problem_5_an_undecodable_payload_does_not_kill_the_drain(
+    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities
+):
+    done = f"{redqueue_prefix}:done"
+
+    @app.task(base=BucketTask, bucket_key="k", bucket_rate="100/s", bucket_drain_interval=None)
+    def t(k, i):
+        redqueue_redis.rpush(done, i)
+
+    bucket = t.bucket
+    receipts = [t.delay("a", 1), t.delay("a", 2), t.delay("b", 3)]
+    assert receipts[0].drain_needed  # one drain job, waiting in the broker
+    head = int(redqueue_redis.hget(bucket.keys("heads"), "a") or 0)
+    slot = redqueue_redis.hget(bucket.keys("items"), f"a\0{head}")
+    redqueue_redis.hset(
+        bucket.keys("items"), f"a\0{head}", b":".join(slot.split(b":", 3)[:3]) + b":\xff{"
+    )
+    with worker(app):
+        # The drain job meets the bad item first; the old one died there.
+        wait_for(lambda: bucket.stats().processed == 2, timeout=30, message="the good items")
+    stats = bucket.stats()
+    assert (stats.in_flight, stats.dead, stats.depth) == (0, 1, 0)
+    assert identities["bucket"](stats)
+    assert sorted(x.decode() for x in redqueue_redis.lrange(done, 0, -1)) == ["2", "3"]
+    assert bucket.dead_letters()[0].error.startswith("undecodable payload: ")

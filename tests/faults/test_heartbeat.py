@@ -1,0 +1,149 @@
+"""Problem 10 of issue 8: a long body never runs twice. While it runs, the worker's heartbeat
+renews its at-least-once batch or bucket reservation (every third of the timeout), so the
+reaper, run here as often as beat would, finds nothing to take back."""
+
+import threading
+import time
+
+import pytest
+
+from celery_redqueue import BucketTask, PoolTask
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def reap_while(structure, stop):
+    """Run the structure's reaper every 0.2 s, as beat's reaper job would, until ``stop``."""
+    while not stop.is_set():
+        structure.reap()
+        time.sleep(0.2)
+
+
+def run_reaper(structure):
+    stop = threading.Event()
+    thread = threading.Thread(target=reap_while, args=(structure, stop), daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def test_problem_10_an_at_least_once_batch_outliving_its_timeout_runs_once(
+    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities
+):
+    runs = f"{redqueue_prefix}:runs"
+
+    @app.task(
+        base=PoolTask,
+        pool_delivery="at_least_once",
+        pool_batch_timeout=2,
+        pool_drain_interval=None,
+    )
+    def slow(i):
+        redqueue_redis.rpush(runs, i)
+        time.sleep(7)
+
+    stop, reaper = run_reaper(slow.pool)
+    try:
+        with worker(app):
+            assert slow.delay(1).drain_needed
+            wait_for(lambda: slow.pool.stats().processed == 1, timeout=60, message="the call")
+            time.sleep(1)  # a second run, had the reaper returned it, would start now
+    finally:
+        stop.set()
+        reaper.join()
+    assert redqueue_redis.lrange(runs, 0, -1) == [b"1"]  # the old code ran it 5 times
+    stats = slow.pool.stats()
+    assert (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
+    assert identities["pool"](stats)
+
+
+def test_problem_10_a_reservation_outliving_its_timeout_runs_once(
+    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities
+):
+    runs = f"{redqueue_prefix}:runs"
+
+    @app.task(
+        base=BucketTask,
+        bucket_key="k",
+        bucket_reservation_timeout=2,
+        bucket_drain_interval=None,
+    )
+    def slow(k):
+        redqueue_redis.rpush(runs, k)
+        time.sleep(7)
+
+    stop, reaper = run_reaper(slow.bucket)
+    try:
+        with worker(app):
+            assert slow.delay("a").drain_needed
+            wait_for(lambda: slow.bucket.stats().processed == 1, timeout=60, message="the call")
+            time.sleep(1)
+    finally:
+        stop.set()
+        reaper.join()
+    assert redqueue_redis.lrange(runs, 0, -1) == [b"a"]
+    stats = slow.bucket.stats()
+    assert (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
+    assert identities["bucket"](stats)
+
+
+def test_a_renewal_that_finds_its_item_gone_is_logged_and_the_late_commit_counted(
+    app, worker, redqueue_redis, redqueue_prefix, wait_for, caplog
+):
+    """The heartbeat cannot save an item the reaper already took (here: its deadline forced
+    into the past): the renewal logs it, and the late commit returns False and is counted."""
+    started = f"{redqueue_prefix}:started"
+    release = threading.Event()
+
+    @app.task(
+        base=BucketTask,
+        bucket_key="k",
+        bucket_reservation_timeout=1.5,
+        bucket_max_receives=1,
+        bucket_drain_interval=None,
+    )
+    def held(k):
+        redqueue_redis.rpush(started, k)
+        release.wait(30)
+
+    bucket = held.bucket
+    with worker(app):
+        held.delay("a")
+        wait_for(lambda: redqueue_redis.llen(started) == 1, message="the body")
+        [res_id] = redqueue_redis.zrange(bucket.keys("inflight"), 0, -1)
+        redqueue_redis.zadd(bucket.keys("inflight"), {res_id: 0})
+        assert bucket.reap().dead_lettered == 1  # max_receives=1: taken back for good
+        wait_for(lambda: "taken back" in caplog.text, timeout=10, message="the renewal's log")
+        release.set()
+        wait_for(lambda: bucket.stats().late == 1, timeout=30, message="the late commit")
+    stats = bucket.stats()
+    assert (stats.processed, stats.dead, stats.in_flight) == (0, 1, 0)
+
+
+@pytest.mark.parametrize("flush_scripts", [False, True])
+def test_one_renewal_covers_every_structure_the_process_holds(
+    redqueue_redis, redqueue_prefix, flush_scripts
+):
+    """The heartbeat renews a pool batch and a bucket reservation together (one pipelined
+    round trip), and falls back to one call each when the server lost its scripts."""
+    from celery_redqueue import CappedPool, LeakyBucket
+    from celery_redqueue.tasks.heartbeat import Heartbeat
+
+    pool = CappedPool(
+        redqueue_redis, "p", 10, delivery="at_least_once", batch_timeout=60, prefix=redqueue_prefix
+    )
+    bucket = LeakyBucket(redqueue_redis, "b", reservation_timeout=60, prefix=redqueue_prefix)
+    pool.add("x")
+    batch = pool.pop(10)
+    bucket.enqueue("k", "y")
+    reservation = bucket.dequeue()
+    soon = int(time.time() * 1000) + 1000
+    redqueue_redis.zadd(pool.keys("inflight"), {batch.id: soon})
+    redqueue_redis.zadd(bucket.keys("inflight"), {reservation.id: soon})
+    if flush_scripts:
+        redqueue_redis.script_flush()
+    beat = Heartbeat()
+    beat.renew([(pool, [batch.id]), (bucket, [reservation.id, "999.1"])])
+    assert (beat.rounds, beat.failures) == (2, 0)
+    assert redqueue_redis.zscore(pool.keys("inflight"), batch.id) > soon + 30_000
+    assert redqueue_redis.zscore(bucket.keys("inflight"), reservation.id) > soon + 30_000
+    assert not redqueue_redis.zscore(bucket.keys("inflight"), "999.1")  # never re-created
