@@ -12,6 +12,7 @@ const state = {
   selected: decodeURIComponent(location.hash.slice(1)) || null,
   token: sessionStorage.getItem("redqueue-token") || "",
   query: "",
+  serverTime: Date.now() / 1000,
   detail: null,
   checked: new Set(),
 };
@@ -38,6 +39,28 @@ function fmtSecs(v) {
 function fmtTime(epoch) {
   if (!epoch) return "-";
   return new Date(epoch * 1000).toLocaleTimeString();
+}
+
+function fmtClock(epoch, seconds) {
+  const options = seconds
+    ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+    : { hour: "2-digit", minute: "2-digit" };
+  return new Date(epoch * 1000).toLocaleTimeString([], options);
+}
+
+// When a key may release next, relative to the server's clock at the last refresh.
+function fmtEligible(epoch) {
+  if (epoch === null || epoch === undefined) return "-";
+  const wait = epoch - state.serverTime;
+  return wait <= 0 ? "now" : `in ${fmtSecs(wait)}`;
+}
+
+function emptyRow(columns, text) {
+  const tr = el("tr");
+  const td = el("td", text, "muted");
+  td.colSpan = columns;
+  tr.appendChild(td);
+  return tr;
 }
 
 function status(text, ok) {
@@ -85,6 +108,7 @@ function cells(tr, values) {
 }
 
 function renderOverview(data) {
+  state.serverTime = data.time;
   $("prefix").textContent = `prefix ${data.prefix}`;
   $("updated").textContent = `updated ${fmtTime(data.time)}`;
   $("warnings").hidden = data.warnings.length === 0;
@@ -160,12 +184,12 @@ function drawChart(detail) {
     ctx.fillText(fmtNum((maxFlow * (4 - i)) / 4, maxFlow < 4 ? 1 : 0), pad.l - 4, y + 4);
     if (depth.length) {
       ctx.textAlign = "left";
-      ctx.fillText(fmtNum((maxDepth * (4 - i)) / 4), width - pad.r + 4, y + 4);
+      ctx.fillText(fmtNum((maxDepth * (4 - i)) / 4, maxDepth < 4 ? 1 : 0), width - pad.r + 4, y + 4);
     }
   }
   ctx.textAlign = "center";
   for (let i = 0; i < starts.length; i += Math.ceil(starts.length / 6)) {
-    ctx.fillText(fmtTime(starts[i]), pad.l + slot * (i + 0.5), height - 6);
+    ctx.fillText(fmtClock(starts[i], !hour), pad.l + slot * (i + 0.5), height - 6);
   }
   let points = 0;
   const bar = Math.max(1, slot / 2 - 1);
@@ -197,6 +221,13 @@ function drawChart(detail) {
   });
   ctx.stroke();
   ctx.lineWidth = 1;
+  ctx.fillStyle = "#f97316";
+  depth.forEach((v, i) => {  // a dot per reading: a lone minute has no line to draw
+    if (v === null) return;
+    ctx.beginPath();
+    ctx.arc(pad.l + slot * (i + 0.5), pad.t + plotH - (v / maxDepth) * plotH, 2.5, 0, 2 * Math.PI);
+    ctx.fill();
+  });
   canvas.dataset.points = String(points);
 }
 
@@ -212,11 +243,13 @@ function renderDetail(d) {
 
   $("keys-box").hidden = !d.keys;
   $("set-rate").hidden = !(ACTIONS && d.kind === "bucket");
-  if (d.keys) {
+  if (d.keys && d.keys.length === 0) {
+    fill($("keys").tBodies[0], [emptyRow(6, state.query ? "no key matches" : "no key holds work")]);
+  } else if (d.keys) {
     fill($("keys").tBodies[0], d.keys.map((k) => {
       const tr = cells(el("tr"), [[k.key], [fmtNum(k.depth), "num"], [fmtNum(k.in_flight), "num"],
         [fmtNum(k.rate, 3) + (k.custom_rate ? "" : " (default)"), "num"], [fmtNum(k.burst, 1), "num"],
-        [fmtTime(k.next_eligible)]]);
+        [fmtEligible(k.next_eligible)]]);
       tr.addEventListener("click", () => { $("rate-key").value = k.key; });
       return tr;
     }));
@@ -229,7 +262,10 @@ function renderDetail(d) {
   const dead = d.dead_letters;
   $("dead-box").hidden = !dead;
   $("dead-actions").hidden = !ACTIONS;
-  if (dead) {
+  if (dead && dead.letters.length === 0) {
+    $("dead-total").textContent = "(0)";
+    fill($("dead").tBodies[0], [emptyRow(6, "no dead letters")]);
+  } else if (dead) {
     $("dead-total").textContent = `(${fmtNum(dead.total)}${dead.total > dead.letters.length ? `, first ${dead.letters.length} shown` : ""})`;
     fill($("dead").tBodies[0], dead.letters.map((letter) => {
       const tr = el("tr");
