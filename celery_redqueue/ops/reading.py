@@ -147,8 +147,9 @@ class Operations:
 
     # Reading
 
-    def view(self, target: Target) -> dict[str, Any]:
-        """One structure's live figures (one round trip), as plain JSON-able data."""
+    def view(self, target: Target, history: bool = True) -> dict[str, Any]:
+        """One structure's live figures (one round trip), as plain JSON-able data; with
+        ``history``, the last minute and hour too (read in the same call)."""
         base: dict[str, Any] = {"id": target.id, "kind": target.kind, "name": target.name}
         try:
             if target.kind == ResourcePool.kind:
@@ -164,14 +165,14 @@ class Operations:
         base.update(
             figures=values,
             counters=dict(figures.counters),
-            history=figures.history.as_dict() if figures.history else None,
+            history=figures.history.as_dict() if history and figures.history else None,
             settings=target.structure.settings(),
         )
         return base
 
-    def overview(self) -> dict[str, Any]:
-        """Every structure's view, and the server's warnings."""
-        views = [self.view(target) for target in self.targets()]
+    def overview(self, history: bool = False) -> dict[str, Any]:
+        """Every structure's view (``history`` adds each one's), and the server's warnings."""
+        views = [self.view(target, history) for target in self.targets()]
         try:
             with redis_errors("reading the server's settings"):
                 warnings = server_warnings(self.client)
