@@ -269,7 +269,7 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
 @click.pass_context
 @_errors
 def leases(ctx: click.Context, name: str, as_json: bool) -> None:
-    """A resource pool: each resource, free or held, and when its lease runs out."""
+    """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
     ops = _ops(ctx)
     target = _find(ops, name, ("leases",))
     rows = ops.resources(target)
@@ -283,7 +283,7 @@ def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     )
     for row in rows:
         detail = "" if row["state"] == "free" else f" expires in {row['expires_in']:.1f}s"
-        click.echo(f"  {row['resource']:40} {row['state']}{detail}")
+        click.echo(f"  {row['resource']:40} {row['acquisitions']:8} {row['state']}{detail}")
 
 
 @redqueue.command()

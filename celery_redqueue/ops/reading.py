@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.client import redis_errors
 from ..redis.serializers import Serializer, get_serializer
@@ -156,8 +158,9 @@ class Operations:
                 base["leases"] = target.structure.stats().as_dict()
                 return base
             figures = target.structure.figures()
-        except RedQueueError as exc:
-            base["error"] = str(exc)
+        except (RedQueueError, redis.exceptions.RedisError) as exc:
+            # One broken structure (a key of the wrong type, say) must not hide the others.
+            base["error"] = f"{type(exc).__name__}: {exc}"
             return base
         values = figures.as_dict()
         for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
@@ -273,8 +276,10 @@ class Operations:
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.time()
             leased, free, (sec, usec) = pipe.execute()
+            names = [name for name, _ in leased] + [name for name, _ in free]
+            uses = self.client.hmget(pool.keys("uses"), names) if names else []
         now = sec + usec / 1e6
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "resource": name.decode(),
                 "state": "held" if score / 1000.0 > now else "expired",
@@ -287,6 +292,8 @@ class Operations:
             {"resource": name.decode(), "state": "free", "free_since": score / 1000.0 or None}
             for name, score in free
         ]
+        for row, count in zip(rows, uses, strict=True):
+            row["acquisitions"] = int(count or 0)
         return rows
 
     # Acting

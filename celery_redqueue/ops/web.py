@@ -29,6 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import redis
+
 from ..errors import ConfigurationError, RedQueueError
 from .metrics import render
 from .reading import Operations
@@ -120,7 +122,7 @@ class Dashboard:
             return self._json(start_response, {"error": str(exc)}, exc.status)
         except ConfigurationError as exc:
             return self._json(start_response, {"error": str(exc)}, "400 Bad Request")
-        except RedQueueError as exc:
+        except (RedQueueError, redis.exceptions.RedisError) as exc:
             logger.warning("redqueue dashboard: %s", exc)
             return self._json(start_response, {"error": str(exc)}, "503 Service Unavailable")
 

@@ -102,7 +102,7 @@ def test_leases_lists_each_resource(proc_env, redqueue_redis, redqueue_prefix):
     lease = pool.acquire(ttl=60)
     out = redqueue(proc_env, "leases", "creds").stdout
     assert "2 free, 1 held, 0 expired of 3" in out
-    assert re.search(rf"{lease.resource}\s+held expires in \d+\.\ds", out)
+    assert re.search(rf"{lease.resource}\s+1 held expires in \d+\.\ds", out)
     assert len(re.findall(r"\bfree$", out, re.MULTILINE)) == 2
 
 

@@ -96,8 +96,9 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     assert [k["key"] for k in found["keys"]] == ["b.example"]
 
     _, _, lease_detail = request(base + "api/structure?id=leases:api-keys")
-    states = {r["resource"]: r["state"] for r in lease_detail["resources"]}
-    assert states == {lease.resource: "held", ({"k1", "k2"} - {lease.resource}).pop(): "free"}
+    states = {r["resource"]: (r["state"], r["acquisitions"]) for r in lease_detail["resources"]}
+    other = ({"k1", "k2"} - {lease.resource}).pop()
+    assert states == {lease.resource: ("held", 1), other: ("free", 0)}
 
     status, _, missing = request(base + "api/structure?id=pool:nope")
     assert status == 400 and "no pool or bucket or leases named 'pool:nope'" in missing["error"]
@@ -203,3 +204,32 @@ def test_mounted_under_a_path_and_configured_token(app, serve, failed_pool):
     assert [v["id"] for v in overview["structures"]] == ["pool:jobs"]
     with pytest.raises(ValueError):
         Dashboard(Operations.from_app(app), token="short")
+
+
+def test_one_broken_structure_does_not_hide_the_others(dashboard, failed_pool, redqueue_redis):
+    base, _ = dashboard
+    broken = CappedPool(redqueue_redis, "broken", 10, prefix=failed_pool.keys.prefix)
+    broken.add(1)
+    redqueue_redis.delete(broken.keys("flow"))
+    redqueue_redis.set(broken.keys("flow"), "not a hash")  # WRONGTYPE for its figures script
+    _, _, overview = request(base + "api/overview")
+    views = {v["id"]: v for v in overview["structures"]}
+    assert "WRONGTYPE" in views["pool:broken"]["error"]
+    assert views["pool:jobs"]["figures"]["dead"] == 3
+    with urllib.request.urlopen(base + "metrics", timeout=30) as response:
+        text = response.read().decode()
+    assert 'redqueue_structure_up{kind="pool",name="broken"} 0.0' in text
+    assert 'redqueue_dead{kind="pool",name="jobs"} 3.0' in text
+
+
+def test_server_warnings_name_the_eviction_policy(dashboard, redqueue_redis):
+    base, _ = dashboard
+    old = redqueue_redis.config_get("maxmemory-policy")["maxmemory-policy"]
+    redqueue_redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        _, _, overview = request(base + "api/overview")
+    finally:
+        redqueue_redis.config_set("maxmemory-policy", old)
+    assert any("maxmemory-policy is allkeys-lru" in w for w in overview["warnings"])
+    _, _, overview = request(base + "api/overview")
+    assert not any("maxmemory-policy" in w for w in overview["warnings"])

@@ -257,7 +257,7 @@ function renderDetail(d) {
   $("resources-box").hidden = !d.resources;
   if (d.resources) {
     fill($("resources").tBodies[0], d.resources.map((r) => cells(el("tr"), [[r.resource], [r.state],
-      [r.state === "free" ? "-" : fmtSecs(r.expires_in), "num"]])));
+      [r.state === "free" ? "-" : fmtSecs(r.expires_in), "num"], [fmtNum(r.acquisitions), "num"]])));
   }
   const dead = d.dead_letters;
   $("dead-box").hidden = !dead;
