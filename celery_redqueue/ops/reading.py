@@ -108,6 +108,7 @@ class Operations:
         self.celery_app = celery_app
         self._targets: list[Target] = []
         self._read_at = -REGISTRY_TTL
+        self._modules_imported = False
 
     @classmethod
     def from_app(cls, app: Any) -> Operations:
@@ -323,7 +324,9 @@ class Operations:
         app = self.celery_app
         if app is None or target.kind not in ("pool", "bucket"):
             return None
-        app.loader.import_default_modules()
+        if not self._modules_imported:  # once: the dashboard asks on every refresh
+            app.loader.import_default_modules()
+            self._modules_imported = True
         return app.tasks.get(target.name)
 
     def send_drain(self, target: Target) -> str:
