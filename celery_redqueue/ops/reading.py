@@ -275,8 +275,10 @@ class Operations:
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
-            pipe.time()
-            leased, free, (sec, usec) = pipe.execute()
+            leased, free = pipe.execute()
+            # TIME apart: a cluster pipeline refuses commands without a key.
+            clock = self.client.time()
+            sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
             names = [name for name, _ in leased] + [name for name, _ in free]
             uses = self.client.hmget(pool.keys("uses"), names) if names else []
         now = sec + usec / 1e6
