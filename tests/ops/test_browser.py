@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from celery_redqueue import CappedPool, LeakyBucket, PoolTask
+from celery_redqueue import CappedPool, LeakyBucket, PoolTask, ResourcePool
 
 from .conftest import TOKEN, running_worker
 
@@ -146,6 +146,26 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     )
     page.wait_for("document.querySelectorAll('#keys tbody tr').length === 1")
     page.screenshot(SHOTS.format("bucket-keys"))
+
+    # A resource pool: its own table, and each resource with its lease.
+    creds = ResourcePool(
+        redqueue_redis, "creds", ["key-1", "key-2", "key-3"], prefix=redqueue_prefix
+    )
+    lease = creds.acquire(ttl=120)
+    page.eval("location.hash = '#leases%3Acreds'; location.reload()")
+    page.wait_for("document.querySelectorAll('#resources tbody tr').length === 3")
+    rows = page.eval(
+        "[...document.querySelectorAll('#resources tbody tr')]"
+        ".map((tr) => [...tr.cells].map((td) => td.textContent))"
+    )
+    assert rows[0][:2] == [lease.resource, "held"] and rows[0][3] == "1"
+    assert sorted(r[1] for r in rows[1:]) == ["free", "free"]
+    held = page.eval(
+        "document.querySelector('#leases tr[data-id=\"leases:creds\"] td:nth-child(4)').textContent"
+    )
+    assert held == "1"
+    assert page.eval("document.getElementById('chart').hidden") is True
+    page.screenshot(SHOTS.format("leases"))
 
 
 class _AttackerPage(http.server.BaseHTTPRequestHandler):

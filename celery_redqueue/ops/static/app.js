@@ -12,6 +12,7 @@ const state = {
   selected: decodeURIComponent(location.hash.slice(1)) || null,
   token: sessionStorage.getItem("redqueue-token") || "",
   query: "",
+  deadStart: 0,
   serverTime: Date.now() / 1000,
   detail: null,
   checked: new Set(),
@@ -113,37 +114,46 @@ function renderOverview(data) {
   $("updated").textContent = `updated ${fmtTime(data.time)}`;
   $("warnings").hidden = data.warnings.length === 0;
   fill($("warning-list"), data.warnings.map((w) => el("li", w)));
-  const rows = data.structures.map((s) => {
+  const row = (s) => {
     const tr = el("tr");
     tr.dataset.id = s.id;
     if (s.id === state.selected) tr.className = "selected";
     tr.addEventListener("click", () => select(s.id));
+    return tr;
+  };
+  const rows = [];
+  const leaseRows = [];
+  for (const s of data.structures) {
+    const tr = row(s);
     if (s.error) {
       tr.appendChild(el("td", s.id));
       const td = el("td", s.error, "error");
       td.colSpan = 9;
       tr.appendChild(td);
+      rows.push(tr);
     } else if (s.leases) {
       const l = s.leases;
-      cells(tr, [[s.id], [`${l.free} free`, "num"], [`${l.leased} held`, "num"],
-        [`${l.expired} expired`, "num"], ["-", "num"], ["-", "num"], ["-", "num"],
-        [`${l.resources} resources`, "num"], [`${fmtNum(l.acquired)} leases`, "num"], ["-", "num"]]);
+      leaseRows.push(cells(tr, [[s.id], ...["resources", "free", "leased", "expired", "acquired",
+        "released", "reclaimed", "missed"].map((k) => [fmtNum(l[k]), "num"])]));
     } else {
       const f = s.figures;
-      cells(tr, [[s.id], [fmtNum(f.depth), "num"], [fmtNum(f.in_flight), "num"],
+      rows.push(cells(tr, [[s.id], [fmtNum(f.depth), "num"], [fmtNum(f.in_flight), "num"],
         [fmtNum(f.delayed), "num"], [fmtNum(f.dead), f.dead ? "num bad" : "num"],
         [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
         [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
-        [fmtNum(f.workers_needed, 2), "num"]]);
+        [fmtNum(f.workers_needed, 2), "num"]]));
     }
-    return tr;
-  });
+  }
+  if (rows.length === 0) rows.push(emptyRow(10, "no pool or bucket registered under this prefix yet"));
+  $("leases-section").hidden = leaseRows.length === 0;
+  fill($("leases").tBodies[0], leaseRows);
   fill($("structures").tBodies[0], rows);
 }
 
 function select(id) {
   state.selected = id;
   state.query = "";
+  state.deadStart = 0;
   state.checked.clear();
   $("key-query").value = "";
   history.replaceState(null, "", `#${encodeURIComponent(id)}`);
@@ -235,10 +245,12 @@ function renderDetail(d) {
   state.detail = d;
   $("detail").hidden = false;
   $("detail-title").textContent = d.id;
+  $("detail-settings").textContent = Object.entries(d.settings || {})
+    .filter(([, v]) => v !== null).map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`).join(" · ");
   $("drain").hidden = !d.can_drain;
   fill($("counters").tBodies[0], Object.entries(d.counters || d.leases || {}).sort()
     .map(([k, v]) => cells(el("tr"), [[k], [fmtNum(v), "num"]])));
-  $("chart").hidden = !d.history;
+  for (const id of ["chart", "legend", "span-label"]) $(id).hidden = !d.history;
   drawChart(d);
 
   $("keys-box").hidden = !d.keys;
@@ -263,10 +275,18 @@ function renderDetail(d) {
   $("dead-box").hidden = !dead;
   $("dead-actions").hidden = !ACTIONS;
   if (dead && dead.letters.length === 0) {
-    $("dead-total").textContent = "(0)";
+    $("dead-total").textContent = `(${fmtNum(dead.total)})`;
     fill($("dead").tBodies[0], [emptyRow(6, "no dead letters")]);
-  } else if (dead) {
-    $("dead-total").textContent = `(${fmtNum(dead.total)}${dead.total > dead.letters.length ? `, first ${dead.letters.length} shown` : ""})`;
+  }
+  $("dead-pages").hidden = !dead || dead.total <= dead.letters.length;
+  if (dead) {
+    $("dead-newer").disabled = dead.start === 0;
+    $("dead-older").disabled = dead.start + dead.letters.length >= dead.total;
+  }
+  if (dead && dead.letters.length > 0) {
+    const shown = dead.total > dead.letters.length
+      ? `, ${fmtNum(dead.start + 1)} to ${fmtNum(dead.start + dead.letters.length)} from the oldest` : "";
+    $("dead-total").textContent = `(${fmtNum(dead.total)}${shown})`;
     fill($("dead").tBodies[0], dead.letters.map((letter) => {
       const tr = el("tr");
       const box = el("input");
@@ -293,7 +313,8 @@ async function refresh() {
     renderOverview(data);
     if (state.selected && data.structures.some((s) => s.id === state.selected)) {
       const q = encodeURIComponent(state.query);
-      renderDetail(await getJSON(`api/structure?id=${encodeURIComponent(state.selected)}&q=${q}`));
+      const id = encodeURIComponent(state.selected);
+      renderDetail(await getJSON(`api/structure?id=${id}&q=${q}&dead_start=${state.deadStart}`));
     } else {
       $("detail").hidden = true;
     }
@@ -329,6 +350,11 @@ function setup() {
   $("purge-selected").addEventListener("click", () => dead("purge", false));
   $("requeue-all").addEventListener("click", () => dead("requeue", true));
   $("purge-all").addEventListener("click", () => dead("purge", true));
+  $("dead-newer").addEventListener("click", () => {
+    state.deadStart = Math.max(0, state.deadStart - 50);
+    refresh();
+  });
+  $("dead-older").addEventListener("click", () => { state.deadStart += 50; refresh(); });
   $("drain").addEventListener("click", () => act({ action: "drain", id: state.selected }));
   $("span").addEventListener("change", () => state.detail && drawChart(state.detail));
   $("key-search").addEventListener("submit", (e) => {
