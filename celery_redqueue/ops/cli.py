@@ -339,8 +339,11 @@ def top(ctx: click.Context, interval: float, iterations: int | None) -> None:
 def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refresh: float) -> None:
     """Serve the dashboard: live figures, history, keys, dead letters, leases, /metrics."""
     from ..web import dashboard_app, make_dashboard_server
+    from .web import LOOPBACK_NAMES
 
-    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh)
+    # Bound to loopback, only loopback names are expected in Host (see Dashboard).
+    hosts = LOOPBACK_NAMES if host in ("127.0.0.1", "localhost", "::1") else None
+    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh, allowed_hosts=hosts)
     server = make_dashboard_server(app, host, port)
     bound_host, bound_port = server.server_address[:2]
     mode = "actions need the token" if app.token else "read-only (no token)"

@@ -233,3 +233,12 @@ def test_server_warnings_name_the_eviction_policy(dashboard, redqueue_redis):
     assert any("maxmemory-policy is allkeys-lru" in w for w in overview["warnings"])
     _, _, overview = request(base + "api/overview")
     assert not any("maxmemory-policy" in w for w in overview["warnings"])
+
+
+def test_unexpected_host_is_refused_when_hosts_are_given(app, serve, failed_pool):
+    base = serve(Dashboard(Operations.from_app(app), allowed_hosts=["127.0.0.1", "localhost"]))
+    status, _, _ = request(base + "api/overview")
+    assert status == 200
+    # A page whose own name was rebound to 127.0.0.1 sends its name in Host.
+    status, _, answer = request(base + "api/overview", headers={"Host": "attacker.example:80"})
+    assert status == 400 and answer == {"error": "unexpected Host header"}
