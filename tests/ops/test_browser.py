@@ -147,6 +147,31 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     page.wait_for("document.querySelectorAll('#keys tbody tr').length === 1")
     page.screenshot(SHOTS.format("bucket-keys"))
 
+    # Set a key's rate from the page (the token is still set in this tab).
+    page.eval(
+        "document.getElementById('rate-key').value = 'shop-2.example';"
+        " document.getElementById('rate-value').value = '7/s';"
+        " document.getElementById('rate-burst').value = '3';"
+        " document.getElementById('status').textContent = '';"
+        " document.querySelector('#set-rate button').click()"
+    )
+    status = page.wait_for("document.getElementById('status').textContent")
+    assert status == "rate of 'shop-2.example' set to 7/s (burst 3)", status
+    rate = bucket.key_stats("shop-2.example")
+    assert rate.interval == pytest.approx(1 / 7) and rate.burst == 3
+
+    # "Drain now" sends one drain job for a structure whose task the app has.
+    broker = f"{redqueue_prefix}:broker:celery"
+    before = redqueue_redis.llen(broker)
+    page.eval("location.hash = '#pool%3Aops.slow'; location.reload()")
+    page.wait_for("!document.getElementById('drain').hidden", message="the drain button")
+    page.eval(
+        "document.getElementById('status').textContent = '';"
+        " document.getElementById('drain').click()"
+    )
+    assert page.wait_for("document.getElementById('status').textContent") == "drain job sent"
+    assert redqueue_redis.llen(broker) == before + 1
+
     # A resource pool: its own table, and each resource with its lease.
     creds = ResourcePool(
         redqueue_redis, "creds", ["key-1", "key-2", "key-3"], prefix=redqueue_prefix
