@@ -295,6 +295,9 @@ def reap(ctx: click.Context) -> None:
     for target in ops.targets():
         if target.kind not in ("pool", "bucket"):
             continue
+        if target.structure is None:
+            click.echo(f"{target.id}: {target.problem}")
+            continue
         result = target.structure.reap()
         sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
         click.echo(f"{target.id}: {result}{sent}")

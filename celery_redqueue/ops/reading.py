@@ -57,6 +57,8 @@ class Target:
     kind: str
     name: str
     structure: Any
+    #: Why the structure could not be opened from its recorded settings (then it is None).
+    problem: str | None = None
 
 
 def _seconds(value: float | None) -> float | None:
@@ -130,10 +132,13 @@ class Operations:
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)
-                    except (RedQueueError, TypeError, ValueError):
-                        continue  # settings of another version: listed by the next release
-                    if structure is None:
+                    except (RedQueueError, TypeError, ValueError) as exc:
+                        # Settings this version cannot read: shown with the reason, not hidden.
+                        problem = f"cannot open from its recorded settings: {exc}"
+                        found.append(Target(f"{kind}:{name}", kind, name, None, problem))
                         continue
+                    if structure is None:
+                        continue  # a kind this version does not know
                     structure.serializer = self.serializer
                 found.append(Target(f"{kind}:{name}", kind, name, structure))
             self._targets, self._read_at = found, time.monotonic()
@@ -144,6 +149,8 @@ class Operations:
         for fresh in (False, True):
             for target in self.targets(fresh=fresh):
                 if target.kind in kinds and name in (target.id, target.name):
+                    if target.structure is None:
+                        raise ConfigurationError(f"{target.id}: {target.problem}")
                     return target
         wanted = " or ".join(kinds)
         raise ConfigurationError(f"no {wanted} named {name!r} (see: celery redqueue list)")
@@ -154,6 +161,9 @@ class Operations:
         """One structure's live figures (one round trip), as plain JSON-able data; with
         ``history``, the last minute and hour too (read in the same call)."""
         base: dict[str, Any] = {"id": target.id, "kind": target.kind, "name": target.name}
+        if target.structure is None:
+            base["error"] = target.problem
+            return base
         try:
             if target.kind == ResourcePool.kind:
                 base["leases"] = target.structure.stats().as_dict()
@@ -196,8 +206,15 @@ class Operations:
             pipe.llen(target.structure.keys("dead"))
             pipe.lrange(target.structure.keys("dead"), start, start + count - 1)
             total, raw = pipe.execute()
-        letters = [parse_dead_letter(entry, self.serializer) for entry in raw]
-        return {"total": int(total), "start": start, "letters": [letter_view(x) for x in letters]}
+        return {"total": int(total), "start": start, "letters": [self._letter(e) for e in raw]}
+
+    def _letter(self, raw: bytes) -> dict[str, Any]:
+        try:
+            return letter_view(parse_dead_letter(raw, self.serializer))
+        except (ValueError, TypeError, AttributeError):
+            # A letter whose metadata cannot be read is still shown (and can be purged).
+            letter = DeadLetter(raw, 0, "unreadable dead-letter entry", 0.0, raw=raw)
+            return letter_view(letter)
 
     def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
         """A bucket's busiest keys (deepest among the next :data:`KEY_WINDOW` eligible), or the

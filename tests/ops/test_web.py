@@ -242,3 +242,24 @@ def test_unexpected_host_is_refused_when_hosts_are_given(app, serve, failed_pool
     # A page whose own name was rebound to 127.0.0.1 sends its name in Host.
     status, _, answer = request(base + "api/overview", headers={"Host": "attacker.example:80"})
     assert status == 400 and answer == {"error": "unexpected Host header"}
+
+
+def test_unopenable_structures_and_unreadable_letters_are_shown(
+    dashboard, failed_pool, redqueue_redis, redqueue_prefix
+):
+    base, _ = dashboard
+    strange = CappedPool(redqueue_redis, "strange", 10, prefix=redqueue_prefix)
+    strange.add(1)
+    redqueue_redis.set(strange.keys("meta"), json.dumps({"capacity": 10, "frobnicate": True}))
+    redqueue_redis.rpush(failed_pool.keys("dead"), b"not json at all")
+    _, _, overview = request(base + "api/overview")
+    views = {v["id"]: v for v in overview["structures"]}
+    assert "cannot open from its recorded settings" in views["pool:strange"]["error"]
+    status, _, answer = request(base + "api/structure?id=pool:strange")
+    assert status == 400 and "frobnicate" in answer["error"]
+
+    _, _, detail = request(base + "api/structure?id=pool:jobs")
+    letters = detail["dead_letters"]["letters"]
+    assert letters[-1]["error"] == "unreadable dead-letter entry"
+    assert letters[-1]["payload"] == repr(b"not json at all")
+    assert [x["error"] for x in letters[:3]] == [f"ValueError: bad {i}" for i in range(3)]
