@@ -197,8 +197,9 @@ class Dashboard:
         if site is not None and site not in ("same-origin", "none"):
             raise HTTPError("403 Forbidden", "cross-site request refused")
         origin = environ.get("HTTP_ORIGIN")
-        expected = f"{environ.get('wsgi.url_scheme', 'http')}://{environ.get('HTTP_HOST', '')}"
-        if origin is not None and origin != expected:
+        # Host and port must match; the scheme is not compared, since behind a proxy that ends
+        # TLS the application sees http while the browser's Origin says https.
+        if origin is not None and origin.partition("://")[2] != environ.get("HTTP_HOST", ""):
             raise HTTPError("403 Forbidden", "cross-origin request refused")
         csrf = environ.get("HTTP_X_CSRF_TOKEN", "")
         if not hmac.compare_digest(csrf.encode(), self.csrf.encode()):
