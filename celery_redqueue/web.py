@@ -28,17 +28,25 @@ __all__ = ["Dashboard", "Operations", "dashboard_app", "make_dashboard_server", 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def dashboard_app(celery_app: Any, token: str | None = None, refresh: float = 2.0) -> Dashboard:
+def dashboard_app(
+    celery_app: Any,
+    token: str | None = None,
+    refresh: float = 2.0,
+    allowed_hosts: Iterable[str] | None = None,
+) -> Dashboard:
     """The dashboard of a Celery app's structures as a WSGI callable.
 
     Args:
         celery_app: the app; its ``redqueue_*`` settings say where the structures are.
         token: unlocks actions; defaults to ``redqueue_dashboard_token`` (None: read-only).
         refresh: seconds between the page's refreshes.
+        allowed_hosts: host names accepted in the ``Host`` header (None: any).
     """
     if token is None:
         token = celery_app.conf.get("redqueue_dashboard_token") or None
-    return Dashboard(Operations.from_app(celery_app), token=token, refresh=refresh)
+    return Dashboard(
+        Operations.from_app(celery_app), token=token, refresh=refresh, allowed_hosts=allowed_hosts
+    )
 
 
 def mount(app: WSGIApp, path: str, dashboard: WSGIApp) -> WSGIApp:

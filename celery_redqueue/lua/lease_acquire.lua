@@ -27,6 +27,7 @@ redis.call('ZADD', K_LEASED, expiry, resource)
 redis.call('HSET', K_TOKENS, resource, ARGV[2])
 redis.call('HINCRBY', K_STATS, 'acquired', 1)
 local fence = next_fence(resource, now)
+redis.call('HINCRBY', K_USES, resource, 1)
 -- Reclaimed resources beyond the one taken here are free: wake as many waiting clients.
 wake(returned - 1)
 return {1, resource, expiry, string.format('%d', fence)}

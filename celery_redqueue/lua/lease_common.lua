@@ -8,8 +8,9 @@
 -- KEYS[5] stats      hash: counters (acquired, released, reclaimed, renewed, missed)
 -- KEYS[6] notify     list: one entry per resource freed while clients may be waiting
 -- KEYS[7] fences     hash: resource -> fencing token of its latest lease (never decreases)
+-- KEYS[8] uses       hash: resource -> leases granted on it (one field per resource)
 local K_RESOURCES, K_FREE, K_LEASED, K_TOKENS, K_STATS, K_NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_FENCES = KEYS[7]
+local K_FENCES, K_USES = KEYS[7], KEYS[8]
 
 -- The server clock in whole ms: one clock for every client.
 local function lease_now()

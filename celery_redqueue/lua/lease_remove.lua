@@ -9,6 +9,7 @@ for i = 1, #ARGV do
   if redis.call('SREM', K_RESOURCES, ARGV[i]) == 1 then
     removed = removed + 1
     redis.call('ZREM', K_FREE, ARGV[i])
+    redis.call('HDEL', K_USES, ARGV[i])
   end
 end
 return removed

@@ -275,7 +275,7 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
 @click.pass_context
 @_errors
 def leases(ctx: click.Context, name: str, as_json: bool) -> None:
-    """A resource pool: each resource, free or held, and when its lease runs out."""
+    """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
     ops = _ops(ctx)
     target = _find(ops, name, ("leases",))
     rows = ops.resources(target)
@@ -289,7 +289,7 @@ def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     )
     for row in rows:
         detail = "" if row["state"] == "free" else f" expires in {row['expires_in']:.1f}s"
-        click.echo(f"  {row['resource']:40} {row['state']}{detail}")
+        click.echo(f"  {row['resource']:40} {row['acquisitions']:8} {row['state']}{detail}")
 
 
 @redqueue.command()
@@ -300,6 +300,9 @@ def reap(ctx: click.Context) -> None:
     ops = _ops(ctx)
     for target in ops.targets():
         if target.kind not in ("pool", "bucket"):
+            continue
+        if target.structure is None:
+            click.echo(f"{target.id}: {target.problem}")
             continue
         result = target.structure.reap()
         sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
@@ -345,8 +348,11 @@ def top(ctx: click.Context, interval: float, iterations: int | None) -> None:
 def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refresh: float) -> None:
     """Serve the dashboard: live figures, history, keys, dead letters, leases, /metrics."""
     from ..web import dashboard_app, make_dashboard_server
+    from .web import LOOPBACK_NAMES
 
-    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh)
+    # Bound to loopback, only loopback names are expected in Host (see Dashboard).
+    hosts = LOOPBACK_NAMES if host in ("127.0.0.1", "localhost", "::1") else None
+    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh, allowed_hosts=hosts)
     server = make_dashboard_server(app, host, port)
     bound_host, bound_port = server.server_address[:2]
     mode = "actions need the token" if app.token else "read-only (no token)"

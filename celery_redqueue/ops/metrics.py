@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import redis
+
 from ..errors import ConfigurationError, RedQueueError
 from .reading import DROP_REASONS, Operations
 
@@ -109,7 +111,7 @@ class RedQueueCollector:
             if target.kind == "bucket" and self.top_keys > 0:
                 try:
                     rows = self.ops.keys(target, top=self.top_keys)
-                except RedQueueError:
+                except (RedQueueError, redis.exceptions.RedisError):
                     continue
                 for row in rows:
                     key_depth.add_metric([target.name, row["key"]], row["depth"])

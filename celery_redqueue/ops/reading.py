@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.client import redis_errors
 from ..redis.serializers import Serializer, get_serializer
@@ -55,6 +57,8 @@ class Target:
     kind: str
     name: str
     structure: Any
+    #: Why the structure could not be opened from its recorded settings (then it is None).
+    problem: str | None = None
 
 
 def _seconds(value: float | None) -> float | None:
@@ -106,6 +110,7 @@ class Operations:
         self.celery_app = celery_app
         self._targets: list[Target] = []
         self._read_at = -REGISTRY_TTL
+        self._modules_imported = False
 
     @classmethod
     def from_app(cls, app: Any) -> Operations:
@@ -127,10 +132,13 @@ class Operations:
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)
-                    except (RedQueueError, TypeError, ValueError):
-                        continue  # settings of another version: listed by the next release
-                    if structure is None:
+                    except (RedQueueError, TypeError, ValueError) as exc:
+                        # Settings this version cannot read: shown with the reason, not hidden.
+                        problem = f"cannot open from its recorded settings: {exc}"
+                        found.append(Target(f"{kind}:{name}", kind, name, None, problem))
                         continue
+                    if structure is None:
+                        continue  # a kind this version does not know
                     structure.serializer = self.serializer
                 found.append(Target(f"{kind}:{name}", kind, name, structure))
             self._targets, self._read_at = found, time.monotonic()
@@ -141,22 +149,29 @@ class Operations:
         for fresh in (False, True):
             for target in self.targets(fresh=fresh):
                 if target.kind in kinds and name in (target.id, target.name):
+                    if target.structure is None:
+                        raise ConfigurationError(f"{target.id}: {target.problem}")
                     return target
         wanted = " or ".join(kinds)
         raise ConfigurationError(f"no {wanted} named {name!r} (see: celery redqueue list)")
 
     # Reading
 
-    def view(self, target: Target) -> dict[str, Any]:
-        """One structure's live figures (one round trip), as plain JSON-able data."""
+    def view(self, target: Target, history: bool = True) -> dict[str, Any]:
+        """One structure's live figures (one round trip), as plain JSON-able data; with
+        ``history``, the last minute and hour too (read in the same call)."""
         base: dict[str, Any] = {"id": target.id, "kind": target.kind, "name": target.name}
+        if target.structure is None:
+            base["error"] = target.problem
+            return base
         try:
             if target.kind == ResourcePool.kind:
                 base["leases"] = target.structure.stats().as_dict()
                 return base
             figures = target.structure.figures()
-        except RedQueueError as exc:
-            base["error"] = str(exc)
+        except (RedQueueError, redis.exceptions.RedisError) as exc:
+            # One broken structure (a key of the wrong type, say) must not hide the others.
+            base["error"] = f"{type(exc).__name__}: {exc}"
             return base
         values = figures.as_dict()
         for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
@@ -164,14 +179,14 @@ class Operations:
         base.update(
             figures=values,
             counters=dict(figures.counters),
-            history=figures.history.as_dict() if figures.history else None,
+            history=figures.history.as_dict() if history and figures.history else None,
             settings=target.structure.settings(),
         )
         return base
 
-    def overview(self) -> dict[str, Any]:
-        """Every structure's view, and the server's warnings."""
-        views = [self.view(target) for target in self.targets()]
+    def overview(self, history: bool = False) -> dict[str, Any]:
+        """Every structure's view (``history`` adds each one's), and the server's warnings."""
+        views = [self.view(target, history) for target in self.targets()]
         try:
             with redis_errors("reading the server's settings"):
                 warnings = server_warnings(self.client)
@@ -191,8 +206,15 @@ class Operations:
             pipe.llen(target.structure.keys("dead"))
             pipe.lrange(target.structure.keys("dead"), start, start + count - 1)
             total, raw = pipe.execute()
-        letters = [parse_dead_letter(entry, self.serializer) for entry in raw]
-        return {"total": int(total), "start": start, "letters": [letter_view(x) for x in letters]}
+        return {"total": int(total), "start": start, "letters": [self._letter(e) for e in raw]}
+
+    def _letter(self, raw: bytes) -> dict[str, Any]:
+        try:
+            return letter_view(parse_dead_letter(raw, self.serializer))
+        except (ValueError, TypeError, AttributeError):
+            # A letter whose metadata cannot be read is still shown (and can be purged).
+            letter = DeadLetter(raw, 0, "unreadable dead-letter entry", 0.0, raw=raw)
+            return letter_view(letter)
 
     def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
         """A bucket's busiest keys (deepest among the next :data:`KEY_WINDOW` eligible), or the
@@ -270,10 +292,14 @@ class Operations:
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
-            pipe.time()
-            leased, free, (sec, usec) = pipe.execute()
+            leased, free = pipe.execute()
+            # TIME apart: a cluster pipeline refuses commands without a key.
+            clock = self.client.time()
+            sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
+            names = [name for name, _ in leased] + [name for name, _ in free]
+            uses = self.client.hmget(pool.keys("uses"), names) if names else []
         now = sec + usec / 1e6
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "resource": name.decode(),
                 "state": "held" if score / 1000.0 > now else "expired",
@@ -286,6 +312,8 @@ class Operations:
             {"resource": name.decode(), "state": "free", "free_since": score / 1000.0 or None}
             for name, score in free
         ]
+        for row, count in zip(rows, uses, strict=True):
+            row["acquisitions"] = int(count or 0)
         return rows
 
     # Acting
@@ -315,7 +343,9 @@ class Operations:
         app = self.celery_app
         if app is None or target.kind not in ("pool", "bucket"):
             return None
-        app.loader.import_default_modules()
+        if not self._modules_imported:  # once: the dashboard asks on every refresh
+            app.loader.import_default_modules()
+            self._modules_imported = True
         return app.tasks.get(target.name)
 
     def send_drain(self, target: Target) -> str:

@@ -76,7 +76,7 @@ def run_top(
             if done:
                 time.sleep(interval)
             width = shutil.get_terminal_size((120, 40)).columns
-            text = "\n".join(frame(ops.overview(), width))
+            text = "\n".join(frame(ops.overview(history=True), width))
             stream.write(f"{HOME}{text}\n{CLEAR_BELOW}")
             stream.flush()
             done += 1

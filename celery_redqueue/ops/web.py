@@ -29,6 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import redis
+
 from ..errors import ConfigurationError, RedQueueError
 from .metrics import render
 from .reading import Operations
@@ -66,6 +68,15 @@ def _asset(name: str) -> bytes:
     return resources.files("celery_redqueue.ops").joinpath("static").joinpath(name).read_bytes()
 
 
+def _host(environ: dict[str, Any]) -> str:
+    """The Host header's name, without the port ("[::1]:80" gives "[::1]")."""
+    host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")).lower()
+    return host.rsplit(":", 1)[0] if host.rsplit(":", 1)[-1].isdigit() else host
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
 def _int(query: dict[str, list[str]], name: str, default: int, high: int) -> int:
     try:
         value = int(query.get(name, [str(default)])[0])
@@ -81,20 +92,33 @@ class Dashboard:
         ops: what to read and act on (see :meth:`Operations.from_app`).
         token: the secret that unlocks actions; None makes the dashboard read-only.
         refresh: seconds between the page's refreshes.
+        allowed_hosts: host names the ``Host`` header may carry (any port); None accepts any
+            (a project that mounts the dashboard checks hosts itself). The command passes the
+            loopback names when it binds to loopback, so a page on another site that rebinds
+            its DNS name to 127.0.0.1 cannot read the dashboard.
     """
 
-    def __init__(self, ops: Operations, token: str | None = None, refresh: float = 2.0) -> None:
+    def __init__(
+        self,
+        ops: Operations,
+        token: str | None = None,
+        refresh: float = 2.0,
+        allowed_hosts: Iterable[str] | None = None,
+    ) -> None:
         if token is not None and (not isinstance(token, str) or len(token) < 8):
             raise ConfigurationError("the dashboard token must be a string of 8 characters or more")
         self.ops = ops
         self.token = token
         self.refresh = refresh
+        self.allowed_hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         self.csrf = secrets.token_urlsafe(32)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or ""
         try:
+            if self.allowed_hosts is not None and _host(environ) not in self.allowed_hosts:
+                raise HTTPError("400 Bad Request", "unexpected Host header")
             if path == "":  # mounted at /x and asked for /x: relative links need the slash
                 location = environ.get("SCRIPT_NAME", "") + "/"
                 start_response("302 Found", [("Location", location), *SECURITY_HEADERS])
@@ -120,7 +144,7 @@ class Dashboard:
             return self._json(start_response, {"error": str(exc)}, exc.status)
         except ConfigurationError as exc:
             return self._json(start_response, {"error": str(exc)}, "400 Bad Request")
-        except RedQueueError as exc:
+        except (RedQueueError, redis.exceptions.RedisError) as exc:
             logger.warning("redqueue dashboard: %s", exc)
             return self._json(start_response, {"error": str(exc)}, "503 Service Unavailable")
 
@@ -173,8 +197,9 @@ class Dashboard:
         if site is not None and site not in ("same-origin", "none"):
             raise HTTPError("403 Forbidden", "cross-site request refused")
         origin = environ.get("HTTP_ORIGIN")
-        expected = f"{environ.get('wsgi.url_scheme', 'http')}://{environ.get('HTTP_HOST', '')}"
-        if origin is not None and origin != expected:
+        # Host and port must match; the scheme is not compared, since behind a proxy that ends
+        # TLS the application sees http while the browser's Origin says https.
+        if origin is not None and origin.partition("://")[2] != environ.get("HTTP_HOST", ""):
             raise HTTPError("403 Forbidden", "cross-origin request refused")
         csrf = environ.get("HTTP_X_CSRF_TOKEN", "")
         if not hmac.compare_digest(csrf.encode(), self.csrf.encode()):

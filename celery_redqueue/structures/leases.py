@@ -13,7 +13,8 @@ Redis holds, under ``<prefix>:{leases:<name>}:``:
   recently used one is taken first (new resources score 0 and go first);
 * ``leased``: a sorted set of leased resources scored by lease expiry (ms, server clock);
 * ``tokens``: a hash of resource -> the token of its current holder;
-* ``stats``: counters; ``notify``: a short list that wakes clients waiting for a resource.
+* ``stats``: counters; ``notify``: a short list that wakes clients waiting for a resource;
+* ``uses``: a hash of resource -> how many leases it has been granted (for operators).
 
 Every operation is one Lua script, O(log N) (reclaiming is bounded per call), and time is the
 Redis server's ``TIME``, so the clocks of many clients cannot disagree about who holds what.
@@ -57,7 +58,7 @@ from ..redis.lua import script
 from . import catalog
 
 #: The keys every lease script receives, in this order (see lua/lease_common.lua).
-PARTS = ("resources", "free", "leased", "tokens", "stats", "notify", "fences")
+PARTS = ("resources", "free", "leased", "tokens", "stats", "notify", "fences", "uses")
 
 logger = logging.getLogger(__name__)
 

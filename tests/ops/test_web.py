@@ -78,10 +78,11 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     assert set(views) == {"pool:jobs", "bucket:crawl", "leases:api-keys"}
     assert views["pool:jobs"]["figures"]["dead"] == 3
     assert views["pool:jobs"]["counters"]["accepted"] == 5
-    assert sum(views["pool:jobs"]["history"]["minutes_in"]) == 5
+    assert views["pool:jobs"]["history"] is None  # the overview stays small: detail has it
     assert views["leases:api-keys"]["leases"]["leased"] == 1
 
     _, _, pool_detail = request(base + "api/structure?id=pool:jobs&dead_count=2")
+    assert sum(pool_detail["history"]["minutes_in"]) == 5
     letters = pool_detail["dead_letters"]
     assert letters["total"] == 3 and len(letters["letters"]) == 2
     assert letters["letters"][0]["error"] == "ValueError: bad 0"
@@ -95,8 +96,9 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     assert [k["key"] for k in found["keys"]] == ["b.example"]
 
     _, _, lease_detail = request(base + "api/structure?id=leases:api-keys")
-    states = {r["resource"]: r["state"] for r in lease_detail["resources"]}
-    assert states == {lease.resource: "held", ({"k1", "k2"} - {lease.resource}).pop(): "free"}
+    states = {r["resource"]: (r["state"], r["acquisitions"]) for r in lease_detail["resources"]}
+    other = ({"k1", "k2"} - {lease.resource}).pop()
+    assert states == {lease.resource: ("held", 1), other: ("free", 0)}
 
     status, _, missing = request(base + "api/structure?id=pool:nope")
     assert status == 400 and "no pool or bucket or leases named 'pool:nope'" in missing["error"]
@@ -202,3 +204,62 @@ def test_mounted_under_a_path_and_configured_token(app, serve, failed_pool):
     assert [v["id"] for v in overview["structures"]] == ["pool:jobs"]
     with pytest.raises(ValueError):
         Dashboard(Operations.from_app(app), token="short")
+
+
+def test_one_broken_structure_does_not_hide_the_others(dashboard, failed_pool, redqueue_redis):
+    base, _ = dashboard
+    broken = CappedPool(redqueue_redis, "broken", 10, prefix=failed_pool.keys.prefix)
+    broken.add(1)
+    redqueue_redis.delete(broken.keys("flow"))
+    redqueue_redis.set(broken.keys("flow"), "not a hash")  # WRONGTYPE for its figures script
+    _, _, overview = request(base + "api/overview")
+    views = {v["id"]: v for v in overview["structures"]}
+    assert "WRONGTYPE" in views["pool:broken"]["error"]
+    assert views["pool:jobs"]["figures"]["dead"] == 3
+    with urllib.request.urlopen(base + "metrics", timeout=30) as response:
+        text = response.read().decode()
+    assert 'redqueue_structure_up{kind="pool",name="broken"} 0.0' in text
+    assert 'redqueue_dead{kind="pool",name="jobs"} 3.0' in text
+
+
+def test_server_warnings_name_the_eviction_policy(dashboard, redqueue_redis):
+    base, _ = dashboard
+    old = redqueue_redis.config_get("maxmemory-policy")["maxmemory-policy"]
+    redqueue_redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        _, _, overview = request(base + "api/overview")
+    finally:
+        redqueue_redis.config_set("maxmemory-policy", old)
+    assert any("maxmemory-policy is allkeys-lru" in w for w in overview["warnings"])
+    _, _, overview = request(base + "api/overview")
+    assert not any("maxmemory-policy" in w for w in overview["warnings"])
+
+
+def test_unexpected_host_is_refused_when_hosts_are_given(app, serve, failed_pool):
+    base = serve(Dashboard(Operations.from_app(app), allowed_hosts=["127.0.0.1", "localhost"]))
+    status, _, _ = request(base + "api/overview")
+    assert status == 200
+    # A page whose own name was rebound to 127.0.0.1 sends its name in Host.
+    status, _, answer = request(base + "api/overview", headers={"Host": "attacker.example:80"})
+    assert status == 400 and answer == {"error": "unexpected Host header"}
+
+
+def test_unopenable_structures_and_unreadable_letters_are_shown(
+    dashboard, failed_pool, redqueue_redis, redqueue_prefix
+):
+    base, _ = dashboard
+    strange = CappedPool(redqueue_redis, "strange", 10, prefix=redqueue_prefix)
+    strange.add(1)
+    redqueue_redis.set(strange.keys("meta"), json.dumps({"capacity": 10, "frobnicate": True}))
+    redqueue_redis.rpush(failed_pool.keys("dead"), b"not json at all")
+    _, _, overview = request(base + "api/overview")
+    views = {v["id"]: v for v in overview["structures"]}
+    assert "cannot open from its recorded settings" in views["pool:strange"]["error"]
+    status, _, answer = request(base + "api/structure?id=pool:strange")
+    assert status == 400 and "frobnicate" in answer["error"]
+
+    _, _, detail = request(base + "api/structure?id=pool:jobs")
+    letters = detail["dead_letters"]["letters"]
+    assert letters[-1]["error"] == "unreadable dead-letter entry"
+    assert letters[-1]["payload"] == repr(b"not json at all")
+    assert [x["error"] for x in letters[:3]] == [f"ValueError: bad {i}" for i in range(3)]

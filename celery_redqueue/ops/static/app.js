@@ -12,6 +12,8 @@ const state = {
   selected: decodeURIComponent(location.hash.slice(1)) || null,
   token: sessionStorage.getItem("redqueue-token") || "",
   query: "",
+  deadStart: 0,
+  serverTime: Date.now() / 1000,
   detail: null,
   checked: new Set(),
 };
@@ -38,6 +40,28 @@ function fmtSecs(v) {
 function fmtTime(epoch) {
   if (!epoch) return "-";
   return new Date(epoch * 1000).toLocaleTimeString();
+}
+
+function fmtClock(epoch, seconds) {
+  const options = seconds
+    ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+    : { hour: "2-digit", minute: "2-digit" };
+  return new Date(epoch * 1000).toLocaleTimeString([], options);
+}
+
+// When a key may release next, relative to the server's clock at the last refresh.
+function fmtEligible(epoch) {
+  if (epoch === null || epoch === undefined) return "-";
+  const wait = epoch - state.serverTime;
+  return wait <= 0 ? "now" : `in ${fmtSecs(wait)}`;
+}
+
+function emptyRow(columns, text) {
+  const tr = el("tr");
+  const td = el("td", text, "muted");
+  td.colSpan = columns;
+  tr.appendChild(td);
+  return tr;
 }
 
 function status(text, ok) {
@@ -85,41 +109,51 @@ function cells(tr, values) {
 }
 
 function renderOverview(data) {
+  state.serverTime = data.time;
   $("prefix").textContent = `prefix ${data.prefix}`;
   $("updated").textContent = `updated ${fmtTime(data.time)}`;
   $("warnings").hidden = data.warnings.length === 0;
   fill($("warning-list"), data.warnings.map((w) => el("li", w)));
-  const rows = data.structures.map((s) => {
+  const row = (s) => {
     const tr = el("tr");
     tr.dataset.id = s.id;
     if (s.id === state.selected) tr.className = "selected";
     tr.addEventListener("click", () => select(s.id));
+    return tr;
+  };
+  const rows = [];
+  const leaseRows = [];
+  for (const s of data.structures) {
+    const tr = row(s);
     if (s.error) {
       tr.appendChild(el("td", s.id));
       const td = el("td", s.error, "error");
       td.colSpan = 9;
       tr.appendChild(td);
+      rows.push(tr);
     } else if (s.leases) {
       const l = s.leases;
-      cells(tr, [[s.id], [`${l.free} free`, "num"], [`${l.leased} held`, "num"],
-        [`${l.expired} expired`, "num"], ["-", "num"], ["-", "num"], ["-", "num"],
-        [`${l.resources} resources`, "num"], [`${fmtNum(l.acquired)} leases`, "num"], ["-", "num"]]);
+      leaseRows.push(cells(tr, [[s.id], ...["resources", "free", "leased", "expired", "acquired",
+        "released", "reclaimed", "missed"].map((k) => [fmtNum(l[k]), "num"])]));
     } else {
       const f = s.figures;
-      cells(tr, [[s.id], [fmtNum(f.depth), "num"], [fmtNum(f.in_flight), "num"],
+      rows.push(cells(tr, [[s.id], [fmtNum(f.depth), "num"], [fmtNum(f.in_flight), "num"],
         [fmtNum(f.delayed), "num"], [fmtNum(f.dead), f.dead ? "num bad" : "num"],
         [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
         [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
-        [fmtNum(f.workers_needed, 2), "num"]]);
+        [fmtNum(f.workers_needed, 2), "num"]]));
     }
-    return tr;
-  });
+  }
+  if (rows.length === 0) rows.push(emptyRow(10, "no pool or bucket registered under this prefix yet"));
+  $("leases-section").hidden = leaseRows.length === 0;
+  fill($("leases").tBodies[0], leaseRows);
   fill($("structures").tBodies[0], rows);
 }
 
 function select(id) {
   state.selected = id;
   state.query = "";
+  state.deadStart = 0;
   state.checked.clear();
   $("key-query").value = "";
   history.replaceState(null, "", `#${encodeURIComponent(id)}`);
@@ -160,12 +194,12 @@ function drawChart(detail) {
     ctx.fillText(fmtNum((maxFlow * (4 - i)) / 4, maxFlow < 4 ? 1 : 0), pad.l - 4, y + 4);
     if (depth.length) {
       ctx.textAlign = "left";
-      ctx.fillText(fmtNum((maxDepth * (4 - i)) / 4), width - pad.r + 4, y + 4);
+      ctx.fillText(fmtNum((maxDepth * (4 - i)) / 4, maxDepth < 4 ? 1 : 0), width - pad.r + 4, y + 4);
     }
   }
   ctx.textAlign = "center";
   for (let i = 0; i < starts.length; i += Math.ceil(starts.length / 6)) {
-    ctx.fillText(fmtTime(starts[i]), pad.l + slot * (i + 0.5), height - 6);
+    ctx.fillText(fmtClock(starts[i], !hour), pad.l + slot * (i + 0.5), height - 6);
   }
   let points = 0;
   const bar = Math.max(1, slot / 2 - 1);
@@ -197,6 +231,13 @@ function drawChart(detail) {
   });
   ctx.stroke();
   ctx.lineWidth = 1;
+  ctx.fillStyle = "#f97316";
+  depth.forEach((v, i) => {  // a dot per reading: a lone minute has no line to draw
+    if (v === null) return;
+    ctx.beginPath();
+    ctx.arc(pad.l + slot * (i + 0.5), pad.t + plotH - (v / maxDepth) * plotH, 2.5, 0, 2 * Math.PI);
+    ctx.fill();
+  });
   canvas.dataset.points = String(points);
 }
 
@@ -204,19 +245,23 @@ function renderDetail(d) {
   state.detail = d;
   $("detail").hidden = false;
   $("detail-title").textContent = d.id;
+  $("detail-settings").textContent = Object.entries(d.settings || {})
+    .filter(([, v]) => v !== null).map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`).join(" · ");
   $("drain").hidden = !d.can_drain;
   fill($("counters").tBodies[0], Object.entries(d.counters || d.leases || {}).sort()
     .map(([k, v]) => cells(el("tr"), [[k], [fmtNum(v), "num"]])));
-  $("chart").hidden = !d.history;
+  for (const id of ["chart", "legend", "span-label"]) $(id).hidden = !d.history;
   drawChart(d);
 
   $("keys-box").hidden = !d.keys;
   $("set-rate").hidden = !(ACTIONS && d.kind === "bucket");
-  if (d.keys) {
+  if (d.keys && d.keys.length === 0) {
+    fill($("keys").tBodies[0], [emptyRow(6, state.query ? "no key matches" : "no key holds work")]);
+  } else if (d.keys) {
     fill($("keys").tBodies[0], d.keys.map((k) => {
       const tr = cells(el("tr"), [[k.key], [fmtNum(k.depth), "num"], [fmtNum(k.in_flight), "num"],
         [fmtNum(k.rate, 3) + (k.custom_rate ? "" : " (default)"), "num"], [fmtNum(k.burst, 1), "num"],
-        [fmtTime(k.next_eligible)]]);
+        [fmtEligible(k.next_eligible)]]);
       tr.addEventListener("click", () => { $("rate-key").value = k.key; });
       return tr;
     }));
@@ -224,13 +269,24 @@ function renderDetail(d) {
   $("resources-box").hidden = !d.resources;
   if (d.resources) {
     fill($("resources").tBodies[0], d.resources.map((r) => cells(el("tr"), [[r.resource], [r.state],
-      [r.state === "free" ? "-" : fmtSecs(r.expires_in), "num"]])));
+      [r.state === "free" ? "-" : fmtSecs(r.expires_in), "num"], [fmtNum(r.acquisitions), "num"]])));
   }
   const dead = d.dead_letters;
   $("dead-box").hidden = !dead;
   $("dead-actions").hidden = !ACTIONS;
+  if (dead && dead.letters.length === 0) {
+    $("dead-total").textContent = `(${fmtNum(dead.total)})`;
+    fill($("dead").tBodies[0], [emptyRow(6, "no dead letters")]);
+  }
+  $("dead-pages").hidden = !dead || dead.total <= dead.letters.length;
   if (dead) {
-    $("dead-total").textContent = `(${fmtNum(dead.total)}${dead.total > dead.letters.length ? `, first ${dead.letters.length} shown` : ""})`;
+    $("dead-newer").disabled = dead.start === 0;
+    $("dead-older").disabled = dead.start + dead.letters.length >= dead.total;
+  }
+  if (dead && dead.letters.length > 0) {
+    const shown = dead.total > dead.letters.length
+      ? `, ${fmtNum(dead.start + 1)} to ${fmtNum(dead.start + dead.letters.length)} from the oldest` : "";
+    $("dead-total").textContent = `(${fmtNum(dead.total)}${shown})`;
     fill($("dead").tBodies[0], dead.letters.map((letter) => {
       const tr = el("tr");
       const box = el("input");
@@ -257,7 +313,8 @@ async function refresh() {
     renderOverview(data);
     if (state.selected && data.structures.some((s) => s.id === state.selected)) {
       const q = encodeURIComponent(state.query);
-      renderDetail(await getJSON(`api/structure?id=${encodeURIComponent(state.selected)}&q=${q}`));
+      const id = encodeURIComponent(state.selected);
+      renderDetail(await getJSON(`api/structure?id=${id}&q=${q}&dead_start=${state.deadStart}`));
     } else {
       $("detail").hidden = true;
     }
@@ -293,6 +350,11 @@ function setup() {
   $("purge-selected").addEventListener("click", () => dead("purge", false));
   $("requeue-all").addEventListener("click", () => dead("requeue", true));
   $("purge-all").addEventListener("click", () => dead("purge", true));
+  $("dead-newer").addEventListener("click", () => {
+    state.deadStart = Math.max(0, state.deadStart - 50);
+    refresh();
+  });
+  $("dead-older").addEventListener("click", () => { state.deadStart += 50; refresh(); });
   $("drain").addEventListener("click", () => act({ action: "drain", id: state.selected }));
   $("span").addEventListener("change", () => state.detail && drawChart(state.detail));
   $("key-search").addEventListener("submit", (e) => {
