@@ -1,6 +1,7 @@
-"""The quick-start demo: embedded Redis, a real worker and beat, a burst at a small pool.
+"""The quick-start demo: embedded Redis, a real worker and beat, a burst at two small pools.
 
-Run it with ``./run-demo`` (or ``python -m example_project.demo`` inside the virtualenv).
+Run it with ``./run-demo`` (or ``python -m example_project.demo`` inside the virtualenv). Ctrl-C
+or SIGTERM at any moment stops the worker, beat and Redis and removes the temporary files.
 """
 
 import os
@@ -10,12 +11,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
-BURST = 20_000
+PAGE_VIEWS = 20_000
+ERROR_REPORTS = 5_000
+FINGERPRINTS = ["KeyError@cart", "Timeout@pay", "404@img"]
 
 
 def celery(*args, env, cwd):
@@ -30,79 +34,114 @@ def celery(*args, env, cwd):
 
 
 def stop(proc):
+    """Stop a worker or beat and every process of its group (prefork children too)."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class Interrupted(Exception):
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt(signum, frame):
+    # Once: a second Ctrl-C must not cut the cleanup short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def report(task):
+    s = task.pool.stats()
+    balanced = s.accepted == (
+        s.processed + s.failed + s.evicted + s.lost + s.dead + s.purged + s.depth + s.in_flight
+    )
+    print(
+        f"\n{task.name} (pool of {task.pool_size}, policy {task.pool_policy}"
+        f"{', coalescing' if task.pool_coalesce else ''})\n"
+        f"  offered {s.offered:,} = accepted {s.accepted:,} + rejected {s.rejected:,}: "
+        f"{s.offered == s.accepted + s.rejected}\n"
+        f"  accepted {s.accepted:,} = processed {s.processed:,} + evicted {s.evicted:,} + failed "
+        f"{s.failed} + lost {s.lost} + dead {s.dead} + purged {s.purged} + waiting {s.depth} + "
+        f"in flight {s.in_flight}: {balanced}"
+    )
+
+
+def run(server, tmp):
+    print(f"embedded Redis at {server.url} ({server.binary})")
+    print(f"worker and beat run in {tmp}")
+    os.environ["REDQUEUE_DEMO_URL"] = server.url
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    from example_project.celery_app import app, count_error, record_page_view
+
+    procs = [
+        celery("worker", "--pool=prefork", "--concurrency=2", env=env, cwd=tmp),
+        celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
+    ]
+    try:
+        print(
+            f"\nfiring {PAGE_VIEWS:,} page views at {record_page_view.name} (a pool of "
+            f"{record_page_view.pool_size}) and {ERROR_REPORTS:,} error reports of "
+            f"{len(FINGERPRINTS)} kinds at {count_error.name} (a coalescing pool), while the "
+            "worker drains both..."
+        )
+        started = time.perf_counter()
+        views = [record_page_view.delay(f"/p/{i % 50}", user=i) for i in range(PAGE_VIEWS)]
+        errors = [count_error.delay(random.choice(FINGERPRINTS)) for _ in range(ERROR_REPORTS)]
+        elapsed = time.perf_counter() - started
+        kept = sum(r.kept for r in views)
+        drains = sum(r.drain_needed for r in views) + sum(r.drain_needed for r in errors)
+        merged = Counter(r.merged for r in errors)
+        size = record_page_view.pool_size
+        print(
+            f"  {PAGE_VIEWS + ERROR_REPORTS:,} calls stored in {elapsed:.2f}s; "
+            f"{drains} drain job(s) sent to the broker\n"
+            f"  page views: {kept:,} kept at the door, {PAGE_VIEWS - kept:,} refused. kept exceeds "
+            f"the pool's {size} because\n"
+            "  it counts admissions over the whole burst: a sampling pool admits a call whose "
+            "random score\n"
+            "  beats the worst one it holds (evicting that one), and the worker empties the pool "
+            f"meanwhile;\n  the pool never holds more than {size} calls at once.\n"
+            f"  error reports: {merged[True]:,} merged into an equal waiting report (its body "
+            f"runs once, with a count),\n  {merged[False]:,} stored as new entries"
+        )
+        broker = app.connection().default_channel.client.llen("celery")
+        print(f"  broker queue length right after the burst: {broker}")
+        pools = (record_page_view.pool, count_error.pool)
+
+        def settled():
+            return all(p.stats().depth == 0 and p.stats().in_flight == 0 for p in pools)
+
+        deadline = time.monotonic() + 120
+        while not settled() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for task in (record_page_view, count_error):
+            report(task)
+        if not settled():
+            print("the pools did not drain within two minutes", file=sys.stderr)
+            return 1
+        print("\ndone: nothing piled up, everything dropped was counted.")
+        return 0
+    finally:
+        for proc in procs:
+            stop(proc)
 
 
 def main():
-    with EmbeddedRedis() as server, tempfile.TemporaryDirectory() as tmp:
-        print(f"embedded Redis at {server.url} ({server.binary})")
-        os.environ["REDQUEUE_DEMO_URL"] = server.url
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        from example_project.celery_app import app, count_error, record_page_view
-
-        procs = [
-            celery("worker", "--pool=prefork", "--concurrency=2", env=env, cwd=tmp),
-            celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
-        ]
-        try:
-            print(f"firing {BURST:,} page views at a pool of {record_page_view.pool_size}...")
-            started = time.perf_counter()
-            receipts = [record_page_view.delay(f"/p/{i % 50}", user=i) for i in range(BURST)]
-            for _ in range(5_000):
-                count_error.delay(random.choice(["KeyError@cart", "Timeout@pay", "404@img"]))
-            elapsed = time.perf_counter() - started
-            drains = sum(r.drain_needed for r in receipts)
-            kept = sum(r.kept for r in receipts)
-            print(
-                f"  {BURST + 5_000:,} calls in {elapsed:.2f}s; kept {kept:,} "
-                f"page views at the door; {drains} drain job(s) sent to the broker"
-            )
-            broker = app.connection().default_channel.client.llen("celery")
-            print(f"  broker queue length right after the burst: {broker}")
-            pools = (record_page_view.pool, count_error.pool)
-
-            def settled():
-                return all(p.stats().depth == 0 and p.stats().in_flight == 0 for p in pools)
-
-            deadline = time.monotonic() + 120
-            while not settled() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for task in (record_page_view, count_error):
-                s = task.pool.stats()
-                balanced = (
-                    s.accepted
-                    == s.processed
-                    + s.failed
-                    + s.evicted
-                    + s.lost
-                    + s.dead
-                    + s.purged
-                    + s.depth
-                    + s.in_flight
-                )
-                print(
-                    f"\n{task.name}\n  offered {s.offered:,}  accepted {s.accepted:,}  "
-                    f"rejected {s.rejected:,}  evicted {s.evicted:,}\n"
-                    f"  processed {s.processed:,}  failed {s.failed}  waiting {s.depth}  "
-                    f"in flight {s.in_flight}  lost {s.lost}  dead {s.dead}\n"
-                    f"  offered == accepted + rejected: {s.offered == s.accepted + s.rejected}; "
-                    f"accepted == processed + failed + evicted + lost + dead + purged + waiting "
-                    f"+ in flight: "
-                    f"{balanced}"
-                )
-            if not settled():
-                print("the pools did not drain within two minutes", file=sys.stderr)
-                return 1
-            print("\ndone: nothing piled up, everything dropped was counted.")
-            return 0
-        finally:
-            for proc in procs:
-                stop(proc)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-demo-") as tmp:
+            return run(server, tmp)
+    except Interrupted as stopped:
+        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
+        return 128 + stopped.signum
 
 
 if __name__ == "__main__":

@@ -363,3 +363,38 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
         pass
     finally:
         server.server_close()
+
+
+#: Name prefix of every beat entry redqueue registers (drain and reaper jobs).
+BEAT_ROW_PREFIX = "redqueue: "
+
+
+@redqueue.command(name="beat-prune")
+@click.option("--dry-run", is_flag=True, help="Only list the rows that would be removed.")
+@click.pass_context
+def beat_prune(ctx: click.Context, dry_run: bool) -> None:
+    """Remove redqueue beat rows whose task no longer exists (django-celery-beat).
+
+    django-celery-beat's DatabaseScheduler keeps a row for every entry it ever saw, so the
+    drain row of a task removed from the code would go on sending "unregistered task" jobs.
+    Celery's default scheduler drops such entries by itself.
+    """
+    app = ctx.obj.app
+    app.loader.import_default_modules()
+    try:
+        from django_celery_beat.models import PeriodicTask  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise click.ClickException(
+            "django-celery-beat is not installed; only its DatabaseScheduler keeps rows of "
+            "removed tasks"
+        ) from exc
+    stale = [
+        row
+        for row in PeriodicTask.objects.filter(name__startswith=BEAT_ROW_PREFIX)
+        if row.task not in app.tasks
+    ]
+    for row in stale:
+        click.echo(f"{'would remove' if dry_run else 'removed'} {row.name!r} (task {row.task})")
+        if not dry_run:
+            row.delete()
+    click.echo(f"{len(stale)} redqueue beat row(s) without a task")

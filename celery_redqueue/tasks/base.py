@@ -23,7 +23,7 @@ from celery.exceptions import Retry
 from celery.utils.time import maybe_make_aware
 
 from .. import validation
-from ..errors import InvalidArgumentError, RedQueueError, SerializationError
+from ..errors import ConfigurationError, InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .buffer import CallBuffer, buffered_call
 from .config import get_config
@@ -151,7 +151,12 @@ class RedQueueTask(Task):  # type: ignore[misc]
     def bind(cls, app: Any) -> Any:
         bound = super().bind(app)
         if cls.name and cls.name != REAPER_TASK:
-            config = get_config(app)
+            try:
+                config = get_config(app)
+            except ConfigurationError:
+                # A shared task is bound to every app of the process, including ones that never
+                # use redqueue; an app that does gets this error at its first call instead.
+                return bound
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 cls._register_schedules(app)

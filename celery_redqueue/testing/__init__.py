@@ -11,20 +11,16 @@ Enable them with ``pytest -p celery_redqueue.testing`` or ``pytest_plugins =
 * ``redqueue_redis``: a client for the server.
 * ``redqueue_celery_app``: a Celery app whose broker and redqueue structures both live under the
   test's prefix on that server.
+* ``redqueue_celery_config``: those settings as a dict, to return from pytest-celery's
+  ``celery_config`` fixture (then its ``celery_app`` fixture is that app).
+
+The fixtures live in :mod:`.fixtures`; this module imports without pytest installed, so
+:mod:`.embedded` serves demos and development too.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-import redis
-from celery import Celery
-
-from .embedded import EmbeddedRedis
 
 
 def delete_prefix(client: Any, prefix: str) -> int:
@@ -54,40 +50,24 @@ def celery_test_config(url: str, prefix: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="session")
-def redqueue_server_url() -> Iterator[str]:
-    """URL of the session's Redis server."""
-    external = os.environ.get("REDQUEUE_TEST_REDIS_URL")
-    if external:
-        yield external
-        return
-    with EmbeddedRedis() as server:
-        yield server.url
-
-
-@pytest.fixture
-def redqueue_redis(redqueue_server_url: str) -> Iterator[Any]:
-    client = redis.Redis.from_url(redqueue_server_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def redqueue_prefix(redqueue_server_url: str) -> Iterator[str]:
-    """A key prefix for this test alone; its keys are deleted afterwards."""
-    prefix = f"rqtest:{uuid.uuid4().hex[:12]}"
-    yield prefix
-    client = redis.Redis.from_url(redqueue_server_url)
-    try:
-        delete_prefix(client, prefix)
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def redqueue_celery_app(redqueue_server_url: str, redqueue_prefix: str) -> Iterator[Celery]:
-    """A fresh Celery app on the test server, isolated by the test's prefix."""
-    app = Celery(f"redqueue-test-{redqueue_prefix}", set_as_current=False)
-    app.conf.update(celery_test_config(redqueue_server_url, redqueue_prefix))
-    yield app
-    app.close()
+try:
+    from .fixtures import (
+        redqueue_celery_app,
+        redqueue_celery_config,
+        redqueue_prefix,
+        redqueue_redis,
+        redqueue_server_url,
+    )
+except ModuleNotFoundError as exc:  # pragma: no cover - without pytest there is no plugin
+    if exc.name != "pytest":
+        raise
+else:
+    __all__ = [
+        "celery_test_config",
+        "delete_prefix",
+        "redqueue_celery_app",
+        "redqueue_celery_config",
+        "redqueue_prefix",
+        "redqueue_redis",
+        "redqueue_server_url",
+    ]

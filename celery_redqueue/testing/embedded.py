@@ -147,64 +147,83 @@ class _Running:
 
 
 class EmbeddedRedis(_Running):
-    """A redis-server child process on a free loopback port, in a temporary directory."""
+    """A redis-server child process on a loopback port, in a temporary directory.
+
+    ``port=None`` takes a free port; a given port is used as is. A server that fails to start
+    keeps its directory, and the error names its log and quotes the log's last lines.
+    """
+
+    #: Lines of the server's log quoted by the error of a failed start.
+    LOG_TAIL = 15
 
     def __init__(
         self,
         binary: str | None = None,
         *,
+        port: int | None = None,
         startup_timeout: float = 20.0,
         extra_args: tuple[str, ...] = (),
-        port: int = 0,
         appendonly: bool = False,
         maxmemory: int = 0,
     ) -> None:
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
         self.extra_args = extra_args
-        #: 0: a free port is picked at start (and kept by :meth:`restart`).
-        self.port = port
+        self.requested_port = port or None
+        self.port = port or 0
         #: Persistence for fault tests: an append-only file (fsync every second) survives
         #: :meth:`restart`; without it a restart loses everything.
         self.appendonly = appendonly
         #: Bytes; with the noeviction policy a full server refuses writes (0: no limit).
         self.maxmemory = maxmemory
         self.process: subprocess.Popen[bytes] | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.directory: Path | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log file (kept after a failed start)."""
+        return None if self.directory is None else self.directory / "redis.log"
+
     def start(self) -> EmbeddedRedis:
-        fixed_port = self.port
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-redis-")
-        # Another process may take the free port between probe and bind: try a few.
-        for _ in range(5):
-            self.port = fixed_port or _free_port()
-            log = Path(self._tmp.name) / "redis.log"
-            self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    "--port", str(self.port),
-                    "--bind", "127.0.0.1",
-                    "--dir", self._tmp.name,
-                    "--save", "",
-                    "--appendonly", "yes" if self.appendonly else "no",
-                    "--maxmemory", str(self.maxmemory),
-                    "--maxmemory-policy", "noeviction",
-                    "--daemonize", "no",
-                    "--logfile", str(log),
-                    *self.extra_args,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+        # mkdtemp, not TemporaryDirectory: its finalizer would delete the log of a failed start.
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="redqueue-redis-"))
+        log = self.directory / "redis.log"
+        # Another process may take a free port between probe and bind: try a few.
+        for _ in range(1 if self.requested_port else 5):
+            self.port = self.requested_port or _free_port()
+            with log.open("ab") as output:
+                # The server logs to the file once running; errors before that go to stderr.
+                self.process = subprocess.Popen(
+                    [
+                        self.binary,
+                        "--port", str(self.port),
+                        "--bind", "127.0.0.1",
+                        "--dir", str(self.directory),
+                        "--save", "",
+                        "--appendonly", "yes" if self.appendonly else "no",
+                        "--maxmemory", str(self.maxmemory),
+                        "--maxmemory-policy", "noeviction",
+                        "--daemonize", "no",
+                        "--logfile", str(log),
+                        *self.extra_args,
+                    ],
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
             if self._wait_ready():
                 return self
             self.stop(cleanup=False)
-        raise RedisServerNotFound(f"{self.binary} did not start; see its log in {self._tmp.name}")
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        tail = "\n".join(f"  {line}" for line in lines[-self.LOG_TAIL :]) or "  (empty)"
+        raise RedisServerNotFound(
+            f"{self.binary} did not start on 127.0.0.1:{self.port}; its log {log} ends with:\n"
+            f"{tail}"
+        )
 
     def _wait_ready(self) -> bool:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
@@ -214,8 +233,10 @@ class EmbeddedRedis(_Running):
                 if self.process is None or self.process.poll() is not None:
                     return False
                 try:
-                    if client.ping():
+                    # Our server, not another one already listening on a port that was asked for.
+                    if client.info("server").get("process_id") == self.process.pid:
                         return True
+                    time.sleep(0.05)
                 except redis.exceptions.ConnectionError:
                     time.sleep(0.05)
             return False
@@ -229,7 +250,11 @@ class EmbeddedRedis(_Running):
             self.process.kill()
             self.process.wait()
         self.stop(cleanup=False)
-        return self.start()
+        requested, self.requested_port = self.requested_port, self.port
+        try:
+            return self.start()
+        finally:
+            self.requested_port = requested
 
     def stop(self, cleanup: bool = True) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -240,9 +265,9 @@ class EmbeddedRedis(_Running):
                 self.process.kill()
                 self.process.wait()
         self.process = None
-        if cleanup and self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if cleanup and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
 
 
 class EmbeddedRedisCluster(_Running):

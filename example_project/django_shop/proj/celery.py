@@ -1,0 +1,18 @@
+"""The Celery app, as in Celery's "First steps with Django"."""
+
+import os
+
+from celery import Celery
+
+# Set the default Django settings module for the 'celery' program.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+
+app = Celery("proj")
+
+# Using a string here means the worker doesn't have to serialize the configuration object to
+# child processes. namespace='CELERY' means all celery-related configuration keys (celery-redqueue's
+# included: CELERY_REDQUEUE_URL, CELERY_REDQUEUE_KEY_PREFIX, ...) have a `CELERY_` prefix.
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+# Load task modules from all registered Django apps.
+app.autodiscover_tasks()

@@ -1,0 +1,83 @@
+"""The demo stops cleanly on SIGINT and SIGTERM: no redis-server, worker or beat left running,
+no temporary directory left behind."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def processes_with(marker):
+    """PIDs of live processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split()[2]
+        except (FileNotFoundError, PermissionError, ProcessLookupError, IndexError):
+            continue
+        if marker.encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_demo_cleans_up_when_stopped_mid_burst(stop_with):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "example_project.demo"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    leftovers = []
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        url = re.search(r"redis://\S+", lines[0]).group(0)
+        workdir = re.search(r"run in (\S+)", lines[1]).group(1)
+        client = redis.Redis.from_url(url)
+        leftovers.append(client.info("server")["process_id"])
+        redis_dir = client.config_get("dir")["dir"]
+        client.close()
+        while "firing" not in proc.stdout.readline():
+            pass
+        celery_pids = processes_with(f"REDQUEUE_DEMO_URL={url}")
+        assert celery_pids, "the worker and beat should be running by now"
+        leftovers.extend(celery_pids)
+        time.sleep(0.5)  # mid-burst
+        proc.send_signal(stop_with)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + stop_with, out
+        assert "stopped the worker, beat and Redis" in out
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(pid) for pid in leftovers):
+            time.sleep(0.1)
+        assert not [pid for pid in leftovers if alive(pid)], "processes left running"
+        assert not processes_with(f"REDQUEUE_DEMO_URL={url}")
+        assert not os.path.exists(workdir) and not os.path.exists(redis_dir)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in leftovers:  # whatever a failed run left behind: do not leak it
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,93 @@
+"""EmbeddedRedis(port=...), a failed start that keeps its log, and `python -m
+celery_redqueue.embedded` as a foreground development server."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.errors import RedisServerNotFound
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_given_port_is_used():
+    port = free_port()
+    with EmbeddedRedis(port=port) as server:
+        assert server.url == f"redis://127.0.0.1:{port}/0"
+        assert redis.Redis(port=port).ping()
+
+
+def test_a_failed_start_keeps_its_log_and_quotes_its_tail():
+    with EmbeddedRedis() as running:
+        taken = EmbeddedRedis(port=running.port)
+        with pytest.raises(RedisServerNotFound) as failure:
+            taken.start()
+    message = str(failure.value)
+    assert f"127.0.0.1:{running.port}" in message
+    assert "Address already in use" in message  # quoted from the server's own log
+    log = taken.log_path
+    assert log.exists() and str(log) in message
+    taken.stop()  # the caller cleans up when it has read the log
+    assert not log.parent.exists()
+
+
+def test_a_bad_option_is_quoted_from_the_log():
+    server = EmbeddedRedis(extra_args=("--no-such-directive", "1"))
+    with pytest.raises(RedisServerNotFound, match="no-such-directive"):
+        server.start()
+    assert server.log_path.exists()
+    server.stop()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_module_runs_a_foreground_server_until_interrupted(stop_with):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery_redqueue.embedded", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert f"redis://127.0.0.1:{port}/0" in first, first
+        client = redis.Redis(port=port)
+        server_pid = client.info("server")["process_id"]
+        directory = client.config_get("dir")["dir"]
+        client.close()
+        proc.send_signal(stop_with)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(server_pid):
+        time.sleep(0.1)
+    assert not _alive(server_pid), "redis-server left running"
+    assert not os.path.exists(directory), "temporary directory left behind"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of an exited parent is reaped by init; treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
