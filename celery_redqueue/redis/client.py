@@ -12,6 +12,7 @@ import redis
 import redis.cluster
 
 from ..errors import ConfigurationError, RedisUnavailableError
+from .sentinel import is_sentinel_url, sentinel_client
 
 _clients: dict[tuple[int, str, tuple[tuple[str, Any], ...]], Any] = {}
 _lock = threading.Lock()
@@ -20,10 +21,13 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 
 def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
-    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster."""
+    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster,
+    ``sentinel://`` URLs a client of the master (see :mod:`.sentinel`)."""
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"redqueue_url must be a redis:// URL, got {url!r}")
     opts = dict(options or {})
+    if is_sentinel_url(url):
+        return sentinel_client(url, opts)
     try:
         if url.startswith(CLUSTER_SCHEMES):
             plain = url.replace("+cluster", "", 1)
