@@ -2,5 +2,12 @@
 :mod:`celery_redqueue.testing.embedded`."""
 
 from .testing.embedded import EmbeddedRedis, EmbeddedRedisCluster, find_server_binary
+from .testing.sentinel import EmbeddedSentinel, EmbeddedSentinelGroup
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisCluster", "find_server_binary"]
+__all__ = [
+    "EmbeddedRedis",
+    "EmbeddedRedisCluster",
+    "EmbeddedSentinel",
+    "EmbeddedSentinelGroup",
+    "find_server_binary",
+]
