@@ -15,8 +15,16 @@ from types import FrameType
 
 from .errors import RedisServerNotFound
 from .testing.embedded import EmbeddedRedis, EmbeddedRedisCluster, find_server_binary
+from .testing.sentinel import EmbeddedSentinel, EmbeddedSentinelGroup
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisCluster", "find_server_binary", "main"]
+__all__ = [
+    "EmbeddedRedis",
+    "EmbeddedRedisCluster",
+    "EmbeddedSentinel",
+    "EmbeddedSentinelGroup",
+    "find_server_binary",
+    "main",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from ..errors import (
     RedisUnavailableError,
     RedQueueError,
 )
+from .sentinel import is_sentinel_url, sentinel_client
 
 _clients: dict[tuple[int, str, tuple[tuple[str, Any], ...]], Any] = {}
 _lock = threading.Lock()
@@ -34,7 +35,8 @@ DEFAULT_TIMEOUTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeo
 
 
 def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
-    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster.
+    """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster,
+    ``sentinel://`` URLs a client of the master (see :mod:`.sentinel`).
 
     ``options`` go to redis-py's ``from_url`` over :data:`DEFAULT_TIMEOUTS` (pass
     ``socket_timeout=None`` to wait forever).
@@ -42,6 +44,8 @@ def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"redqueue_url must be a redis:// URL, got {url!r}")
     opts = {**DEFAULT_TIMEOUTS, **(options or {})}
+    if is_sentinel_url(url):
+        return sentinel_client(url, opts)
     try:
         if url.startswith(CLUSTER_SCHEMES):
             plain = url.replace("+cluster", "", 1)

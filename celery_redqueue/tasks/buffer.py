@@ -57,6 +57,8 @@ class BufferedReceipt:
     :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
     """
 
+    __slots__ = ("_error", "_result", "_state", "task_name")
+
     def __init__(self, task_name: str) -> None:
         self.task_name = task_name
         self._state = _PENDING

@@ -12,9 +12,12 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import get_client
 from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
+from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+REDIS_SCHEMES = (
+    "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,16 @@ class RedQueueConfig:
     #: default timeouts (``socket_timeout`` and ``socket_connect_timeout`` of 5 s, see
     #: :data:`~celery_redqueue.redis.client.DEFAULT_TIMEOUTS`; ``None`` waits forever).
     redis_options: dict[str, Any] = field(default_factory=dict)
+    #: ``redqueue_transport_options`` for a ``sentinel://`` URL: ``master_name`` (required),
+    #: ``sentinel_kwargs``, ``min_other_sentinels`` (kombu's names), checked.
+    transport_options: dict[str, Any] = field(default_factory=dict)
     #: Register drain and reaper jobs with beat (``add_periodic_task``).
     beat: bool = True
     #: Seconds between runs of the reaper job under beat.
     reaper_interval: float = 30.0
 
     def client(self) -> Any:
-        return get_client(self.url, self.redis_options)
+        return get_client(self.url, {**self.redis_options, **self.transport_options})
 
 
 def _resolve_url(conf: Any) -> str:
@@ -50,7 +56,7 @@ def _resolve_url(conf: Any) -> str:
             )
         return url
     broker = conf.get("broker_url")
-    if isinstance(broker, str) and broker.startswith(("redis://", "rediss://")):
+    if isinstance(broker, str) and broker.startswith(("redis://", "rediss://", "sentinel://")):
         return broker
     raise ConfigurationError(
         f"redqueue_url is not set and broker_url ({broker!r}) is not a Redis URL: "
@@ -71,11 +77,18 @@ def load_config(conf: Any) -> RedQueueConfig:
         raise ConfigurationError(
             f"redqueue_reaper_interval must be positive seconds, got {interval!r}"
         )
+    url = _resolve_url(conf)
+    transport = conf.get("redqueue_transport_options")
+    if transport is None and is_sentinel_url(url) and url == conf.get("broker_url"):
+        # Structures on the broker's Sentinel group: kombu's master_name applies here too.
+        broker_options = conf.get("broker_transport_options") or {}
+        transport = {k: v for k, v in broker_options.items() if k in TRANSPORT_OPTIONS}
     return RedQueueConfig(
-        url=_resolve_url(conf),
+        url=url,
         key_prefix=normalize_prefix(conf.get("redqueue_key_prefix") or DEFAULT_PREFIX),
         serializer=serializer,
         redis_options=dict(options),
+        transport_options=sentinel_options(url, transport),
         beat=True if beat is None else bool(beat),
         reaper_interval=float(interval),
     )

@@ -5,6 +5,7 @@ Round trips are counted with the server's own counter of script calls (``INFO co
 script call on the server is one of the producer's.
 """
 
+import asyncio
 import threading
 
 import pytest
@@ -190,3 +191,29 @@ def test_buffer_takes_only_redqueue_tasks(app):
 
     with pytest.raises(ConfigurationError, match="buffer"):
         buffer(plain)
+
+
+def test_asyncio_tasks_have_their_own_buffers(pooled):
+    async def request(n):
+        with pooled.buffer() as held:
+            for i in range(n):
+                pooled.delay(i)
+                await asyncio.sleep(0)  # the other request runs here, inside its own block
+            return len(held)
+
+    async def both():
+        return await asyncio.gather(request(3), request(5))
+
+    assert asyncio.run(both()) == [3, 5]
+    assert pooled.pool.stats().depth == 8
+
+
+def test_dedupe_ids_apply_inside_one_buffer(app, redqueue_redis):
+    @app.task(base=PoolTask, pool_size=100, pool_dedupe_key=lambda order: f"order-{order}")
+    def confirm(order):
+        pass
+
+    with confirm.buffer():
+        first, again, other = confirm.delay(7), confirm.delay(7), confirm.delay(8)
+    assert (first.kept, again.duplicate, other.kept) == (True, True, True)
+    assert confirm.pool.stats().depth == 2

@@ -1,0 +1,137 @@
+"""Redis behind Sentinel: ``sentinel://`` URLs and their transport options, as kombu takes them.
+
+Example (Celery settings)::
+
+    redqueue_url = "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379;sentinel://10.0.0.3:26379"
+    redqueue_transport_options = {"master_name": "mymaster"}
+
+Each ``;``-separated part names one sentinel. As in kombu, the first part's user, password and
+database (``sentinel://:secret@host:26379/2``) are those of the master; options for the
+sentinels' own connections go in ``sentinel_kwargs``. The client asks the sentinels for the
+master's address whenever it opens a connection, so after a failover it finds the new master
+by itself; while no master is reachable, calls raise
+:class:`~celery_redqueue.errors.RedisUnavailableError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.sentinel
+
+from ..errors import ConfigurationError
+
+SENTINEL_SCHEME = "sentinel://"
+#: The transport options redqueue reads (kombu's names); any other is an error.
+TRANSPORT_OPTIONS = ("master_name", "min_other_sentinels", "sentinel_kwargs")
+DEFAULT_PORT = 26379
+
+
+def is_sentinel_url(url: Any) -> bool:
+    """True for a ``sentinel://`` URL (one or more sentinels separated by ``;``)."""
+    return isinstance(url, str) and url.startswith(SENTINEL_SCHEME)
+
+
+def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """Split a ``sentinel://`` URL into its sentinels and the master's connection options.
+
+    Returns ``([(host, port), ...], {"db": ..., "username": ..., "password": ...})``; the
+    master's options come from the first part, as in kombu.
+    """
+    sentinels: list[tuple[str, int]] = []
+    master: dict[str, Any] = {}
+    for number, part in enumerate(p for p in url.split(";") if p.strip()):
+        part = part.strip()
+        if not part.startswith(SENTINEL_SCHEME):
+            raise ConfigurationError(
+                f"redqueue_url: every ';'-separated part must be a sentinel:// URL, got {part!r}"
+            )
+        try:
+            split = urlsplit(part)
+            host, port = split.hostname, split.port or DEFAULT_PORT
+        except ValueError as exc:
+            raise ConfigurationError(f"redqueue_url: bad sentinel address {part!r}: {exc}") from exc
+        if not host:
+            raise ConfigurationError(f"redqueue_url: sentinel {part!r} has no host")
+        sentinels.append((host, port))
+        if number == 0:
+            path = split.path.strip("/")
+            if path and not path.isdigit():
+                raise ConfigurationError(f"redqueue_url: database must be a number, got {path!r}")
+            master["db"] = int(path or 0)
+            if split.username:
+                master["username"] = unquote(split.username)
+            if split.password:
+                master["password"] = unquote(split.password)
+    if not sentinels:
+        raise ConfigurationError(f"redqueue_url {url!r} names no sentinel")
+    return sentinels, master
+
+
+def sentinel_options(url: str, transport_options: Any) -> dict[str, Any]:
+    """Check ``redqueue_transport_options`` for ``url``; returns the options the client needs.
+
+    The result is hashable once its items are sorted (``sentinel_kwargs`` becomes a tuple of
+    pairs), so clients can be cached per process and options.
+    """
+    if transport_options is None:
+        transport_options = {}
+    if not isinstance(transport_options, Mapping):
+        raise ConfigurationError(
+            f"redqueue_transport_options must be a dict, got {transport_options!r}"
+        )
+    options = dict(transport_options)
+    unknown = sorted(set(options) - set(TRANSPORT_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"redqueue_transport_options: unknown option(s) {unknown}; redqueue reads "
+            f"{list(TRANSPORT_OPTIONS)}"
+        )
+    if not is_sentinel_url(url):
+        if options:
+            raise ConfigurationError(
+                "redqueue_transport_options is only read for sentinel:// URLs; "
+                f"redqueue_url is {url!r}"
+            )
+        return {}
+    parse_sentinel_url(url)
+    name = options.get("master_name")
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            "a sentinel:// redqueue_url needs redqueue_transport_options = "
+            "{'master_name': '<the name sentinels monitor>'}"
+        )
+    checked: dict[str, Any] = {"master_name": name}
+    others = options.get("min_other_sentinels", 0)
+    if isinstance(others, bool) or not isinstance(others, int) or others < 0:
+        raise ConfigurationError(f"min_other_sentinels must be an int >= 0, got {others!r}")
+    if others:
+        checked["min_other_sentinels"] = others
+    kwargs = options.get("sentinel_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, Mapping):
+            raise ConfigurationError(f"sentinel_kwargs must be a dict, got {kwargs!r}")
+        checked["sentinel_kwargs"] = tuple(sorted(kwargs.items()))
+    return checked
+
+
+def sentinel_client(url: str, options: Mapping[str, Any]) -> Any:
+    """A client of the current master of ``options["master_name"]``, found through the
+    sentinels of ``url``; the other ``options`` are redis-py connection options."""
+    opts = dict(options)
+    name = opts.pop("master_name", None)
+    if not name:
+        raise ConfigurationError("a sentinel:// URL needs the master_name transport option")
+    others = int(opts.pop("min_other_sentinels", 0))
+    sentinel_kwargs = dict(opts.pop("sentinel_kwargs", None) or ())
+    sentinels, master = parse_sentinel_url(url)
+    # Without sentinel_kwargs, redis-py gives the sentinels the socket_* options only.
+    manager = redis.sentinel.Sentinel(
+        sentinels,
+        min_other_sentinels=others,
+        sentinel_kwargs=sentinel_kwargs or None,
+        **opts,
+    )
+    return manager.master_for(name, **master, **opts)
