@@ -48,9 +48,10 @@ from .structures.stream_types import (
     StreamReapResult,
 )
 from .structures.streams import EventStream
-from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
+from .tasks import BucketTask, PoolCall, PoolTask, StreamTask, bucket_task, pool_task, stream_task
 from .tasks.beat import DrainSummary
 from .tasks.lease import LeaseTask, lease_task, resource_pool
+from .tasks.stream import publish
 
 __version__ = "0.2.0.dev0"
 
@@ -94,6 +95,7 @@ __all__ = [
     "StreamEvent",
     "StreamRead",
     "StreamReapResult",
+    "StreamTask",
     "TimeSortedSet",
     "UndecodableItemsError",
     "__version__",
@@ -101,5 +103,7 @@ __all__ = [
     "lease_task",
     "parse_rate",
     "pool_task",
+    "publish",
     "resource_pool",
+    "stream_task",
 ]

@@ -77,6 +77,8 @@ class StreamReapResult:
 
     woken: int
     groups: tuple[str, ...] = ()
+    #: Groups with unread or claimable entries (armed or not).
+    due: tuple[str, ...] = ()
 
     @property
     def drain_needed(self) -> bool:

@@ -151,7 +151,8 @@ class EventStream(Structure):
     # Producing
 
     def publish(self, event: Any, *, key: str | None = None) -> PublishReceipt:
-        """Append one event for every group; one round trip. Raises SerializationError (or
+        """Append one event for every group; one round trip. The declared groups are created
+        if needed (before the event, so they receive it) and woken. Raises SerializationError (or
         ConfigurationError for a bad key), storing nothing."""
         return self.publish_many([event], keys=None if key is None else [key])[0]
 
@@ -193,7 +194,9 @@ class EventStream(Structure):
         return key
 
     def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
-        groups = self._known_groups()
+        # Only declared groups are created and woken here: a group some other app consumes is
+        # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
+        groups = self.declared
         keys = list(self._keys)
         for group in groups:
             keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
@@ -266,15 +269,18 @@ class EventStream(Structure):
         *,
         failures: Mapping[str, str] | None = None,
         retry_in: Mapping[str, float] | None = None,
+        dead: Iterable[str] = (),
         seconds: float = 0.0,
     ) -> AckResult:
         """Settle a read. ``failures`` maps entry ids to error texts: a failed entry stays
         pending and is handed out again after ``retry_in[id]`` seconds (default: at once),
-        or is dead-lettered once it has been delivered ``max_deliveries`` times. Entries that
-        could not be decoded are dead-lettered at once. ``seconds`` (time the bodies took)
+        or is dead-lettered once it has been delivered ``max_deliveries`` times, or at once
+        when its id is in ``dead``. Entries that could not be decoded are dead-lettered at
+        once. ``seconds`` (time the bodies took)
         feeds the figures."""
         failures = failures or {}
         retry_in = retry_in or {}
+        dead = set(dead)
         args: list[Any] = [
             batch.group,
             self.guard_ms,
@@ -285,14 +291,21 @@ class EventStream(Structure):
         ]
         for event in batch.events:
             err = str(failures.get(event.id, ""))[:4000]
-            args += [event.id, err, int(retry_in.get(event.id, 0.0) * 1000), 0]
+            delay = int(retry_in.get(event.id, 0.0) * 1000)
+            args += [event.id, err, delay, int(bool(err) and event.id in dead)]
         for entry_id, _ in batch.undecodable:
             args += [entry_id, "undecodable payload", 0, 1]
         if len(args) == 6:
             return AckResult(0, 0, 0, 0)
         reply = self._run("stream_ack", args, keys=self._group_keys(batch.group))
-        processed, retried, dead, stale, send = (int(x) for x in reply)
-        result = AckResult(processed, retried, dead, stale, drain_needed=bool(send))
+        counts = [int(x) for x in reply]
+        result = AckResult(
+            processed=counts[0],
+            retried=counts[1],
+            dead=counts[2],
+            stale=counts[3],
+            drain_needed=bool(counts[4]),
+        )
         if result.drain_needed and self.on_wake is not None:
             self.on_wake([batch.group])
         return result
@@ -351,21 +364,25 @@ class EventStream(Structure):
             args = [self.maxlen or 0, *args]
         return super()._run(name, args, keys)
 
-    def reap(self) -> StreamReapResult:
-        """Arm the drain lease of every group with unread, freed or claimable entries and no
-        drain pending (what beat's reaper does); the entries are claimed by the drain."""
-        woken = []
-        for group in self._known_groups():
-            armed, _, _ = self._run(
+    def reap(self, groups: Iterable[str] | None = None) -> StreamReapResult:
+        """What beat's reaper does: for each group (default: every group) with unread, freed or
+        claimable entries and no drain pending, arm its drain lease and wake it (``on_wake``).
+        The drain claims the entries. Without ``on_wake`` nothing is armed (nobody would send
+        the drain job): the groups that need one are only reported."""
+        woken, due = [], []
+        for group in self._known_groups() if groups is None else groups:
+            armed, claimable, unread = self._run(
                 "stream_wake",
-                [group, self.visibility_ms, self.lease_ms],
-                keys=self._group_keys(group),
+                [group, self.visibility_ms, self.lease_ms, int(self.on_wake is not None)],
+                keys=self._group_keys(validate_group(group)),
             )
+            if int(claimable) or int(unread):
+                due.append(group)
             if int(armed):
                 woken.append(group)
         if woken and self.on_wake is not None:
             self.on_wake(woken)
-        return StreamReapResult(woken=len(woken), groups=tuple(woken))
+        return StreamReapResult(woken=len(woken), groups=tuple(woken), due=tuple(due))
 
     # Reading
 
