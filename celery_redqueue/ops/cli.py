@@ -8,11 +8,14 @@ Structures are found through the registry, so the command needs only the app's s
     celery -A proj redqueue requeue pool:proj.record [--limit N]
     celery -A proj redqueue purge pool:proj.record [--limit N] --yes
     celery -A proj redqueue reap                     # what beat's reaper does, once
+    celery -A proj redqueue seek stream:orders sms start   # replay (or skip) for one group
 """
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 from typing import Any
 
 import click
@@ -20,8 +23,10 @@ import click
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_structure, registered
 from ..structures.pool import CappedPool
+from ..structures.streams import EventStream
 from ..tasks.beat import DRAIN_HEADER
 from ..tasks.config import get_config
+from ..tasks.stream import stream_tasks
 
 
 def _app(ctx: click.Context) -> Any:
@@ -51,6 +56,10 @@ def _kick(ctx: click.Context, structure: CappedPool | LeakyBucket) -> str:
     """Send a drain job for the structure's task, if this app knows one by that name."""
     app = _app(ctx)
     app.loader.import_default_modules()
+    if isinstance(structure, EventStream):  # a stream is drained by one task per group
+        for task in stream_tasks(app, structure.name):
+            task.send_drain()
+        return "; drain jobs sent" if stream_tasks(app, structure.name) else "; beat's drain next"
     if structure.name in app.tasks:
         app.send_task(structure.name, (), {}, headers={DRAIN_HEADER: 1})
         return "; drain job sent"
@@ -71,7 +80,8 @@ def redqueue() -> None:
 @click.pass_context
 def list_structures(ctx: click.Context, as_json: bool) -> None:
     """Every registered pool and bucket, with its backpressure figures."""
-    rows = [(name, structure.figures()) for name, structure in _structures(ctx)]
+    structures = dict(_structures(ctx))
+    rows = [(name, structure.figures()) for name, structure in structures.items()]
     if as_json:
         click.echo(json.dumps({name: f.as_dict() for name, f in rows}, indent=2))
         return
@@ -88,6 +98,14 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
             f"{f.rate_in:8.2f} {f.rate_out:8.2f} {_seconds(f.oldest_age):>8} "
             f"{_seconds(f.drain_eta):>8} {workers:>7}"
         )
+        stream = structures[name]
+        if isinstance(stream, EventStream):  # one line per group: lag, pending
+            for group in stream.groups():
+                g = stream.group_figures(group)
+                click.echo(
+                    f"  group {group:32} {g.lag:8} {g.pending:7} {g.dead:6} {'':7} "
+                    f"{g.rate_in:8.2f} {g.rate_out:8.2f} {_seconds(g.oldest_pending_age):>8}"
+                )
 
 
 @redqueue.command()
@@ -137,3 +155,27 @@ def reap(ctx: click.Context) -> None:
     for name, structure in _structures(ctx):
         result = structure.reap()
         click.echo(f"{name}: {result}" + (_kick(ctx, structure) if result.drain_needed else ""))
+
+
+@redqueue.command()
+@click.argument("name")
+@click.argument("group")
+@click.argument("position")
+@click.pass_context
+def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
+    """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
+    stream = _find(ctx, name)
+    if not isinstance(stream, EventStream):
+        raise click.ClickException(f"{name!r} is not a stream")
+    target: Any = position
+    if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):
+        try:
+            target = float(position)
+        except ValueError:
+            try:
+                target = datetime.fromisoformat(position)
+            except ValueError as exc:
+                raise click.ClickException(f"cannot read position {position!r}") from exc
+    last = stream.seek(group, target)
+    lag = stream.group_figures(group).lag
+    click.echo(f"{group} of {name} now reads after {last}: {lag} to read" + _kick(ctx, stream))

@@ -325,6 +325,12 @@ def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventS
             f"tasks of stream {name!r} set different stream_key values ({sorted(map(repr, keys))}"
             "); the key is computed once at publish: give them all the same (a field name)"
         )
+    maxlens = {t.stream_maxlen for t in tasks}
+    if len(maxlens) > 1:
+        raise ConfigurationError(
+            f"tasks of stream {name!r} set different stream_maxlen values "
+            f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
+        )
     by_group = {t.group: t for t in tasks}
     key_spec = next(iter(keys), None)
     own = reader or (tasks[0] if tasks else StreamTask)

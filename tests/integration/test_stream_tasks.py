@@ -21,7 +21,9 @@ from celery_redqueue import (
 )
 from tests.helpers import wait_for
 
-from .conftest import broker_depth, running_worker
+from .conftest import ROOT, broker_depth, running_worker
+
+PROC_APP = "tests.integration.stream_proc_app"
 
 
 @pytest.fixture
@@ -237,7 +239,7 @@ def spawn_stream(proc_env, tmp_path):
     def start(*args):
         log = open(tmp_path / f"{args[0]}-{len(procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.integration.stream_proc_app", *args],
+            [sys.executable, "-m", "celery", "-A", PROC_APP, *args],
             env=proc_env,
             cwd=tmp_path,
             stdout=log,
@@ -311,3 +313,55 @@ def test_consumer_killed_mid_event_has_its_events_claimed_and_run_once_more(
     assert (figures.pending, figures.dead, figures.redelivered) == (0, 0, 1)
     notified = [x.decode() for x in redqueue_redis.lrange(f"{redqueue_prefix}:notify", 0, -1)]
     assert sorted(notified) == ["hang", "p0", "p1", "p3", "p4"]
+
+
+def redqueue_cli(env, *args, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", PROC_APP, "redqueue", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
+    proc_env, redqueue_redis, redqueue_prefix
+):
+    from celery_redqueue import EventStream
+
+    stream = EventStream(
+        redqueue_redis, "parcels", prefix=redqueue_prefix, groups=["label"], max_deliveries=1
+    )
+    stream.publish_many(["a", "b", "c"])
+    batch = stream.read("label", "c1", 2)
+    stream.ack(batch, failures={batch.events[0].id: "ValueError: bad a"})
+
+    listing = redqueue_cli(proc_env, "list").stdout
+    assert "stream:parcels" in listing
+    assert "group label" in listing
+
+    letters = redqueue_cli(proc_env, "dead", "stream:parcels").stdout
+    assert "key=label" in letters and "ValueError: bad a" in letters
+
+    seeked = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "start").stdout
+    assert "4 to read" not in seeked and "3 to read" in seeked and "drain jobs sent" in seeked
+    assert stream.group_figures("label").lag == 3
+    assert redqueue_redis.llen(f"{redqueue_prefix}:broker:celery") == 2  # label and notify
+
+    requeued = redqueue_cli(proc_env, "requeue", "parcels")
+    assert "requeued 1; drain jobs sent" in requeued.stdout
+    assert stream.dead_letters() == [] and stream.stats()["requeued"] == 1
+
+    batch = stream.read("label", "c1", 10)
+    stream.ack(batch, failures={e.id: "still bad" for e in batch.events}, dead=batch.ids)
+    purged = redqueue_cli(proc_env, "purge", "stream:parcels", "--yes")
+    assert "purged 4" in purged.stdout
+    assert stream.stats()["purged"] == 4
+
+    bad = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "yesterday", check=False)
+    assert bad.returncode != 0 and "cannot read position" in bad.stderr
