@@ -7,7 +7,9 @@
 -- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease.
 -- Returns {status, then per entry: id, payload, deliveries, key ('' none)}.
 -- status 1: entries (the lease renewed); 0: nothing to hand out, lease released in the same
--- step so nothing published afterwards is stranded; 2: nothing, lease kept (linger).
+-- step so nothing published afterwards is stranded; 2: nothing, lease kept (linger);
+-- 3: nothing handed out yet, but every pass skipped entries (guard, other groups' letters,
+-- held keys) and more wait: read again at once (lease renewed).
 -- Bounded: O(n) entries looked at per pass, at most 10 passes.
 --#include stream_common
 local group, consumer, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -61,6 +63,7 @@ local function redeliver(id, f, counted)
   hand(id, f, deliveries)
 end
 
+local more = false
 for _ = 1, 10 do
   -- Held entries whose key came free: they were parked with 0 deliveries.
   while ordered and handed < n do
@@ -120,12 +123,15 @@ for _ = 1, 10 do
     redis.call('HSET', K_GSTATS, 'last_seq', last_seq)
   end
   -- Stop when something was handed out, or when nothing more could be.
-  if handed > 0 or (fresh == 0 and not more_claims and redis.call('LLEN', K_READY) == 0) then
-    break
-  end
+  more = fresh > 0 or more_claims or redis.call('LLEN', K_READY) > 0
+  if handed > 0 or not more then break end
 end
 
 if handed == 0 then
+  if more then
+    redis.call('SET', K_DRAIN, 1, 'PX', lease_ms)
+    return {3}
+  end
   if linger then return {2} end
   redis.call('DEL', K_DRAIN)
   return {0}

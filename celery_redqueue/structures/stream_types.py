@@ -46,6 +46,9 @@ class StreamRead:
     undecodable: list[tuple[str, bytes]] = field(default_factory=list)
     #: Nothing to hand out, and the drain lease was kept because the read asked to linger.
     lingering: bool = False
+    #: Nothing handed out only because everything looked at was skipped; more waits: read
+    #: again at once.
+    read_again: bool = False
 
     @property
     def ids(self) -> list[str]:

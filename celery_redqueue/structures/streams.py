@@ -225,8 +225,9 @@ class EventStream(Structure):
         """Hand up to ``count`` entries of ``group`` to ``consumer``: entries whose key came
         free (ordered), then entries pending past the visibility timeout, then new ones.
 
-        An empty read releases the group's drain lease in the same step (unless ``linger``),
-        so nothing published afterwards is stranded.
+        An empty read releases the group's drain lease in the same step (unless ``linger``, or
+        ``read_again``: it skipped what it looked at and more waits), so nothing published
+        afterwards is stranded.
         """
         validate_group(group)
         positive_int("count", count)
@@ -249,7 +250,8 @@ class EventStream(Structure):
             ],
             keys=self._group_keys(group),
         )
-        batch = StreamRead(group=group, consumer=consumer, lingering=int(reply[0]) == 2)
+        status = int(reply[0])
+        batch = StreamRead(group, consumer, lingering=status == 2, read_again=status == 3)
         for i in range(1, len(reply), 4):
             raw_id, raw, deliveries, key = reply[i : i + 4]
             entry_id = raw_id.decode()

@@ -190,6 +190,8 @@ class StreamTask(RedQueueTask):
             while True:
                 linger = time.monotonic() - last_work < self.stream_drain_linger
                 batch = stream.read(self.group, consumer, self.stream_batch_size, linger=linger)
+                if batch.read_again:
+                    continue
                 if batch.lingering:
                     time.sleep(0.02)
                     continue

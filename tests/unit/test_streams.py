@@ -23,6 +23,8 @@ def drain(stream, group, consumer="c1", count=100):
     seen = []
     while True:
         batch = stream.read(group, consumer, count)
+        if batch.read_again:
+            continue
         if not batch:
             return seen
         seen += [e.payload for e in batch.events]
@@ -171,6 +173,18 @@ def test_processed_guard_skips_replayed_entries(make_stream):
     stream.seek("points", "start")
     assert drain(stream, "points") == []
     assert stream.group_figures("points").guard_skipped == 2
+
+
+def test_a_read_that_only_skipped_says_read_again_and_keeps_the_lease(make_stream):
+    stream = make_stream(groups=["points"], processed_guard=60)
+    stream.publish_many(range(50))
+    assert drain(stream, "points", count=5) == list(range(50))
+    stream.publish(50)
+    stream.seek("points", "start")
+    skipped = stream.read("points", "c", 2)  # 10 passes of 2 skipped entries, 31 wait
+    assert (len(skipped), skipped.read_again) == (0, True)
+    assert stream.publish(51).woken == ()  # the drain still holds the lease
+    assert drain(stream, "points", count=2) == [50, 51]
 
 
 def test_ordered_group_holds_later_events_of_a_busy_key(make_stream):
