@@ -151,6 +151,23 @@ def test_ordered_group_keeps_each_keys_order_across_a_retry(app):
     assert done.index(("B", "placed")) < done.index(("A", "placed"))  # B was not held up
 
 
+def test_self_retry_hands_the_event_out_again(app):
+    deliveries = []
+
+    @app.task(base=StreamTask, bind=True, stream_name="orders", stream_group="retrying")
+    def flaky(self, event):
+        deliveries.append(self.event.deliveries)
+        if self.event.deliveries == 1:
+            raise self.retry(countdown=0.1, exc=TimeoutError("later"))
+
+    flaky.stream.publish("x")
+    with running_worker(app):
+        wait_for(lambda: flaky.stream.group_figures("retrying").processed == 1)
+    assert deliveries == [1, 2]
+    figures = flaky.stream.group_figures("retrying")
+    assert (figures.retried, figures.redelivered, figures.dead) == (1, 1, 0)
+
+
 def test_heartbeat_keeps_a_long_body_from_being_claimed(app):
     started = threading.Event()
     runs = []

@@ -348,3 +348,22 @@ def test_streams_work_on_a_cluster(cluster_url, redqueue_prefix):
             stream.clear()
     finally:
         client.close()
+
+
+def test_a_heartbeat_after_the_last_read_does_not_rearm_the_lease(make_stream, redqueue_redis):
+    stream = make_stream(groups=["g"])
+    stream.publish("x")
+    drain(stream, "g")  # the empty read released the lease
+    assert stream.renew("g", "c1", []) == 0
+    assert not redqueue_redis.exists(stream.keys("group:g:drain"))
+    assert stream.publish("y").woken == ("g",)
+
+
+def test_a_group_whose_stream_key_vanished_is_created_again(make_stream, redqueue_redis):
+    stream = make_stream(groups=["g"])
+    stream.publish_many(["a", "b"])
+    assert drain(stream, "g") == ["a", "b"]
+    redqueue_redis.delete(stream.keys("events"))  # e.g. evicted by a maxmemory policy
+    assert drain(stream, "g") == []
+    stream.publish("c")
+    assert drain(stream, "g") == ["c"]
