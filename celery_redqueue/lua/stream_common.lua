@@ -71,7 +71,8 @@ local function release_key(id)
   if not key then return 0 end
   redis.call('HDEL', K_BUSY, 'i:' .. id)
   if redis.call('HGET', K_BUSY, 'k:' .. key) ~= id then return 0 end
-  local nxt = redis.call('ZRANGEBYLEX', K_HELD, '[' .. key .. '\n', '[' .. key .. '\n\255', 'LIMIT', 0, 1)
+  local nxt = redis.call('ZRANGEBYLEX', K_HELD, '[' .. key .. '\n', '[' .. key .. '\n\255',
+    'LIMIT', 0, 1)
   if #nxt == 0 then
     redis.call('HDEL', K_BUSY, 'k:' .. key)
     return 0

@@ -17,7 +17,7 @@ local unread = seq - tonumber(redis.call('HGET', K_GSTATS, 'last_seq') or '0')
 if unread < 0 then unread = 0 end
 local ready = redis.call('LLEN', K_READY)
 local armed = 0
-if ARGV[4] == '1' and claimable + unread + ready > 0 and redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) then
-  armed = 1
+if ARGV[4] == '1' and claimable + unread + ready > 0 then
+  armed = redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) and 1 or 0
 end
 return {armed, claimable, unread}
