@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -49,6 +48,9 @@ from .stream_types import (
     StreamEvent,
     StreamRead,
     StreamReapResult,
+    partition_key,
+    seek_target,
+    validate_group,
 )
 
 #: The stream's own keys, in the order every stream script receives them (stream_common.lua).
@@ -56,19 +58,10 @@ PARTS = ("events", "stats", "flow", "groups", "dead")
 #: Each group's keys, received after PARTS by scripts that act for one group.
 GROUP_PARTS = ("stats", "flow", "drain", "done", "busy", "held", "ready")
 
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
-ENTRY_ID = re.compile(r"^\d+-\d+$")
 #: Events per publish script call: keeps every call short (O(chunk)).
 PUBLISH_CHUNK = 1000
 #: Seconds a process trusts its list of the stream's groups before reading it again.
 GROUPS_TTL = 5.0
-
-
-def validate_group(group: Any, what: str = "group") -> str:
-    """A group name: letters, digits and ``_ . : @ -`` (it is part of key names)."""
-    if not isinstance(group, str) or not GROUP_NAME.match(group):
-        raise ConfigurationError(f"{what} must be 1-200 letters, digits or '_.:@-', got {group!r}")
-    return group
 
 
 class EventStream(Structure):
@@ -167,31 +160,13 @@ class EventStream(Structure):
         if len(given) != len(events):
             raise ConfigurationError(f"keys names {len(given)} keys for {len(events)} events")
         prepared = [
-            (self.encode(e), self._key_of(e, k)) for e, k in zip(events, given, strict=True)
+            (self.encode(e), partition_key(e, k, self.key))
+            for e, k in zip(events, given, strict=True)
         ]
         receipts: list[PublishReceipt] = []
         for start in range(0, len(prepared), PUBLISH_CHUNK):
             receipts.extend(self._append(prepared[start : start + PUBLISH_CHUNK]))
         return receipts
-
-    def _key_of(self, event: Any, given: str | None) -> str:
-        key = given
-        if key is None and self.key is not None:
-            try:
-                key = self.key(event)
-            except Exception as exc:
-                raise ConfigurationError(
-                    f"stream key function failed on {event!r}: {exc!r}"
-                ) from exc
-        if key is None:
-            return ""
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = str(key)  # an order number is a fine partition key
-        if not isinstance(key, str) or not key or "\n" in key:
-            raise ConfigurationError(
-                f"a partition key must be a non-empty string without newlines, got {key!r}"
-            )
-        return key
 
     def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
@@ -336,19 +311,7 @@ class EventStream(Structure):
         published at or after it). Pending entries stay pending. Returns the last-delivered
         id now set for the group."""
         validate_group(group)
-        if position in ("start", "end"):
-            kind, target = str(position), ""
-        elif isinstance(position, str) and ENTRY_ID.match(position):
-            kind, target = "id", position
-        elif isinstance(position, datetime):
-            kind, target = "id", f"{int(position.timestamp() * 1000)}-0"
-        elif isinstance(position, int | float) and not isinstance(position, bool) and position >= 0:
-            kind, target = "id", f"{int(position * 1000)}-0"
-        else:
-            raise ConfigurationError(
-                "seek position must be 'start', 'end', an entry id like '1700000000000-0', a "
-                f"datetime or seconds since the epoch, got {position!r}"
-            )
+        kind, target = seek_target(position)
         last_id, _ = self._run("stream_seek", [group, kind, target], keys=self._group_keys(group))
         return str(last_id.decode())
 

@@ -21,8 +21,8 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, RedQueueError
-from ..structures.stream_types import PublishReceipt, StreamEvent, StreamRead
-from ..structures.streams import EventStream, validate_group
+from ..structures.stream_types import PublishReceipt, StreamEvent, StreamRead, validate_group
+from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
