@@ -382,3 +382,26 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
 
     bad = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "yesterday", check=False)
     assert bad.returncode != 0 and "cannot read position" in bad.stderr
+
+
+def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, caplog):
+    """The broker is down (a closed loopback port): the event is stored, the send failure is
+    logged, and the group's lease is released so the next publish tries again."""
+    app.conf.update(
+        broker_url="redis://127.0.0.1:1/0",
+        broker_connection_retry=False,
+        broker_connection_max_retries=0,
+        broker_transport_options={"max_retries": 0},
+        task_publish_retry=False,
+    )
+
+    @app.task(base=StreamTask, stream_name="orders", stream_group="g")
+    def consume(event):
+        pass
+
+    first = consume.stream.publish({"order": 1})
+    assert first.woken == ("g",)  # the lease was armed and a send attempted ...
+    assert not redqueue_redis.exists(consume.stream.keys("group:g:drain"))  # ... and released
+    assert "sending the drain job" in caplog.text
+    assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for 15 s
+    assert consume.stream.group_figures("g").lag == 2  # both events are safe in Redis
