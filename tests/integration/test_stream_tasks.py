@@ -246,6 +246,25 @@ def test_decorator_and_eager_mode(app):
     assert sorted(got) == [("a", {"order": 1}), ("b", {"order": 1})]
 
 
+def test_stream_tasks_on_a_cluster(app, cluster_url):
+    """The stream lives on a Redis Cluster (the broker stays a plain Redis)."""
+    app.conf.redqueue_url = cluster_url
+    seen = []
+
+    for group in ("c1", "c2"):
+
+        @app.task(base=StreamTask, name=f"cl.{group}", stream_name="clustered", stream_group=group)
+        def handle(event, group=group):
+            seen.append((group, event))
+
+    tasks = [app.tasks["cl.c1"], app.tasks["cl.c2"]]
+    tasks[0].stream.publish_many(range(30), keys=[str(i % 3) for i in range(30)])
+    with running_worker(app, pool="threads", concurrency=2):
+        for task in tasks:
+            wait_for(lambda t=task: t.stream.group_figures(t.group).processed == 30, timeout=60)
+    assert sorted(seen) == sorted((g, i) for g in ("c1", "c2") for i in range(30))
+
+
 # SIGKILL: a `celery worker` subprocess dies in the middle of an event.
 
 
