@@ -3,10 +3,10 @@
 Where things are (arrows point down: each layer uses only the layers below it):
 
 - :mod:`celery_redqueue.ops`: operator tools (``celery redqueue ...`` CLI)
-- :mod:`celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, LeaseTask, decorators,
-  drain and reaper jobs, the app's ``redqueue_*`` settings)
+- :mod:`celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, StreamTask, LeaseTask,
+  decorators, drain and reaper jobs, the app's ``redqueue_*`` settings)
 - :mod:`celery_redqueue.structures`: Redis structures that know nothing of Celery (CappedPool,
-  LeakyBucket, ResourcePool, sorted sets, figures, the registry)
+  LeakyBucket, EventStream, ResourcePool, sorted sets, figures, the registry)
 - :mod:`celery_redqueue.redis`: the Redis layer (client, key names, Lua loader, serializers);
   the scripts themselves are in ``celery_redqueue/lua/``
 - :mod:`celery_redqueue.errors` and :mod:`celery_redqueue.validation`: every exception, and the
@@ -50,10 +50,11 @@ from .structures.stream_types import (
     StreamReapResult,
 )
 from .structures.streams import EventStream
-from .tasks import BucketTask, PoolCall, PoolTask, bucket_task, pool_task
+from .tasks import BucketTask, PoolCall, PoolTask, StreamTask, bucket_task, pool_task, stream_task
 from .tasks.beat import DrainSummary
 from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
 from .tasks.lease import LeaseTask, lease_task, resource_pool
+from .tasks.stream import publish
 
 __version__ = "0.2.0.dev0"
 
@@ -100,6 +101,7 @@ __all__ = [
     "StreamEvent",
     "StreamRead",
     "StreamReapResult",
+    "StreamTask",
     "TimeSortedSet",
     "UndecodableItemsError",
     "__version__",
@@ -108,5 +110,7 @@ __all__ = [
     "lease_task",
     "parse_rate",
     "pool_task",
+    "publish",
     "resource_pool",
+    "stream_task",
 ]

@@ -38,16 +38,20 @@ local function entry_of(id)
   return fields_of(found[1][2])
 end
 
--- Create the group (at `at`: '$' or an id) unless it exists; its read position in sequence
--- numbers starts where the group does.
+-- Create the group unless it exists, at the end of the stream; its read position in sequence
+-- numbers starts there. A group recorded here whose stream key is gone (evicted, deleted by
+-- hand) is created again rather than failing every read with NOGROUP.
 local function ensure_group(group, gstats, now)
-  if redis.call('HEXISTS', K_GROUPS, group) == 1 then return end
+  if redis.call('HEXISTS', K_GROUPS, group) == 1 and redis.call('EXISTS', K_EVENTS) == 1 then
+    return
+  end
   local created = redis.pcall('XGROUP', 'CREATE', K_EVENTS, group, '$', 'MKSTREAM')
-  if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP') then
-    error(created.err)
+  if type(created) == 'table' and created.err then
+    if not string.find(created.err, 'BUSYGROUP') then error(created.err) end
+  else
+    redis.call('HSET', gstats, 'last_seq', redis.call('HGET', K_STATS, 'seq') or '0')
   end
   redis.call('HSET', K_GROUPS, group, math.floor(now))
-  redis.call('HSET', gstats, 'last_seq', redis.call('HGET', K_STATS, 'seq') or '0')
 end
 
 -- Stream ids compare as numbers "ms-seq"; zero-padded they also compare as strings.
@@ -67,7 +71,8 @@ local function release_key(id)
   if not key then return 0 end
   redis.call('HDEL', K_BUSY, 'i:' .. id)
   if redis.call('HGET', K_BUSY, 'k:' .. key) ~= id then return 0 end
-  local nxt = redis.call('ZRANGEBYLEX', K_HELD, '[' .. key .. '\n', '[' .. key .. '\n\255', 'LIMIT', 0, 1)
+  local nxt = redis.call('ZRANGEBYLEX', K_HELD, '[' .. key .. '\n', '[' .. key .. '\n\255',
+    'LIMIT', 0, 1)
   if #nxt == 0 then
     redis.call('HDEL', K_BUSY, 'k:' .. key)
     return 0

@@ -15,5 +15,7 @@ for i = 4, #ARGV do
     renewed = renewed + 1
   end
 end
-redis.call('SET', K_DRAIN, 1, 'PX', lease_ms)
+-- Only a lease that is still held is extended: a drain whose last read released it (nothing
+-- left) must not re-arm it, or the next publish would find it held and send no drain job.
+redis.call('SET', K_DRAIN, 1, 'XX', 'PX', lease_ms)
 return renewed

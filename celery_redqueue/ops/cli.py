@@ -16,14 +16,17 @@ Structures are found through the registry, so the command needs only the app's s
     celery -A proj redqueue reap                     # what beat's reaper does, once
     celery -A proj redqueue metrics                  # Prometheus text format
     celery -A proj redqueue dashboard [--host 127.0.0.1] [--port 5566] [--token T]
+    celery -A proj redqueue seek stream:orders sms start   # replay (or skip) for one group
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -398,3 +401,34 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
         if not dry_run:
             row.delete()
     click.echo(f"{len(stale)} redqueue beat row(s) without a task")
+
+
+@redqueue.command()
+@click.argument("name")
+@click.argument("group")
+@click.argument("position")
+@click.pass_context
+@_errors
+def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
+    """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
+    from ..tasks.stream import stream_tasks
+
+    stream = _find(_ops(ctx), name, ("stream",)).structure
+    target: Any = position
+    if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):
+        try:
+            target = float(position)
+        except ValueError:
+            try:
+                target = datetime.fromisoformat(position)
+            except ValueError as exc:
+                raise click.ClickException(f"cannot read position {position!r}") from exc
+    last = stream.seek(group, target)
+    lag = stream.group_figures(group).lag
+    app = ctx.obj.app
+    app.loader.import_default_modules()
+    readers = stream_tasks(app, stream.name)
+    for task in readers:  # a stream is drained by one task per group
+        task.send_drain()
+    kicked = "; drain jobs sent" if readers else "; beat's drain will pick it up"
+    click.echo(f"{group} of {name} now reads after {last}: {lag} to read{kicked}")

@@ -1,10 +1,15 @@
-"""What EventStream hands back: receipts, reads, settlements and figures."""
+"""What EventStream hands back (receipts, reads, settlements, figures) and the checks of what
+it is given (group names, partition keys, seek positions)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
+from ..errors import ConfigurationError
 from .figures import WINDOW, ring_sums
 from .receipts import Receipt
 
@@ -46,6 +51,9 @@ class StreamRead:
     undecodable: list[tuple[str, bytes]] = field(default_factory=list)
     #: Nothing to hand out, and the drain lease was kept because the read asked to linger.
     lingering: bool = False
+    #: Nothing handed out only because everything looked at was skipped; more waits: read
+    #: again at once.
+    read_again: bool = False
 
     @property
     def ids(self) -> list[str]:
@@ -77,6 +85,8 @@ class StreamReapResult:
 
     woken: int
     groups: tuple[str, ...] = ()
+    #: Groups with unread or claimable entries (armed or not).
+    due: tuple[str, ...] = ()
 
     @property
     def drain_needed(self) -> bool:
@@ -165,3 +175,52 @@ class GroupFigures:
             seconds_per_event=gflow.get("busy", 0.0) / done if done else None,
             **{name: int(gstats.get(name, 0)) for name in cls.COUNTERS},
         )
+
+
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+ENTRY_ID = re.compile(r"^\d+-\d+$")
+
+
+def validate_group(group: Any, what: str = "group") -> str:
+    """A group name: letters, digits and ``_ . : @ -`` (it is part of key names)."""
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise ConfigurationError(f"{what} must be 1-200 letters, digits or '_.:@-', got {group!r}")
+    return group
+
+
+def partition_key(event: Any, given: Any, key_function: Callable[[Any], Any] | None) -> str:
+    """The partition key stored with an event ('' for none): ``given``, else the stream's key
+    function's, checked at the call site."""
+    key = given
+    if key is None and key_function is not None:
+        try:
+            key = key_function(event)
+        except Exception as exc:
+            raise ConfigurationError(f"stream key function failed on {event!r}: {exc!r}") from exc
+    if key is None:
+        return ""
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)  # an order number is a fine partition key
+    if not isinstance(key, str) or not key or "\n" in key:
+        raise ConfigurationError(
+            f"a partition key must be a non-empty string without newlines, got {key!r}"
+        )
+    return key
+
+
+def seek_target(position: Any) -> tuple[str, str]:
+    """What stream_seek.lua takes for a position: ``("start"|"end", "")`` or ``("id", id)``.
+    A time becomes the id ``"<ms>-0"`` (the first entry published at or after it); a naive
+    datetime is local time, as ``datetime.timestamp`` reads it."""
+    if position in ("start", "end"):
+        return str(position), ""
+    if isinstance(position, str) and ENTRY_ID.match(position):
+        return "id", position
+    if isinstance(position, datetime):
+        return "id", f"{int(position.timestamp() * 1000)}-0"
+    if isinstance(position, int | float) and not isinstance(position, bool) and position >= 0:
+        return "id", f"{int(position * 1000)}-0"
+    raise ConfigurationError(
+        "seek position must be 'start', 'end', an entry id like '1700000000000-0', a "
+        f"datetime or seconds since the epoch, got {position!r}"
+    )

@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -49,6 +48,9 @@ from .stream_types import (
     StreamEvent,
     StreamRead,
     StreamReapResult,
+    partition_key,
+    seek_target,
+    validate_group,
 )
 
 #: The stream's own keys, in the order every stream script receives them (stream_common.lua).
@@ -56,19 +58,10 @@ PARTS = ("events", "stats", "flow", "groups", "dead")
 #: Each group's keys, received after PARTS by scripts that act for one group.
 GROUP_PARTS = ("stats", "flow", "drain", "done", "busy", "held", "ready")
 
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
-ENTRY_ID = re.compile(r"^\d+-\d+$")
 #: Events per publish script call: keeps every call short (O(chunk)).
 PUBLISH_CHUNK = 1000
 #: Seconds a process trusts its list of the stream's groups before reading it again.
 GROUPS_TTL = 5.0
-
-
-def validate_group(group: Any, what: str = "group") -> str:
-    """A group name: letters, digits and ``_ . : @ -`` (it is part of key names)."""
-    if not isinstance(group, str) or not GROUP_NAME.match(group):
-        raise ConfigurationError(f"{what} must be 1-200 letters, digits or '_.:@-', got {group!r}")
-    return group
 
 
 class EventStream(Structure):
@@ -151,7 +144,8 @@ class EventStream(Structure):
     # Producing
 
     def publish(self, event: Any, *, key: str | None = None) -> PublishReceipt:
-        """Append one event for every group; one round trip. Raises SerializationError (or
+        """Append one event for every group; one round trip. The declared groups are created
+        if needed (before the event, so they receive it) and woken. Raises SerializationError (or
         ConfigurationError for a bad key), storing nothing."""
         return self.publish_many([event], keys=None if key is None else [key])[0]
 
@@ -166,34 +160,18 @@ class EventStream(Structure):
         if len(given) != len(events):
             raise ConfigurationError(f"keys names {len(given)} keys for {len(events)} events")
         prepared = [
-            (self.encode(e), self._key_of(e, k)) for e, k in zip(events, given, strict=True)
+            (self.encode(e), partition_key(e, k, self.key))
+            for e, k in zip(events, given, strict=True)
         ]
         receipts: list[PublishReceipt] = []
         for start in range(0, len(prepared), PUBLISH_CHUNK):
             receipts.extend(self._append(prepared[start : start + PUBLISH_CHUNK]))
         return receipts
 
-    def _key_of(self, event: Any, given: str | None) -> str:
-        key = given
-        if key is None and self.key is not None:
-            try:
-                key = self.key(event)
-            except Exception as exc:
-                raise ConfigurationError(
-                    f"stream key function failed on {event!r}: {exc!r}"
-                ) from exc
-        if key is None:
-            return ""
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = str(key)  # an order number is a fine partition key
-        if not isinstance(key, str) or not key or "\n" in key:
-            raise ConfigurationError(
-                f"a partition key must be a non-empty string without newlines, got {key!r}"
-            )
-        return key
-
     def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
-        groups = self._known_groups()
+        # Only declared groups are created and woken here: a group some other app consumes is
+        # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
+        groups = self.declared
         keys = list(self._keys)
         for group in groups:
             keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
@@ -222,8 +200,9 @@ class EventStream(Structure):
         """Hand up to ``count`` entries of ``group`` to ``consumer``: entries whose key came
         free (ordered), then entries pending past the visibility timeout, then new ones.
 
-        An empty read releases the group's drain lease in the same step (unless ``linger``),
-        so nothing published afterwards is stranded.
+        An empty read releases the group's drain lease in the same step (unless ``linger``, or
+        ``read_again``: it skipped what it looked at and more waits), so nothing published
+        afterwards is stranded.
         """
         validate_group(group)
         positive_int("count", count)
@@ -246,7 +225,8 @@ class EventStream(Structure):
             ],
             keys=self._group_keys(group),
         )
-        batch = StreamRead(group=group, consumer=consumer, lingering=int(reply[0]) == 2)
+        status = int(reply[0])
+        batch = StreamRead(group, consumer, lingering=status == 2, read_again=status == 3)
         for i in range(1, len(reply), 4):
             raw_id, raw, deliveries, key = reply[i : i + 4]
             entry_id = raw_id.decode()
@@ -266,15 +246,18 @@ class EventStream(Structure):
         *,
         failures: Mapping[str, str] | None = None,
         retry_in: Mapping[str, float] | None = None,
+        dead: Iterable[str] = (),
         seconds: float = 0.0,
     ) -> AckResult:
         """Settle a read. ``failures`` maps entry ids to error texts: a failed entry stays
         pending and is handed out again after ``retry_in[id]`` seconds (default: at once),
-        or is dead-lettered once it has been delivered ``max_deliveries`` times. Entries that
-        could not be decoded are dead-lettered at once. ``seconds`` (time the bodies took)
+        or is dead-lettered once it has been delivered ``max_deliveries`` times, or at once
+        when its id is in ``dead``. Entries that could not be decoded are dead-lettered at
+        once. ``seconds`` (time the bodies took)
         feeds the figures."""
         failures = failures or {}
         retry_in = retry_in or {}
+        dead = set(dead)
         args: list[Any] = [
             batch.group,
             self.guard_ms,
@@ -285,14 +268,21 @@ class EventStream(Structure):
         ]
         for event in batch.events:
             err = str(failures.get(event.id, ""))[:4000]
-            args += [event.id, err, int(retry_in.get(event.id, 0.0) * 1000), 0]
+            delay = int(retry_in.get(event.id, 0.0) * 1000)
+            args += [event.id, err, delay, int(bool(err) and event.id in dead)]
         for entry_id, _ in batch.undecodable:
             args += [entry_id, "undecodable payload", 0, 1]
         if len(args) == 6:
             return AckResult(0, 0, 0, 0)
         reply = self._run("stream_ack", args, keys=self._group_keys(batch.group))
-        processed, retried, dead, stale, send = (int(x) for x in reply)
-        result = AckResult(processed, retried, dead, stale, drain_needed=bool(send))
+        counts = [int(x) for x in reply]
+        result = AckResult(
+            processed=counts[0],
+            retried=counts[1],
+            dead=counts[2],
+            stale=counts[3],
+            drain_needed=bool(counts[4]),
+        )
         if result.drain_needed and self.on_wake is not None:
             self.on_wake([batch.group])
         return result
@@ -321,19 +311,7 @@ class EventStream(Structure):
         published at or after it). Pending entries stay pending. Returns the last-delivered
         id now set for the group."""
         validate_group(group)
-        if position in ("start", "end"):
-            kind, target = str(position), ""
-        elif isinstance(position, str) and ENTRY_ID.match(position):
-            kind, target = "id", position
-        elif isinstance(position, datetime):
-            kind, target = "id", f"{int(position.timestamp() * 1000)}-0"
-        elif isinstance(position, int | float) and not isinstance(position, bool) and position >= 0:
-            kind, target = "id", f"{int(position * 1000)}-0"
-        else:
-            raise ConfigurationError(
-                "seek position must be 'start', 'end', an entry id like '1700000000000-0', a "
-                f"datetime or seconds since the epoch, got {position!r}"
-            )
+        kind, target = seek_target(position)
         last_id, _ = self._run("stream_seek", [group, kind, target], keys=self._group_keys(group))
         return str(last_id.decode())
 
@@ -351,21 +329,25 @@ class EventStream(Structure):
             args = [self.maxlen or 0, *args]
         return super()._run(name, args, keys)
 
-    def reap(self) -> StreamReapResult:
-        """Arm the drain lease of every group with unread, freed or claimable entries and no
-        drain pending (what beat's reaper does); the entries are claimed by the drain."""
-        woken = []
-        for group in self._known_groups():
-            armed, _, _ = self._run(
+    def reap(self, groups: Iterable[str] | None = None) -> StreamReapResult:
+        """What beat's reaper does: for each group (default: every group) with unread, freed or
+        claimable entries and no drain pending, arm its drain lease and wake it (``on_wake``).
+        The drain claims the entries. Without ``on_wake`` nothing is armed (nobody would send
+        the drain job): the groups that need one are only reported."""
+        woken, due = [], []
+        for group in self._known_groups() if groups is None else groups:
+            armed, claimable, unread = self._run(
                 "stream_wake",
-                [group, self.visibility_ms, self.lease_ms],
-                keys=self._group_keys(group),
+                [group, self.visibility_ms, self.lease_ms, int(self.on_wake is not None)],
+                keys=self._group_keys(validate_group(group)),
             )
+            if int(claimable) or int(unread):
+                due.append(group)
             if int(armed):
                 woken.append(group)
         if woken and self.on_wake is not None:
             self.on_wake(woken)
-        return StreamReapResult(woken=len(woken), groups=tuple(woken))
+        return StreamReapResult(woken=len(woken), groups=tuple(woken), due=tuple(due))
 
     # Reading
 

@@ -3,6 +3,7 @@
 - :mod:`.base`: what every redqueue task shares (storing calls, drain routing, delays, dedupe)
 - :mod:`.pool`: :class:`PoolTask` and ``@pool_task`` (capped pools)
 - :mod:`.bucket`: :class:`BucketTask` and ``@bucket_task`` (per-key leaky buckets)
+- :mod:`.stream`: :class:`StreamTask` and ``@stream_task`` (consumer groups of event streams)
 - :mod:`.lease`: :class:`LeaseTask` and ``@lease_task`` (leased resources)
 - :mod:`.beat`: drain and reaper jobs, beat entries
 - :mod:`.config`: the app's ``redqueue_*`` settings
@@ -11,5 +12,16 @@
 from .base import RedQueueTask
 from .bucket import BucketTask, bucket_task
 from .pool import PoolCall, PoolTask, pool_task
+from .stream import StreamTask, publish, stream_task
 
-__all__ = ["BucketTask", "PoolCall", "PoolTask", "RedQueueTask", "bucket_task", "pool_task"]
+__all__ = [
+    "BucketTask",
+    "PoolCall",
+    "PoolTask",
+    "RedQueueTask",
+    "StreamTask",
+    "bucket_task",
+    "pool_task",
+    "publish",
+    "stream_task",
+]

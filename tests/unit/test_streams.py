@@ -23,6 +23,8 @@ def drain(stream, group, consumer="c1", count=100):
     seen = []
     while True:
         batch = stream.read(group, consumer, count)
+        if batch.read_again:
+            continue
         if not batch:
             return seen
         seen += [e.payload for e in batch.events]
@@ -171,6 +173,18 @@ def test_processed_guard_skips_replayed_entries(make_stream):
     stream.seek("points", "start")
     assert drain(stream, "points") == []
     assert stream.group_figures("points").guard_skipped == 2
+
+
+def test_a_read_that_only_skipped_says_read_again_and_keeps_the_lease(make_stream):
+    stream = make_stream(groups=["points"], processed_guard=60)
+    stream.publish_many(range(50))
+    assert drain(stream, "points", count=5) == list(range(50))
+    stream.publish(50)
+    stream.seek("points", "start")
+    skipped = stream.read("points", "c", 2)  # 10 passes of 2 skipped entries, 31 wait
+    assert (len(skipped), skipped.read_again) == (0, True)
+    assert stream.publish(51).woken == ()  # the drain still holds the lease
+    assert drain(stream, "points", count=2) == [50, 51]
 
 
 def test_ordered_group_holds_later_events_of_a_busy_key(make_stream):
@@ -334,3 +348,22 @@ def test_streams_work_on_a_cluster(cluster_url, redqueue_prefix):
             stream.clear()
     finally:
         client.close()
+
+
+def test_a_heartbeat_after_the_last_read_does_not_rearm_the_lease(make_stream, redqueue_redis):
+    stream = make_stream(groups=["g"])
+    stream.publish("x")
+    drain(stream, "g")  # the empty read released the lease
+    assert stream.renew("g", "c1", []) == 0
+    assert not redqueue_redis.exists(stream.keys("group:g:drain"))
+    assert stream.publish("y").woken == ("g",)
+
+
+def test_a_group_whose_stream_key_vanished_is_created_again(make_stream, redqueue_redis):
+    stream = make_stream(groups=["g"])
+    stream.publish_many(["a", "b"])
+    assert drain(stream, "g") == ["a", "b"]
+    redqueue_redis.delete(stream.keys("events"))  # e.g. evicted by a maxmemory policy
+    assert drain(stream, "g") == []
+    stream.publish("c")
+    assert drain(stream, "g") == ["c"]

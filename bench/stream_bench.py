@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+"""Benchmark: an event stream with three consumer groups (StreamTask) against plain Celery
+sending one task per consumer per event.
+
+Run it from the repository root::
+
+    .venv/bin/python bench/stream_bench.py            # 20,000 events, about a minute
+    .venv/bin/python bench/stream_bench.py --quick    # 2,000 events, a few seconds
+
+It starts its own throwaway Redis (EmbeddedRedis, loopback only), which is both the Celery
+broker and the stream store, and prints each figure beside its same-run baseline. It reports
+and never asserts. The consuming side is a ``celery worker --pool=solo -c 1`` subprocess that
+imports this file as the module ``stream_bench``; its own clock stamps when it was ready and
+when the body had run for every expected event, so start-up is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import worker_ready
+
+from celery_redqueue import StreamTask
+from celery_redqueue.testing import celery_test_config
+from celery_redqueue.testing.embedded import EmbeddedRedis
+
+ENV_URL, ENV_PREFIX, ENV_TARGET = "STREAM_BENCH_URL", "STREAM_BENCH_PREFIX", "STREAM_BENCH_TARGET"
+GROUPS = ("sms", "slip", "points")
+PLAIN_QUEUE = "plain"
+
+app = Celery("stream_bench", set_as_current=False)
+
+
+def configure(url: str, prefix: str) -> None:
+    app.conf.update(celery_test_config(url, prefix))
+    app.conf.update(redqueue_beat=False, task_ignore_result=True, worker_redirect_stdouts=False)
+
+
+class _WorkerSide:
+    """In the worker: counts body runs and stamps the time of the last expected one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.target = int(os.environ.get(ENV_TARGET) or 0)
+        self.prefix = os.environ.get(ENV_PREFIX, "")
+        url = os.environ.get(ENV_URL)
+        self.client = redis.Redis.from_url(url) if url else None
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.count == self.target and self.client is not None:
+            self.client.set(f"{self.prefix}:bench:done", repr(time.time()))
+
+
+_side = _WorkerSide()
+if os.environ.get(ENV_URL):
+    configure(os.environ[ENV_URL], os.environ[ENV_PREFIX])
+
+
+@worker_ready.connect
+def _stamp_ready(**_: Any) -> None:
+    if _side.client is not None:
+        _side.client.set(f"{_side.prefix}:bench:ready", repr(time.time()))
+
+
+def _consumer(group: str) -> Any:
+    # Every body does the same trivial thing on both sides: bump a counter.
+    @app.task(
+        name=f"stream_bench.{group}",
+        base=StreamTask,
+        stream_name="orders",
+        stream_group=group,
+        stream_batch_size=100,
+        stream_drain_interval=None,
+        stream_maxlen=1_000_000,
+    )
+    def stream_body(event: Any) -> None:
+        _side.tick()
+
+    @app.task(name=f"stream_bench.plain_{group}", queue=PLAIN_QUEUE)
+    def plain_body(event: Any) -> None:
+        _side.tick()
+
+    return stream_body, plain_body
+
+
+CONSUMERS = {group: _consumer(group) for group in GROUPS}
+
+
+def wait_for(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def consume(url: str, prefix: str, client: Any, target: int, queue: str) -> float:
+    """Seconds a solo worker on ``queue`` takes (its own clock) to run ``target`` bodies."""
+    client.delete(f"{prefix}:bench:ready", f"{prefix}:bench:done")
+    env = dict(os.environ, **{ENV_URL: url, ENV_PREFIX: prefix, ENV_TARGET: str(target)})
+    bench_dir = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (bench_dir, env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "stream_bench",
+                "worker",
+                "--pool=solo",
+                "--concurrency=1",
+                "--loglevel=WARNING",
+                "-Q",
+                queue,
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"bench-{uuid.uuid4().hex[:6]}@%h",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(lambda: client.get(f"{prefix}:bench:done"), 600, f"{target} bodies")
+        except RuntimeError:
+            log.seek(0)
+            sys.stderr.write(log.read().decode()[-3000:])
+            raise
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    ready = float(client.get(f"{prefix}:bench:ready"))
+    return float(client.get(f"{prefix}:bench:done")) - ready
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--quick", action="store_true", help="--events 2000")
+    args = parser.parse_args()
+    n = 2_000 if args.quick else args.events
+    events = [{"order": i, "total": 100 + i} for i in range(n)]
+    prefix = f"bench:{uuid.uuid4().hex[:8]}"
+    with EmbeddedRedis() as server:
+        configure(server.url, prefix)
+        client = redis.Redis.from_url(server.url)
+        first = CONSUMERS["sms"][0]
+        stream = first.stream
+        plains = [plain for _, plain in CONSUMERS.values()]
+        broker = f"{prefix}:broker:"
+
+        print(f"{n:,} events, groups {GROUPS}", file=sys.stderr)
+        half = n // 2
+        started = time.perf_counter()
+        for event in events[:half]:
+            stream.publish(event)
+        publish_one = time.perf_counter() - started
+        started = time.perf_counter()
+        stream.publish_many(events[half:])
+        publish_many = time.perf_counter() - started
+        drains = client.llen(f"{broker}celery")
+        started = time.perf_counter()
+        for event in events:
+            for plain in plains:
+                plain.delay(event)
+        plain_publish = time.perf_counter() - started
+        plain_messages = client.llen(f"{broker}{PLAIN_QUEUE}")
+
+        print("consuming the stream...", file=sys.stderr)
+        stream_seconds = consume(server.url, prefix, client, n * len(GROUPS), "celery")
+        print("consuming the plain tasks...", file=sys.stderr)
+        plain_seconds = consume(server.url, prefix, client, n * len(GROUPS), PLAIN_QUEUE)
+        lag = {g: t.stream.group_figures(g).lag for g, (t, _) in CONSUMERS.items()}
+
+    rows = [
+        ("publish, events/s (publish() per event vs 3 x delay())", half / publish_one,
+         n / plain_publish),
+        ("publish, events/s (publish_many() vs 3 x delay())", (n - half) / publish_many,
+         n / plain_publish),
+        ("consumed per group, events/s (1 solo worker, 3 groups)", n / stream_seconds,
+         n / plain_seconds),
+        ("broker messages for all events", drains, plain_messages),
+    ]  # fmt: skip
+    print(f"\n{'measure':58} {'stream':>12} {'plain Celery':>13} {'ratio':>7}")
+    for label, ours, theirs in rows:
+        better = theirs / ours if label.startswith("broker") else ours / theirs
+        print(f"{label:58} {ours:12,.0f} {theirs:13,.0f} {better:6.1f}x")
+    print(
+        f"\nconsumed: every group caught up (lag {lag}); both sides ran the same trivial body "
+        f"{n * len(GROUPS):,} times in one solo worker subprocess; ratio > 1x: the stream did "
+        "better."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+-- The three sources a read hands entries out from (spliced in by stream_read.lua). Each takes
+-- the read's state `r`: group, consumer, n, visibility, max_deliveries, guard, ordered, now,
+-- out (the reply being built) and handed (entries in it).
+--#include stream_common
+
+local function hand(r, id, f, deliveries)
+  r.out[#r.out + 1] = id
+  r.out[#r.out + 1] = f['d']
+  r.out[#r.out + 1] = deliveries
+  r.out[#r.out + 1] = f['k'] or ''
+  r.handed = r.handed + 1
+end
+
+-- A pending entry that is no longer to be handed out: acknowledge it and free its key.
+local function drop(r, id)
+  redis.call('XACK', K_EVENTS, r.group, id)
+  if r.ordered then release_key(id) end
+end
+
+-- A pending entry handed out (again), `counted` times so far: trimmed, guarded or worn out
+-- entries are settled instead; otherwise the consumer owns it with its new count.
+local function redeliver(r, id, f, counted)
+  if not f then
+    drop(r, id)  -- the cap trimmed it before it was acknowledged: nothing left to deliver
+    redis.call('HINCRBY', K_GSTATS, 'lost', 1)
+  elseif r.guard and redis.call('ZSCORE', K_DONE, id) then
+    drop(r, id)
+    redis.call('HINCRBY', K_GSTATS, 'guard_skipped', 1)
+  elseif counted + 1 > r.max_deliveries then
+    bury(r.group, id, f, counted, 'not acknowledged after ' .. counted ..
+      ' deliveries (visibility timeout ' .. r.visibility .. ' ms)', r.now)
+    drop(r, id)
+  else
+    redis.call('XCLAIM', K_EVENTS, r.group, r.consumer, 0, id,
+      'RETRYCOUNT', counted + 1, 'JUSTID')
+    if counted > 0 then redis.call('HINCRBY', K_GSTATS, 'redelivered', 1) end
+    hand(r, id, f, counted + 1)
+  end
+end
+
+-- Ordered groups: held entries whose key came free (parked with 0 deliveries).
+local function take_ready(r)
+  while r.ordered and r.handed < r.n do
+    local id = redis.call('LPOP', K_READY)
+    if not id then return end
+    redeliver(r, id, entry_of(id), deliveries_of(r.group, id))
+  end
+end
+
+-- Entries pending longer than the visibility timeout (XAUTOCLAIM from the saved cursor; JUSTID
+-- so that the count is set here). Returns true when more may be claimable further on.
+local function take_claimed(r)
+  if r.handed >= r.n then return false end
+  local cursor = redis.call('HGET', K_GSTATS, 'cursor') or '0-0'
+  local claimed = redis.call('XAUTOCLAIM', K_EVENTS, r.group, r.consumer, r.visibility, cursor,
+    'COUNT', r.n - r.handed, 'JUSTID')
+  redis.call('HSET', K_GSTATS, 'cursor', claimed[1])
+  for _, id in ipairs(claimed[2]) do
+    local f = entry_of(id)
+    if r.ordered and f and f['k'] and redis.call('ZSCORE', K_HELD, held_member(f['k'], id)) then
+      -- Still waiting for its key: back to the held consumer, count untouched.
+      redis.call('XCLAIM', K_EVENTS, r.group, HELD, 0, id, 'JUSTID')
+    else
+      redeliver(r, id, f, deliveries_of(r.group, id))
+    end
+  end
+  return #claimed[2] > 0 and claimed[1] ~= '0-0'
+end
+
+-- New entries (XREADGROUP). Returns how many were read, handed out or not.
+local function take_new(r)
+  if r.handed >= r.n then return 0 end
+  local read = redis.call('XREADGROUP', 'GROUP', r.group, r.consumer, 'COUNT', r.n - r.handed,
+    'STREAMS', K_EVENTS, '>')
+  local entries = read and read[1] and read[1][2] or {}
+  local last_seq = tonumber(redis.call('HGET', K_GSTATS, 'last_seq') or '0')
+  for _, entry in ipairs(entries) do
+    local id, f = entry[1], fields_of(entry[2])
+    local seq, key = tonumber(f['n']), f['k']
+    -- A gap in sequence numbers: the cap trimmed entries before this group read them.
+    if seq > last_seq + 1 then redis.call('HINCRBY', K_GSTATS, 'missed', seq - last_seq - 1) end
+    if seq > last_seq then last_seq = seq end
+    redis.call('HINCRBY', K_GSTATS, 'delivered', 1)
+    if f['to'] and f['to'] ~= r.group then
+      redis.call('XACK', K_EVENTS, r.group, id)  -- a requeued dead letter of another group
+    elseif r.guard and redis.call('ZSCORE', K_DONE, id) then
+      redis.call('XACK', K_EVENTS, r.group, id)  -- a replayed entry this group completed
+      redis.call('HINCRBY', K_GSTATS, 'guard_skipped', 1)
+    elseif r.ordered and key and redis.call('HEXISTS', K_BUSY, 'k:' .. key) == 1 then
+      -- An earlier entry of its key is in flight: park it until that one is settled.
+      redis.call('XCLAIM', K_EVENTS, r.group, HELD, 0, id, 'RETRYCOUNT', 0, 'JUSTID')
+      redis.call('ZADD', K_HELD, 0, held_member(key, id))
+    else
+      if r.ordered and key then redis.call('HSET', K_BUSY, 'k:' .. key, id, 'i:' .. id, key) end
+      hand(r, id, f, 1)
+    end
+  end
+  redis.call('HSET', K_GSTATS, 'last_seq', last_seq)
+  return #entries
+end

@@ -1,0 +1,419 @@
+"""StreamTask: each task is one consumer group of an event stream and receives every event.
+
+Publishing appends the event to the stream (Redis) and sends one argument-less drain job per
+group whose drain lease it armed; the broker never carries the events. A drain job reads its
+group's entries, runs the body on each and acknowledges them, while a heartbeat thread renews
+the group's lease and the visibility of the entries at work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
+
+from ..errors import ConfigurationError, RedQueueError
+from ..structures.stream_types import PublishReceipt, StreamEvent, StreamRead, validate_group
+from ..structures.streams import EventStream
+from ..validation import optional_seconds, positive_int, seconds
+from .base import RedQueueTask, error_text
+from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .config import get_config
+from .decorators import decorate_task
+
+logger = logging.getLogger(__name__)
+
+
+class StreamTask(RedQueueTask):
+    """Base class of stream consumers: the task is group ``stream_group`` of ``stream_name``.
+
+    Example::
+
+        @stream_task(stream="orders", group="sms")
+        def send_sms(event):
+            ...
+
+        send_sms.stream.publish({"order": 7})   # every group of "orders" receives it
+    """
+
+    #: The stream this task consumes (required).
+    stream_name: str | None = None
+    #: Its consumer group; defaults to the task name.
+    stream_group: str | None = None
+    #: Partition key of an event: a callable on the event or the name of one of its fields.
+    #: When set, this group handles each key's events one at a time, in publish order. Every
+    #: task of a stream that sets it must set the same value (it is computed at publish).
+    stream_key: Callable[[Any], str] | str | None = None
+    #: Most entries the stream keeps (approximate trimming; trimmed entries are counted).
+    stream_maxlen: int | None = 100_000
+    #: Entries read per step of a drain.
+    stream_batch_size: int = 10
+    #: Seconds an entry handed out may stay unacknowledged before another consumer claims it
+    #: (a running body's heartbeat keeps renewing it).
+    stream_visibility_timeout: float = 60.0
+    #: Deliveries (first, retries, claims) before an entry is dead-lettered.
+    stream_max_deliveries: int = 5
+    #: Seconds before a failed entry is handed out again (with ``retry_backoff``: the base of
+    #: Celery's exponential backoff).
+    stream_retry_delay: float = 1.0
+    #: Consumer-side guard (seconds, 0: off): entries whose body completed are remembered and a
+    #: redelivered or replayed copy is skipped.
+    stream_processed_guard: float = 0.0
+    #: Seconds the drain lease lasts unless renewed: a dead drain blocks nobody for longer.
+    stream_drain_lease: float = 15.0
+    #: Seconds between beat-run drains (a safety net). None: no beat entry.
+    stream_drain_interval: float | None = 30.0
+    #: Seconds one drain job works before handing over to a fresh one.
+    stream_drain_time_budget: float = 10.0
+    #: Seconds a drain keeps looking at a caught-up group before it ends.
+    stream_drain_linger: float = 0.2
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.stream_name is not None:
+            validate_group(cls.stream_name, "stream_name")
+        if cls.stream_group is not None:
+            validate_group(cls.stream_group, "stream_group")
+        positive_int("stream_maxlen", cls.stream_maxlen, optional=True)
+        positive_int("stream_batch_size", cls.stream_batch_size)
+        positive_int("stream_max_deliveries", cls.stream_max_deliveries)
+        seconds("stream_visibility_timeout", cls.stream_visibility_timeout, positive=True)
+        seconds("stream_retry_delay", cls.stream_retry_delay)
+        seconds("stream_processed_guard", cls.stream_processed_guard)
+        seconds("stream_drain_lease", cls.stream_drain_lease, positive=True)
+        optional_seconds("stream_drain_interval", cls.stream_drain_interval)
+        seconds("stream_drain_time_budget", cls.stream_drain_time_budget, positive=True)
+        seconds("stream_drain_linger", cls.stream_drain_linger)
+        key = cls.__dict__.get("stream_key")
+        if key is not None and not isinstance(key, staticmethod):
+            if not (isinstance(key, str) or callable(key)):
+                raise ConfigurationError(
+                    f"stream_key must be a callable on the event or a field name, got {key!r}"
+                )
+            if callable(key):
+                cls.stream_key = staticmethod(key)
+        if "run" in cls.__dict__ and cls.stream_name is None:
+            raise ConfigurationError(f"stream_name is required for stream task {cls.__name__}")
+
+    @classmethod
+    def _register_schedules(cls, app: Any) -> None:
+        if cls.stream_drain_interval:
+            register_beat(
+                app,
+                f"redqueue: drain {cls.name}",
+                cls.stream_drain_interval,
+                cls.name,
+                {DRAIN_HEADER: 1},
+            )
+
+    @property
+    def group(self) -> str:
+        """This task's consumer group."""
+        return self.stream_group or validate_group(self.name, "stream_group (the task name)")
+
+    @property
+    def stream(self) -> EventStream:
+        """The stream, as this group reads it; ``publish`` wakes every group of the app."""
+        stream: EventStream = self._per_process("_redqueue_stream", self._make_stream)
+        return stream
+
+    @property
+    def structure(self) -> EventStream:
+        return self.stream
+
+    @property
+    def event(self) -> StreamEvent | None:
+        """The entry whose body runs in this thread (id, deliveries, key), else None."""
+        return getattr(self._local, "event", None)
+
+    @property
+    def _local(self) -> threading.local:
+        local: threading.local = self._per_process("_redqueue_local", threading.local)
+        return local
+
+    def _make_stream(self) -> EventStream:
+        assert self.stream_name is not None
+        return make_stream(self.app, self.stream_name, reader=self)
+
+    # Producing: events are published to the stream, never sent as calls.
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed
+        by publishing (``task.stream.publish(event)``), so that every group receives it."""
+        if (options.get("headers") or {}).get(DRAIN_HEADER):
+            return self.send_drain(producer=producer, **options)
+        raise RedQueueError(
+            f"{self.name} consumes stream {self.stream_name!r}: publish events with "
+            f"{self.name}.stream.publish(event) (every group receives them), not delay()"
+        )
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+        """Put dead letters back in the stream, addressed to their groups, and wake them."""
+        count: int = self.stream.requeue_dead(letters, limit)
+        return count
+
+    # Consuming
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_drain_request(args, kwargs):
+            return self.drain().as_dict()
+        return super().__call__(*args, **kwargs)
+
+    def drain(self) -> DrainSummary:
+        """Read, run and acknowledge this group's entries until it has caught up (lingering a
+        moment) or the time budget is spent."""
+        stream = self.stream
+        consumer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        deadline = time.monotonic() + self.stream_drain_time_budget
+        processed = failed = batches = 0
+        retry_at: float | None = None
+        last_work = -float("inf")
+        with self._heartbeat(stream, consumer) as working:
+            while True:
+                linger = time.monotonic() - last_work < self.stream_drain_linger
+                batch = stream.read(self.group, consumer, self.stream_batch_size, linger=linger)
+                if batch.read_again:
+                    continue
+                if batch.lingering:
+                    time.sleep(0.02)
+                    continue
+                if not batch:
+                    break
+                working[:] = batch.ids
+                started = time.monotonic()
+                failures, retry_in, dead = self._run_batch(batch)
+                last_work = time.monotonic()
+                stream.ack(
+                    batch,
+                    failures=failures,
+                    retry_in=retry_in,
+                    dead=dead,
+                    seconds=last_work - started,
+                )
+                working[:] = []
+                batches += 1
+                failed += len(failures) + len(batch.undecodable)
+                processed += len(batch.events) - len(failures)
+                if retry_in:
+                    soonest = time.monotonic() + min(retry_in.values())
+                    retry_at = soonest if retry_at is None else min(retry_at, soonest)
+                if time.monotonic() >= deadline:
+                    self.send_drain()  # hand over, so one group cannot hold a worker forever
+                    return DrainSummary(processed, failed, batches, continued=True)
+        if retry_at is not None:
+            # Failed entries become claimable after their delay: come back for them then.
+            self.send_drain(countdown=max(retry_at - time.monotonic(), 0.0))
+            return DrainSummary(processed, failed, batches, continued=True)
+        return DrainSummary(processed, failed, batches)
+
+    @contextmanager
+    def _heartbeat(self, stream: EventStream, consumer: str) -> Iterator[list[str]]:
+        """Renew the drain lease and the entries at work (the yielded list) until the drain
+        ends, so a short lease and visibility timeout still let a long body run once."""
+        working: list[str] = []
+        stop = threading.Event()
+        interval = min(self.stream_drain_lease, self.stream_visibility_timeout) / 3
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    stream.renew(self.group, consumer, list(working))
+                except RedQueueError:
+                    logger.warning("%s: heartbeat failed; retrying", self.name, exc_info=True)
+
+        thread = threading.Thread(target=beat, name=f"redqueue-heartbeat-{self.group}", daemon=True)
+        thread.start()
+        try:
+            yield working
+        finally:
+            stop.set()
+            thread.join()
+
+    def _run_batch(self, batch: StreamRead) -> tuple[dict[str, str], dict[str, float], set[str]]:
+        """Run the body on each event; returns failures, their retry delays and the ids to
+        dead-letter at once."""
+        failures: dict[str, str] = {}
+        retry_in: dict[str, float] = {}
+        dead: set[str] = set()
+        for index, event in enumerate(batch.events):
+            self._local.event = event
+            try:
+                self._body()(event.payload)
+            except SoftTimeLimitExceeded:
+                # This job ends here; what it did not finish is claimed again after the
+                # visibility timeout by the drain job sent now.
+                rest = batch.events[index:]
+                self.stream.ack(
+                    StreamRead(batch.group, batch.consumer, rest),
+                    failures=dict.fromkeys((e.id for e in rest), "time limit"),
+                )
+                self.send_drain()
+                raise
+            except Retry as exc:
+                failures[event.id] = error_text(exc.exc if exc.exc is not None else exc)
+                when = exc.when if isinstance(exc.when, int | float) else None
+                retry_in[event.id] = self._retry_delay(event.deliveries, when)
+            except Exception as exc:
+                failures[event.id] = error_text(exc)
+                if isinstance(exc, tuple(getattr(self, "dont_autoretry_for", ()) or ())):
+                    dead.add(event.id)
+                    logger.exception("%s: entry %s dead-lettered", self.name, event.id)
+                else:
+                    retry_in[event.id] = self._retry_delay(event.deliveries, None)
+                    logger.warning(
+                        "%s: entry %s failed on delivery %d: %r",
+                        self.name,
+                        event.id,
+                        event.deliveries,
+                        exc,
+                    )
+            finally:
+                self._local.event = None
+        return failures, retry_in, dead
+
+    def _retry_delay(self, deliveries: int, when: float | None) -> float:
+        if when is not None:
+            return float(when)
+        if getattr(self, "retry_backoff", False):
+            return float(
+                get_exponential_backoff_interval(
+                    factor=max(self.stream_retry_delay, 0.001),
+                    retries=deliveries - 1,
+                    maximum=getattr(self, "retry_backoff_max", 600),
+                    full_jitter=getattr(self, "retry_jitter", True),
+                )
+            )
+        return float(self.stream_retry_delay)
+
+    def reap(self) -> int:
+        """Wake this group if it has unread or claimable entries and no drain pending."""
+        return self.stream.reap([self.group]).woken
+
+
+def stream_tasks(app: Any, name: str) -> list[StreamTask]:
+    """The app's tasks consuming stream ``name``, by task name."""
+    return sorted(
+        (t for t in app.tasks.values() if isinstance(t, StreamTask) and t.stream_name == name),
+        key=lambda t: t.name,
+    )
+
+
+def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventStream:
+    """The stream ``name`` as the app sees it: every subscribed group declared, publishes
+    that wake a group send its task's drain job; reads use ``reader``'s options."""
+    config = get_config(app)
+    tasks = stream_tasks(app, name)
+    keys = {t.stream_key for t in tasks if t.stream_key is not None}
+    if len(keys) > 1:
+        raise ConfigurationError(
+            f"tasks of stream {name!r} set different stream_key values ({sorted(map(repr, keys))}"
+            "); the key is computed once at publish: give them all the same (a field name)"
+        )
+    maxlens = {t.stream_maxlen for t in tasks}
+    if len(maxlens) > 1:
+        raise ConfigurationError(
+            f"tasks of stream {name!r} set different stream_maxlen values "
+            f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
+        )
+    by_group = {t.group: t for t in tasks}
+    key_spec = next(iter(keys), None)
+    own = reader or (tasks[0] if tasks else StreamTask)
+
+    def wake(groups: list[str]) -> None:
+        for group in groups:
+            task = by_group.get(group)
+            if task is None:
+                continue
+            try:
+                task.send_drain()
+            except Exception:
+                # The event is safe in Redis; disarm, so the next publish or beat sends one.
+                stream.release_drain(group)
+                logger.exception("redqueue: sending the drain job of %s failed", task.name)
+
+    stream = EventStream(
+        config.client(),
+        name,
+        maxlen=own.stream_maxlen,
+        groups=sorted(by_group),
+        key=_key_function(key_spec),
+        visibility_timeout=own.stream_visibility_timeout,
+        max_deliveries=own.stream_max_deliveries,
+        processed_guard=own.stream_processed_guard,
+        ordered=reader is not None and reader.stream_key is not None,
+        drain_lease=own.stream_drain_lease,
+        prefix=config.key_prefix,
+        serializer=config.serializer,
+        on_wake=wake,
+    )
+    if app.conf.task_always_eager:
+        stream.publish_many = _eager_publish(stream, tasks)  # type: ignore[method-assign]
+    return stream
+
+
+def _key_function(spec: Any) -> Callable[[Any], str] | None:
+    if spec is None or callable(spec):
+        return spec  # type: ignore[no-any-return]
+    return lambda event: event[spec]
+
+
+def _eager_publish(
+    stream: EventStream, tasks: list[StreamTask]
+) -> Callable[..., list[PublishReceipt]]:
+    """In eager mode (users' unit tests) a publish runs every group's body at once, on the
+    event as a worker would see it; nothing is stored."""
+
+    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[PublishReceipt]:
+        encoded = [stream.encode(e) for e in events]
+        for data in encoded:
+            for task in tasks:
+                task.apply((stream.serializer.loads(data),))
+        return [PublishReceipt(id="eager") for _ in encoded]
+
+    return publish_many
+
+
+def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> PublishReceipt:
+    """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
+    object is built once per process and stream)."""
+    cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})
+    built = cache.get((os.getpid(), stream))
+    if built is None:
+        built = cache[(os.getpid(), stream)] = make_stream(app, stream)
+    return built.publish(event, key=key)
+
+
+def stream_task(*args: Any, **options: Any) -> Any:
+    """Decorator: a shared task with :class:`StreamTask` as base; options are checked at once.
+    ``stream=`` and ``group=`` are short for ``stream_name=`` and ``stream_group=``.
+
+    Example::
+
+        @stream_task(stream="orders", group="loyalty", stream_processed_guard=86400)
+        def add_points(event):
+            ...
+    """
+    for short, full in (("stream", "stream_name"), ("group", "stream_group")):
+        if short in options:
+            options[full] = options.pop(short)
+    if "stream_name" not in options:
+        raise ConfigurationError("stream_task needs stream= (the stream to consume)")
+    return decorate_task(StreamTask, args, options, "stream_task")
