@@ -20,7 +20,7 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils.time import maybe_make_aware
 
-from ..errors import ConfigurationError, RedQueueError, SerializationError
+from ..errors import RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .config import get_config
 from .options import check_option_names, drain_options
@@ -144,12 +144,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
     def bind(cls, app: Any) -> Any:
         bound = super().bind(app)
         if cls.name and cls.name != REAPER_TASK:
-            try:
-                config = get_config(app)
-            except ConfigurationError:
-                # A shared task is bound to every app of the process, including ones that never
-                # use redqueue; an app that does gets this error at its first call instead.
-                return bound
+            config = get_config(app)
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 cls._register_schedules(app)
