@@ -23,7 +23,7 @@ from celery.utils.time import maybe_make_aware
 from ..errors import RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .config import get_config
-from .options import check_option_names, drain_options
+from .options import check_option_names, drain_options, warn_if_task_cls_dropped
 
 #: The redqueue task whose ``__call__`` chain is running in this context, and whether it runs
 #: one stored call of a drain (True) or a direct call (False). Outer entries dispatch a call
@@ -143,6 +143,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
     @classmethod
     def bind(cls, app: Any) -> Any:
         bound = super().bind(app)
+        warn_if_task_cls_dropped(cls, app)
         if cls.name and cls.name != REAPER_TASK:
             config = get_config(app)
             if config.beat:
