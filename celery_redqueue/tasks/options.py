@@ -19,6 +19,7 @@ import warnings
 from typing import Any
 
 from ..errors import ConfigurationError, RedQueueError
+from ..redis.keys import validate_name
 
 #: The option prefixes that belong to redqueue task kinds.
 PREFIXES = ("pool_", "bucket_", "lease_")
@@ -128,8 +129,6 @@ def check_option_names(cls: type) -> None:
 
 def check_structure_name(cls: type, option: str) -> None:
     """The structure's name (``option``, or the task name it defaults to) is a valid key part."""
-    from ..redis.keys import validate_name
-
     value = getattr(cls, option, None)
     if value is not None:
         validate_name(value, option)
