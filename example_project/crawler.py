@@ -8,6 +8,7 @@ Run it with ``./run-demo crawler``.
 """
 
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from celery_redqueue.testing.embedded import EmbeddedRedis
-from example_project.demo import celery, stop
+from example_project.demo import Interrupted, celery, interrupt, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES_PER_DOMAIN = 30
@@ -121,5 +122,16 @@ def main():
                 site.shutdown()
 
 
+def run():
+    """main(), stopped cleanly (worker, beat, Redis, temporary files) by Ctrl-C or SIGTERM."""
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return main()
+    except Interrupted as stopped:
+        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
+        return 128 + stopped.signum
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -23,11 +23,11 @@ from celery.exceptions import Retry
 from celery.utils.time import maybe_make_aware
 
 from .. import validation
-from ..errors import ConfigurationError, InvalidArgumentError, RedQueueError, SerializationError
+from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .buffer import CallBuffer, buffered_call
 from .config import get_config
-from .options import check_option_names, drain_options
+from .options import check_option_names, drain_options, warn_if_task_cls_dropped
 
 #: The redqueue task whose ``__call__`` chain is running in this context, and whether it runs
 #: one stored call of a drain (True) or a direct call (False). Outer entries dispatch a call
@@ -150,13 +150,9 @@ class RedQueueTask(Task):  # type: ignore[misc]
     @classmethod
     def bind(cls, app: Any) -> Any:
         bound = super().bind(app)
+        warn_if_task_cls_dropped(cls, app)
         if cls.name and cls.name != REAPER_TASK:
-            try:
-                config = get_config(app)
-            except ConfigurationError:
-                # A shared task is bound to every app of the process, including ones that never
-                # use redqueue; an app that does gets this error at its first call instead.
-                return bound
+            config = get_config(app)
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 cls._register_schedules(app)

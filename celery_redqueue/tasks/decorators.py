@@ -51,6 +51,8 @@ def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = Non
 def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], label: str) -> Any:
     """What Celery's ``shared_task`` does, with the base built on each app's ``task_cls``."""
 
+    options = {k: v for k, v in options.items() if k not in ("shared", "lazy")}
+
     def create(app: Any) -> Any:
         return app.task(
             fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
@@ -60,7 +62,12 @@ def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], 
     for app in _get_active_apps():
         if app.finalized:
             with app._finalize_mutex:
-                create(app)
+                try:
+                    create(app)
+                except ConfigurationError:
+                    # An app finalized before this module was imported, without redqueue
+                    # settings (Celery's fallback default app, say): it does not use this task.
+                    continue
 
     def task_by_app() -> Any:
         app = get_current_app()

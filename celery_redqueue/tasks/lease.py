@@ -44,7 +44,7 @@ from ..structures.leases import Lease, ResourcePool
 from ..validation import boolean, count, seconds
 from .config import get_config
 from .decorators import decorate_task
-from .options import check_option_names, check_structure_name
+from .options import check_option_names, check_structure_name, warn_if_task_cls_dropped
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +172,12 @@ class LeaseTask(Task):  # type: ignore[misc]
         boolean("lease_renew", cls.lease_renew)
         boolean("lease_retry_jitter", cls.lease_retry_jitter)
         count("lease_max_retries", cls.lease_max_retries)
+
+    @classmethod
+    def bind(cls, app: Any) -> Any:
+        bound = super().bind(app)
+        warn_if_task_cls_dropped(cls, app)
+        return bound
 
     @property
     def resource_pool(self) -> ResourcePool:

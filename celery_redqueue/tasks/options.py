@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import warnings
 from typing import Any
 
 from ..errors import ConfigurationError, RedQueueError
+from ..redis.keys import validate_name
 
 #: The option prefixes that belong to redqueue task kinds.
 PREFIXES = ("pool_", "bucket_", "lease_")
@@ -127,8 +129,6 @@ def check_option_names(cls: type) -> None:
 
 def check_structure_name(cls: type, option: str) -> None:
     """The structure's name (``option``, or the task name it defaults to) is a valid key part."""
-    from ..redis.keys import validate_name
-
     value = getattr(cls, option, None)
     if value is not None:
         validate_name(value, option)
@@ -151,3 +151,22 @@ def check_key_parameter(key: str, run: Any) -> None:
             f"bucket_key={key!r} is not a parameter of {getattr(body, '__name__', body)!r} "
             f"(its parameters: {', '.join(named) or 'none'})" + _did_you_mean(key, named)
         )
+
+
+def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
+    """Say so when ``@app.task(base=PoolTask, ...)`` replaced the app's own ``task_cls`` (as
+    ``base=`` does in Celery for every task): what that class does per call, such as Flask's app
+    context, does not happen for this task."""
+    if not cls.__dict__.get("_decorated") or not cls.__dict__.get("name"):
+        return
+    task_cls = app.Task.__mro__[1]
+    if task_cls.__module__ == "celery.app.task" or issubclass(cls, task_cls):
+        return
+    warnings.warn(
+        f"{cls.__dict__['name']}: base={cls.__mro__[1].__name__} replaces the app's task_cls "
+        f"{task_cls.__name__}, so its __call__ does not wrap this task's calls; use "
+        f"@{getattr(cls, 'redqueue_kind', 'pool')}_task(app=app, ...), which builds on it, or "
+        f"base=type('X', ({cls.__mro__[1].__name__}, app.Task), {{}})",
+        UserWarning,
+        stacklevel=2,
+    )

@@ -134,3 +134,11 @@ def test_lease_task_decorator_builds_on_task_cls(flask_celery):
 def test_two_kinds_in_one_class_are_refused(bases):
     with pytest.raises(ConfigurationError, match="combines"):
         type("Both", bases, {})
+
+
+def test_app_task_with_a_redqueue_base_says_it_replaces_task_cls(flask_celery):
+    with pytest.warns(UserWarning, match=r"base=PoolTask replaces the app's task_cls FlaskTask"):
+
+        @flask_celery.task(base=PoolTask, lazy=False)
+        def record(x):
+            pass

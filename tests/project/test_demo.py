@@ -81,3 +81,26 @@ def test_demo_cleans_up_when_stopped_mid_burst(stop_with):
         for pid in leftovers:  # whatever a failed run left behind: do not leak it
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_demo_output_explains_itself():
+    result = subprocess.run(
+        [sys.executable, "-m", "example_project.demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    # What was fired at which pool, and how many calls in all.
+    assert re.search(r"firing 20,000 page views at \S+record_page_view \(a pool of 200\)", out)
+    assert "5,000 error reports of 3 kinds at" in out
+    assert "25,000 calls stored" in out
+    # Why "kept" exceeds the capacity, and the merged calls of the coalescing pool.
+    kept = int(re.search(r"page views: ([\d,]+) kept", out).group(1).replace(",", ""))
+    assert "kept exceeds the pool's 200 because" in out or kept <= 200
+    merged = re.search(r"error reports: ([\d,]+) merged", out)
+    assert merged and int(merged.group(1).replace(",", "")) > 0
+    assert out.count(": True") == 4 and ": False" not in out  # the accounting balances
