@@ -232,7 +232,8 @@ def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
 
     monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
     monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
+    sys.modules.pop("tests.faults.fault_app", None)  # read the environment afresh
     module = importlib.import_module("tests.faults.fault_app")
-    module = importlib.reload(module)
     yield module
     module.app.close()
+    sys.modules.pop("tests.faults.fault_app", None)
