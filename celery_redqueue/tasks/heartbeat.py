@@ -92,15 +92,20 @@ class Heartbeat:
                 del self._held[id(structure)]
 
     def _due(self) -> tuple[list[tuple[Any, list[str]]], float]:
-        """What is due for renewal now, and the seconds until the next renewal."""
+        """What is due for renewal now, and the seconds until the next renewal.
+
+        When one structure is due, those due within half their interval come along, so that
+        the renewals of a process share round trips instead of spreading out."""
         now = time.monotonic()
         due: list[tuple[Any, list[str]]] = []
         sleep = 1.0
         with self._lock:
+            if any(held.next_at <= now for held in self._held.values()):
+                for held in self._held.values():
+                    if held.next_at <= now + held.interval / 2:
+                        due.append((held.structure, sorted(held.ids)))
+                        held.next_at = now + held.interval
             for held in self._held.values():
-                if held.next_at <= now:
-                    due.append((held.structure, sorted(held.ids)))
-                    held.next_at = now + held.interval
                 sleep = min(sleep, max(held.next_at - now, 0.0))
         return due, sleep
 

@@ -250,6 +250,7 @@ class PoolTask(RedQueueTask):
         while True:
             linger = time.monotonic() - last_work < self.pool_drain_linger
             batch = pool.pop(self.pool_batch_size, linger=linger)
+            failed += batch.malformed  # dead-lettered by the pop, with the reason
             if batch.fan_out:
                 self.send_drain_or_release()
             if batch.pop_again:

@@ -93,7 +93,8 @@ class StoppableRedis:
     """A redis-server on a fixed loopback port that can be stopped and started again, as a
     broker that goes down and comes back."""
 
-    def __init__(self):
+    def __init__(self, appendonly=False):
+        self.appendonly = appendonly
         self.binary = find_server_binary()
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -107,7 +108,8 @@ class StoppableRedis:
 
     def start(self):
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--dir", self.dir.name, "--save", "", "--appendonly", "no"]
+        args += ["--dir", self.dir.name, "--save", "", "--appendonly"]
+        args += ["yes" if self.appendonly else "no"]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
         try:
@@ -137,6 +139,29 @@ def broker_server():
     yield server
     server.stop()
     server.dir.cleanup()
+
+
+@pytest.fixture
+def data_server():
+    """A Redis of the test's own for the structures, with AOF on (it keeps its data across a
+    restart, so what a dead drain left behind is still there when it comes back)."""
+    server = StoppableRedis(appendonly=True)
+    server.start()
+    yield server
+    server.stop()
+    server.dir.cleanup()
+
+
+@pytest.fixture
+def data_app(redqueue_server_url, redqueue_prefix, data_server):
+    """An app whose structures live on ``data_server``; its broker stays on the test Redis."""
+    app = Celery(f"redqueue-data-{redqueue_prefix}", set_as_current=False)
+    app.conf.update(celery_test_config(redqueue_server_url, redqueue_prefix))
+    app.conf.redqueue_url = data_server.url
+    app.conf.redqueue_beat = False
+    app.task = functools.partial(app.task, shared=False)
+    yield app
+    app.close()
 
 
 @pytest.fixture
@@ -207,7 +232,8 @@ def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
 
     monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
     monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
+    sys.modules.pop("tests.faults.fault_app", None)  # read the environment afresh
     module = importlib.import_module("tests.faults.fault_app")
-    module = importlib.reload(module)
     yield module
     module.app.close()
+    sys.modules.pop("tests.faults.fault_app", None)

@@ -30,7 +30,7 @@ def client():
     return _client
 
 
-@app.task(base=PoolTask, pool_size=1000, pool_batch_size=1, pool_drain_interval=None)
+@app.task(base=PoolTask, shared=False, pool_size=1000, pool_batch_size=1, pool_drain_interval=None)
 def fragile(i):
     """Records each call; call "hang" never returns (the test kills its worker)."""
     client().rpush(f"{PREFIX}:started", str(i))

@@ -2,6 +2,9 @@
 that cannot be parsed or decoded is dead-lettered with the reason (pools and buckets alike)
 while the rest carries on; the accounting identities stay exact."""
 
+import json
+import time
+
 import pytest
 import redis
 
@@ -135,3 +138,66 @@ def test_problem_5_an_undecodable_payload_does_not_kill_the_drain(
     assert identities["bucket"](stats)
     assert sorted(x.decode() for x in redqueue_redis.lrange(done, 0, -1)) == ["2", "3"]
     assert bucket.dead_letters()[0].error.startswith("undecodable payload: ")
+
+
+class PickyJSON:
+    """JSON that refuses to read back the payload "poison" (as a changed serializer would)."""
+
+    def dumps(self, obj):
+        return json.dumps(obj).encode()
+
+    def loads(self, data):
+        value = json.loads(data)
+        if value == "poison":
+            raise ValueError("cannot read")
+        return value
+
+
+def test_an_undecodable_pool_payload_is_dead_lettered_at_most_once_too(
+    redqueue_redis, redqueue_prefix, identities
+):
+    pool = CappedPool(
+        redqueue_redis, "p", 10, policy="newest", serializer=PickyJSON(), prefix=redqueue_prefix
+    )
+    pool.add_many(["poison", "good"])
+    batch = pool.pop(10)
+    assert [item.payload for item in batch.items] == ["good"]
+    assert pool.ack(batch)
+    stats = pool.stats()
+    assert (stats.processed, stats.failed, stats.dead, stats.in_flight) == (1, 0, 1, 0)
+    assert identities["pool"](stats)
+    [letter] = pool.dead_letters()
+    assert letter.error == "undecodable payload: ValueError: cannot read"
+
+
+@pytest.mark.parametrize("kind", ["pool", "bucket"])
+def test_a_malformed_delayed_entry_is_dead_lettered_when_due(
+    kind, pool, bucket, redqueue_redis, identities
+):
+    structure = pool if kind == "pool" else bucket
+    if kind == "pool":
+        pool.add("later", delay=0.05)
+        pool.add("due", delay=0.05)
+    else:
+        bucket.enqueue("k", "later", delay=0.05)
+        bucket.enqueue("k", "due", delay=0.05)
+    scheduled = structure.keys("scheduled")
+    member, score = redqueue_redis.zrange(scheduled, 0, 0, withscores=True)[0]
+    redqueue_redis.zrem(scheduled, member)
+    redqueue_redis.zadd(scheduled, {b"garbage": score})
+    time.sleep(0.1)
+    if kind == "pool":
+        batch = pool.pop(10)
+        assert [item.payload for item in batch.items] == ["due"] and batch.malformed == 1
+        pool.ack(batch)
+        stats = pool.stats()
+        assert (stats.processed, stats.dead, stats.delayed) == (1, 1, 0)
+        assert identities["pool"](stats)
+    else:
+        poll = bucket.poll()
+        assert poll.reservation.payload == "due" and poll.malformed == 1
+        bucket.commit(poll.reservation)
+        stats = bucket.stats()
+        assert (stats.processed, stats.dead, stats.delayed) == (1, 1, 0)
+        assert identities["bucket"](stats)
+    assert structure.dead_letters()[0].error.startswith("malformed entry")

@@ -7,9 +7,11 @@ dies frees its structure within the lease. Beat is off throughout: calls alone m
 
 import os
 import signal
+import threading
 import time
 
 import pytest
+import redis as redis_py
 
 from celery_redqueue import BucketTask, PoolTask
 
@@ -135,3 +137,43 @@ def test_problem_2_a_killed_drain_frees_the_pool_within_its_lease(
         raise
     print(f"served {recovered:.2f}s after the drain was killed")
     assert recovered < 30  # a logical bound: the lease (10 s) plus start-up, not minutes
+
+
+def test_problem_2_a_redis_restart_mid_drain_strands_nothing(
+    data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for
+):
+    """Redis (AOF on) restarts while a drain runs: the drain job fails with
+    RedisUnavailableError, and once Redis is back the next calls are served within the drain
+    lease, without beat; the old flag (300 s, kept by the AOF) held the pool for minutes."""
+    done, started = f"{redqueue_prefix}:done", f"{redqueue_prefix}:started"
+    redis_down = threading.Event()
+
+    @data_app.task(base=PoolTask, pool_batch_size=1, pool_drain_interval=None)
+    def t(i):
+        redqueue_redis.rpush(started, i)
+        if i == 0:
+            redis_down.wait(30)  # Redis goes down meanwhile: this drain's ack fails
+        redqueue_redis.rpush(done, i)
+
+    data = redis_py.Redis.from_url(data_server.url)
+    with worker(data_app):
+        assert t.delay(0).drain_needed
+        for i in range(1, 5):
+            t.delay(i)
+        wait_for(lambda: redqueue_redis.llen(started), timeout=60, message="the first call")
+        data_server.stop()
+        redis_down.set()
+        time.sleep(2)  # the drain's ack meets a Redis that is down, and the drain job fails
+        data_server.start()
+        back = time.monotonic()
+        calls = 5
+        while int(redqueue_redis.llen(done)) < 6:  # call 0 (its ack failed), 1..4, and one more
+            assert time.monotonic() - back < 60, "nothing was served within 60 s"
+            t.delay(calls)
+            calls += 1
+            time.sleep(0.5)
+        recovered = time.monotonic() - back
+        wait_for(lambda: t.pool.stats().depth == 0, timeout=60, message="the pool to empty")
+    data.close()
+    print(f"served {recovered:.2f}s after Redis came back")
+    assert recovered < 30
