@@ -379,7 +379,17 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
 
     listing = redqueue_cli(proc_env, "list").stdout
     assert "stream:parcels" in listing
-    assert "group label" in listing
+    # One line per group under the stream: lag, pending, dead, rates, oldest pending age.
+    rows = {line.split()[1]: line.split()[2:] for line in listing.splitlines()
+            if line.startswith("  group ")}  # fmt: skip
+    assert set(rows) == {"label"}  # the groups in Redis (notify has read nothing yet)
+    figures = stream.group_figures("label")
+    assert (figures.lag, figures.pending, figures.dead) == (1, 0, 1)
+    assert rows["label"][:3] == ["1", "0", "1"], listing
+    assert rows["label"][5] == "-", listing  # no pending entry, so no oldest age
+
+    stats = redqueue_cli(proc_env, "stats", "stream:parcels").stdout
+    assert "published + requeued - trimmed == length: ok" in stats and "group label" in stats
 
     letters = redqueue_cli(proc_env, "dead", "stream:parcels").stdout
     assert "key=label" in letters and "ValueError: bad a" in letters
