@@ -395,9 +395,9 @@ class EventStream(Structure):
             },
             oldest_ms=None,
             now_ms=0.0,
-            counters=stats,
         )
-        return Figures(**{**figures.as_dict(), "oldest_age": max(ages, default=None)})
+        oldest = max(ages, default=None)
+        return Figures(**{**figures.as_dict(), "oldest_age": oldest}, counters=stats)
 
     def clear(self) -> None:
         """Delete the stream, its groups and everything kept about them (its own keys only)."""

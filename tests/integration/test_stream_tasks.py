@@ -2,6 +2,7 @@
 killed with SIGKILL."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -411,6 +412,14 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
 
     bad = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "yesterday", check=False)
     assert bad.returncode != 0 and "cannot read position" in bad.stderr
+
+    broker = f"{redqueue_prefix}:broker:celery"
+    before = redqueue_redis.llen(broker)
+    drained = redqueue_cli(proc_env, "drain", "stream:parcels").stdout
+    assert "drain jobs sent (label, notify)" in drained  # one task per group
+    assert redqueue_redis.llen(broker) == before + 2
+    frame = redqueue_cli(proc_env, "top", "--iterations", "1").stdout
+    assert re.search(r"stream:parcels\s+\d", frame) and re.search(r"group label\s+\d", frame)
 
 
 def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, caplog):
