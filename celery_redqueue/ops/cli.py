@@ -81,9 +81,11 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        click.echo(
-            json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)
-        )
+        figures = {v["id"]: v.get("figures", v.get("leases")) for v in views}
+        for view in views:  # a stream's groups go with its figures
+            if "groups" in view and figures[view["id"]] is not None:
+                figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
+        click.echo(json.dumps(figures, indent=2))
         return
     if not views:
         click.echo("no structures registered under this prefix yet")
