@@ -9,7 +9,8 @@
 local action = ARGV[8]
 local now = now_ms()
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to
--- requeue, has no key: an unreadable delayed item) stays listed.
+-- requeue, has no key: an unreadable delayed item) stays listed when requeued and is deleted
+-- (counted as one item) when purged.
 local candidates = {}
 if #ARGV >= 10 then
   for i = 10, #ARGV do candidates[#candidates + 1] = ARGV[i] end
@@ -24,6 +25,8 @@ for _, entry in ipairs(candidates) do
   if ok and type(info) == 'table' and type(info['key']) == 'string'
       and (action ~= 'requeue' or info['key'] ~= '') then
     parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = string.sub(entry, newline + 1)}
+  elseif action == 'purge' then
+    parsed[#parsed + 1] = {entry = entry, key = false}
   end
 end
 local entries, queued = {}, 0
@@ -32,7 +35,7 @@ for _, p in ipairs(parsed) do
 end
 for _, p in ipairs(entries) do
   local key, payload = p.key, p.payload
-  redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1)
+  if key then redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1) end
   if action == 'requeue' then
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if append(key, make_slot(0, id, now, payload), now) > 0 then

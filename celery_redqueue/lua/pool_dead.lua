@@ -9,7 +9,8 @@
 --#include pool_common
 local action, limit = ARGV[5], tonumber(ARGV[6])
 local now = pool_now()
--- Read and check every dead letter before removing any: one that cannot be parsed stays listed.
+-- Read and check every dead letter before removing any: one that cannot be parsed stays listed
+-- when requeued (nothing says what it is) and is deleted, counted as one call, when purged.
 local candidates = {}
 if #ARGV >= 7 then
   for i = 7, #ARGV do candidates[#candidates + 1] = ARGV[i] end
@@ -25,6 +26,8 @@ for _, entry in ipairs(candidates) do
   local count = ok and type(info) == 'table' and tonumber(info['count'])
   if count then
     entries[#entries + 1] = {entry = entry, count = count, payload = string.sub(entry, newline + 1)}
+  elseif action == 'purge' then
+    entries[#entries + 1] = {entry = entry, count = 1, payload = ''}
   end
 end
 local calls, evicted, queued = 0, 0, 0

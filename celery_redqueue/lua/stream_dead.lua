@@ -5,38 +5,47 @@
 -- ARGV[4], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[3].
 -- A requeued letter is appended to the stream again as a new entry addressed to its group
 -- only (field "to"; other groups skip it), with its partition key, under the cap.
+-- A letter that cannot be parsed (no metadata, or no group) stays listed when requeued and is
+-- deleted when purged. Every letter is read and checked before any is removed.
 -- Returns {letters acted on, trimmed by the cap, groups requeued to (names)}.
 --#include stream_common
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then
   return redis.error_reply('ERR stream_dead: malformed arguments')
 end
-local now = now_ms()
-local entries = {}
+local candidates = {}
 if #ARGV >= 4 then
-  for i = 4, #ARGV do
-    if redis.call('LREM', K_DEAD, 1, ARGV[i]) == 1 then entries[#entries + 1] = ARGV[i] end
-  end
+  for i = 4, #ARGV do candidates[#candidates + 1] = ARGV[i] end
 else
   if limit < 0 or limit > 1000 then limit = 1000 end
-  for _ = 1, limit do
-    local entry = redis.call('LPOP', K_DEAD)
-    if not entry then break end
-    entries[#entries + 1] = entry
-  end
+  candidates = redis.call('LRANGE', K_DEAD, 0, limit - 1)
 end
-local trimmed, groups, seen = 0, {}, {}
-for _, entry in ipairs(entries) do
+local usable = {}
+for _, entry in ipairs(candidates) do
   local newline = string.find(entry, '\n', 1, true)
-  local info = cjson.decode(string.sub(entry, 1, newline - 1))
-  local group = info['key']
-  if action == 'requeue' then
-    local _, out = append(maxlen, string.sub(entry, newline + 1), info['pkey'] or '', group)
-    trimmed = trimmed + out
-    redis.call('HINCRBY', K_STATS, 'requeued', 1)
-    if not seen[group] then seen[group] = true; groups[#groups + 1] = group end
-  else
-    redis.call('HINCRBY', K_STATS, 'purged', 1)
+  local ok, info = false, nil
+  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
+  if ok and type(info) == 'table' and type(info['key']) == 'string' and info['key'] ~= '' then
+    local pkey = info['pkey']
+    if type(pkey) ~= 'string' then pkey = '' end
+    usable[#usable + 1] = {entry = entry, group = info['key'], pkey = pkey,
+                           payload = string.sub(entry, newline + 1)}
+  elseif action == 'purge' then
+    usable[#usable + 1] = {entry = entry}
   end
 end
-return {#entries, trimmed, groups}
+local acted, trimmed, groups, seen = 0, 0, {}, {}
+for _, u in ipairs(usable) do
+  if redis.call('LREM', K_DEAD, 1, u.entry) == 1 then
+    acted = acted + 1
+    if action == 'requeue' then
+      local _, out = append(maxlen, u.payload, u.pkey, u.group)
+      trimmed = trimmed + out
+      redis.call('HINCRBY', K_STATS, 'requeued', 1)
+      if not seen[u.group] then seen[u.group] = true; groups[#groups + 1] = u.group end
+    else
+      redis.call('HINCRBY', K_STATS, 'purged', 1)
+    end
+  end
+end
+return {acted, trimmed, groups}

@@ -3,7 +3,7 @@
 Structures are found through the registry, so the command needs only the app's settings
 (``redqueue_url``, ``redqueue_key_prefix``), not the modules that define the tasks.
 
-    celery -A proj redqueue list                     # every structure with its figures
+    celery -A proj redqueue list                     # every structure (a stream: per group)
     celery -A proj redqueue stats pool:proj.record   # every counter, identities checked
     celery -A proj redqueue top                      # live view, Ctrl-C to leave
     celery -A proj redqueue dead pool:proj.record    # its dead letters
@@ -33,7 +33,7 @@ import click
 
 from ..errors import RedQueueError
 from ..structures.health import check_for_loss, server_warnings
-from .reading import Operations, Target
+from .reading import WORK_KINDS, Operations, Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,7 +55,7 @@ def _errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _find(ops: Operations, name: str, kinds: tuple[str, ...] = ("pool", "bucket")) -> Target:
+def _find(ops: Operations, name: str, kinds: tuple[str, ...] = WORK_KINDS) -> Target:
     return ops.find(name, kinds)
 
 
@@ -81,12 +81,14 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        click.echo(
-            json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)
-        )
+        figures = {v["id"]: v.get("figures", v.get("leases")) for v in views}
+        for view in views:  # a stream's groups go with its figures
+            if "groups" in view and figures[view["id"]] is not None:
+                figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
+        click.echo(json.dumps(figures, indent=2))
         return
     if not views:
-        click.echo("no pools or buckets registered under this prefix yet")
+        click.echo("no structures registered under this prefix yet")
         return
     header = f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
     header += f"{'in/s':>8} {'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}"
@@ -105,6 +107,16 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
                 f"{f['delayed']:7} {f['rate_in']:8.2f} {f['rate_out']:8.2f} "
                 f"{_seconds(f['oldest_age']):>8} {_seconds(f['drain_eta']):>8} {workers:>7}"
             )
+            for g in view.get("groups", ()):
+                # A stream's groups: depth is the group's lag, in flight its pending entries,
+                # dead what it dead-lettered, oldest the age of its oldest pending entry.
+                click.echo(
+                    f"{'  group ' + g['group']:40} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
+                    f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
+                    f"{_seconds(g['oldest_pending_age']):>8}"
+                )
+    if any("groups" in view for view in views):
+        click.echo("(a stream's group: depth is its lag, flight its pending entries)")
 
 
 def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
@@ -119,6 +131,14 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
                 c["accepted"],
                 sum(c[n] for n in terminal) + c["in_flight"],
             ),
+        ]
+    if kind == "stream":
+        return [
+            (
+                "published + requeued - trimmed == length",
+                c["published"] + c["requeued"] - c["trimmed"],
+                c["length"],
+            )
         ]
     if kind == "bucket":
         parts = ("processed", "dropped", "purged", "dead", "depth", "in_flight")
@@ -145,23 +165,24 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
 @_errors
 def stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
-    target = _find(_ops(ctx), name, ("pool", "bucket", "leases"))
-    counters = target.structure.stats().as_dict()
+    ops = _ops(ctx)
+    target = _find(ops, name, (*WORK_KINDS, "leases"))
+    stats = target.structure.stats()
+    counters = stats if isinstance(stats, dict) else stats.as_dict()
+    groups = {g.group: g.as_dict() for g in ops.groups(target)} if target.kind == "stream" else {}
     checks = identities(target.kind, counters)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "counters": counters,
-                    "identities_hold": all(left == right for _, left, right in checks),
-                },
-                indent=2,
-            )
-        )
+        data = {"counters": counters, "identities_hold": all(a == b for _, a, b in checks)}
+        click.echo(json.dumps({**data, "groups": groups} if groups else data, indent=2))
     else:
         click.echo(target.id)
         for key in sorted(counters):
             click.echo(f"  {key:16} {counters[key]}")
+        for group, values in groups.items():
+            click.echo(f"  group {group}")
+            for key, value in values.items():
+                if key not in ("group", "exists"):
+                    click.echo(f"    {key:18} {'-' if value is None else value}")
         for statement, left, right in checks:
             verdict = "ok" if left == right else f"MISMATCH ({left} != {right})"
             click.echo(f"  check: {statement}: {verdict}")
@@ -223,7 +244,8 @@ def drain(ctx: click.Context, name: str) -> None:
     ops = _ops(ctx)
     target = _find(ops, name)
     if ops.drain_task(target) is None:
-        raise click.ClickException(f"{target.id}: no task of this app is named {target.name!r}")
+        what = "consumes it" if target.kind == "stream" else f"is named {target.name!r}"
+        raise click.ClickException(f"{target.id}: no task of this app {what}")
     click.echo(f"{target.id}: {ops.send_drain(target)}")
 
 
@@ -302,13 +324,16 @@ def reap(ctx: click.Context) -> None:
     """Take back expired reservations of every structure, once."""
     ops = _ops(ctx)
     for target in ops.targets():
-        if target.kind not in ("pool", "bucket"):
+        if target.kind not in WORK_KINDS:
             continue
         if target.structure is None:
             click.echo(f"{target.id}: {target.problem}")
             continue
         result = target.structure.reap()
-        sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
+        if target.kind == "stream":  # opened without the app: it reports the groups due
+            sent = f"; {ops.send_drain(target, result.due)}" if result.due else ""
+        else:
+            sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
         click.echo(f"{target.id}: {result}{sent}")
 
 
@@ -411,9 +436,9 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
 @_errors
 def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
     """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
-    from ..tasks.stream import stream_tasks
-
-    stream = _find(_ops(ctx), name, ("stream",)).structure
+    ops = _ops(ctx)
+    found = _find(ops, name, ("stream",))
+    stream = found.structure
     target: Any = position
     if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):
         try:
@@ -425,10 +450,5 @@ def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
                 raise click.ClickException(f"cannot read position {position!r}") from exc
     last = stream.seek(group, target)
     lag = stream.group_figures(group).lag
-    app = ctx.obj.app
-    app.loader.import_default_modules()
-    readers = stream_tasks(app, stream.name)
-    for task in readers:  # a stream is drained by one task per group
-        task.send_drain()
-    kicked = "; drain jobs sent" if readers else "; beat's drain will pick it up"
-    click.echo(f"{group} of {name} now reads after {last}: {lag} to read{kicked}")
+    sent = ops.send_drain(found)  # one drain job per group, as beat's drain would
+    click.echo(f"{group} of {name} now reads after {last}: {lag} to read; {sent}")

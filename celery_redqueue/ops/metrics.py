@@ -3,8 +3,9 @@
 Served at ``GET /metrics`` by the dashboard and printed by ``celery -A proj redqueue metrics``
 (for node_exporter's textfile collector). Names follow Prometheus conventions: counters end in
 ``_total``, times are in seconds, and every series carries ``kind`` and ``name`` labels. Per-key
-series exist only for each bucket's busiest keys (``top_keys``), so cardinality stays bounded
-however many keys a bucket has.
+series exist only for each bucket's busiest keys (``top_keys``), and per-group series of a
+stream for at most its :data:`~celery_redqueue.ops.reading.GROUP_WINDOW` most lagging groups, so
+cardinality stays bounded however many keys a bucket or groups a stream has.
 
 Needs ``prometheus_client`` (``pip install 'celery-redqueue[dashboard]'``).
 """
@@ -87,6 +88,25 @@ class RedQueueCollector:
             "redqueue_resources", "Resources of a resource pool by state.", labels=["name", "state"]
         )
         acquired = counter("redqueue_leases_acquired", "Leases granted.", labels=["name"])
+        group_labels = ["name", "group"]
+        group_lag = gauge(
+            "redqueue_stream_group_lag",
+            "Entries kept in a stream that a consumer group has not read yet.",
+            labels=group_labels,
+        )
+        group_pending = gauge(
+            "redqueue_stream_group_pending",
+            "Entries handed to a consumer group and not acknowledged.",
+            labels=group_labels,
+        )
+        group_age = gauge(
+            "redqueue_stream_group_oldest_pending_age_seconds",
+            "Age of a consumer group's oldest pending entry.",
+            labels=group_labels,
+        )
+        group_processed = counter(
+            "redqueue_stream_group_processed", "Entries a group acknowledged.", labels=group_labels
+        )
         up = gauge("redqueue_structure_up", "1 when the structure could be read.", labels=labels)
         for target in self.ops.targets():
             view = self.ops.view(target)
@@ -108,6 +128,13 @@ class RedQueueCollector:
             processed.add_metric(ids, figures["processed"])
             for reason in DROP_REASONS.get(target.kind, ()):
                 dropped.add_metric([*ids, reason], counters.get(reason, 0))
+            for group in view.get("groups", ()):
+                ids_group = [target.name, group["group"]]
+                group_lag.add_metric(ids_group, group["lag"])
+                group_pending.add_metric(ids_group, group["pending"])
+                if group["oldest_pending_age"] is not None:
+                    group_age.add_metric(ids_group, group["oldest_pending_age"])
+                group_processed.add_metric(ids_group, group["processed"])
             if target.kind == "bucket" and self.top_keys > 0:
                 try:
                     rows = self.ops.keys(target, top=self.top_keys)
@@ -118,6 +145,7 @@ class RedQueueCollector:
                     key_flight.add_metric([target.name, row["key"]], row["in_flight"])
         yield from g.values()
         yield from (offered, processed, dropped, key_depth, key_flight, resources, acquired, up)
+        yield from (group_lag, group_pending, group_age, group_processed)
 
 
 def render(ops: Operations, top_keys: int = TOP_KEYS) -> tuple[bytes, str]:

@@ -26,8 +26,11 @@ from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
 from ..structures.leases import ResourcePool
 from ..structures.pool import CappedPool
+from ..structures.stream_types import GroupFigures
+from ..structures.streams import EventStream
 from ..tasks.beat import DRAIN_HEADER
 from ..tasks.config import get_config
+from ..tasks.stream import stream_tasks
 from .health import server_warnings
 
 #: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
@@ -38,14 +41,20 @@ RESOURCE_WINDOW = 200
 SEARCH_SCANS = 10
 #: Seconds the registry listing is reused before it is read again.
 REGISTRY_TTL = 5.0
+#: Most groups of one stream shown (and exported as metrics), the most behind first.
+GROUP_WINDOW = 50
 
 #: The stats counters that identify why work was shed, by kind (Prometheus ``reason`` label).
 DROP_REASONS = {
     "pool": ("rejected", "evicted", "lost"),
     "bucket": ("rejected", "dropped", "duplicates"),
+    "stream": ("trimmed",),
 }
 
-Structure = CappedPool | LeakyBucket | ResourcePool
+#: The kinds that hold work: they have dead letters and are drained by tasks.
+WORK_KINDS = ("pool", "bucket", "stream")
+
+Structure = CappedPool | LeakyBucket | ResourcePool | EventStream
 
 
 @dataclass(frozen=True)
@@ -144,7 +153,7 @@ class Operations:
             self._targets, self._read_at = found, time.monotonic()
         return self._targets
 
-    def find(self, name: str, kinds: Sequence[str] = ("pool", "bucket", "leases")) -> Target:
+    def find(self, name: str, kinds: Sequence[str] = (*WORK_KINDS, "leases")) -> Target:
         """The structure with this id (``pool:x``) or bare name; ConfigurationError if none."""
         for fresh in (False, True):
             for target in self.targets(fresh=fresh):
@@ -152,7 +161,7 @@ class Operations:
                     if target.structure is None:
                         raise ConfigurationError(f"{target.id}: {target.problem}")
                     return target
-        wanted = " or ".join(kinds)
+        wanted = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 2 else kinds)
         raise ConfigurationError(f"no {wanted} named {name!r} (see: celery redqueue list)")
 
     # Reading
@@ -168,7 +177,12 @@ class Operations:
             if target.kind == ResourcePool.kind:
                 base["leases"] = target.structure.stats().as_dict()
                 return base
-            figures = target.structure.figures()
+            if target.kind == EventStream.kind:
+                groups = self.groups(target)
+                base["groups"] = [group.as_dict() for group in groups]
+                figures = target.structure.figures(groups)
+            else:
+                figures = target.structure.figures()
         except (RedQueueError, redis.exceptions.RedisError) as exc:
             # One broken structure (a key of the wrong type, say) must not hide the others.
             base["error"] = f"{type(exc).__name__}: {exc}"
@@ -198,6 +212,16 @@ class Operations:
             "structures": views,
             "warnings": warnings,
         }
+
+    def groups(self, target: Target) -> list[GroupFigures]:
+        """A stream's groups' figures (one script each), the most behind first; at most
+        :data:`GROUP_WINDOW` of them (groups are declared by code, so normally a few)."""
+        stream = target.structure
+        if not isinstance(stream, EventStream):
+            raise ConfigurationError(f"{target.id} is not a stream: it has no groups")
+        found = [stream.group_figures(name) for name in stream.groups()]
+        found.sort(key=lambda f: (-f.lag, -f.pending, f.group))
+        return found[:GROUP_WINDOW]
 
     def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
         """A page of dead letters from the oldest, with the list's length."""
@@ -338,25 +362,38 @@ class Operations:
         """Delete dead letters (counted as purged): the ``refs`` given, or the oldest ``limit``."""
         return f"purged {int(target.structure.purge_dead(self._letters(refs), limit=limit))}"
 
-    def drain_task(self, target: Target) -> Any:
-        """The app's task that drains ``target``, or None (no app, or not one of its tasks)."""
+    def drain_tasks(self, target: Target, groups: Sequence[str] | None = None) -> list[Any]:
+        """The app's tasks that drain ``target``: the task of a pool's or bucket's name, a
+        stream's task per group (only those of ``groups`` if given); empty without an app."""
         app = self.celery_app
-        if app is None or target.kind not in ("pool", "bucket"):
-            return None
+        if app is None or target.kind not in WORK_KINDS:
+            return []
         if not self._modules_imported:  # once: the dashboard asks on every refresh
             app.loader.import_default_modules()
             self._modules_imported = True
-        return app.tasks.get(target.name)
+        if target.kind == EventStream.kind:
+            tasks = stream_tasks(app, target.name)
+            return [t for t in tasks if groups is None or t.group in groups]
+        task = app.tasks.get(target.name)
+        return [] if task is None else [task]
 
-    def send_drain(self, target: Target) -> str:
-        """Send one drain job now; says what happened."""
-        task = self.drain_task(target)
-        if task is None:
+    def drain_task(self, target: Target) -> Any:
+        """The app's (first) task that drains ``target``, or None."""
+        return next(iter(self.drain_tasks(target)), None)
+
+    def send_drain(self, target: Target, groups: Sequence[str] | None = None) -> str:
+        """Send a drain job now (a stream: one per group, or per group of ``groups``); says
+        what happened."""
+        tasks = self.drain_tasks(target, groups)
+        if not tasks:
             return "no task of this app drains it; beat's drain will pick it up"
-        if hasattr(task, "send_drain"):
-            task.send_drain()
-        else:
-            self.celery_app.send_task(target.name, (), {}, headers={DRAIN_HEADER: 1})
+        for task in tasks:
+            if hasattr(task, "send_drain"):
+                task.send_drain()
+            else:
+                self.celery_app.send_task(task.name, (), {}, headers={DRAIN_HEADER: 1})
+        if target.kind == EventStream.kind:
+            return f"drain jobs sent ({', '.join(t.group for t in tasks)})"
         return "drain job sent"
 
     def set_rate(self, target: Target, key: str, rate: str, burst: float | None = None) -> str:

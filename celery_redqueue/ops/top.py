@@ -57,6 +57,12 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
                 f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
                 f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
             )
+            for g in view.get("groups", ()):  # a stream: its groups' lag and pending entries
+                lines.append(
+                    f"{'  group ' + g['group']:40} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
+                    f"{g['rate_in']:8.2f} {g['rate_out']:8.2f} "
+                    f"{_secs(g['oldest_pending_age']):>8}"
+                )
     if not overview["structures"]:
         lines.append("no structures registered under this prefix yet")
     return [line[:width] for line in lines]

@@ -39,6 +39,19 @@ class DeadLetter:
     raw: bytes = field(default=b"", repr=False)
 
 
+#: The error shown for an entry that is not ``<JSON metadata>\n<payload>``.
+UNREADABLE = "unreadable dead-letter entry"
+
+
+def readable(raw: bytes) -> bool:
+    """The entry has the dead-letter format: a JSON object, a newline, the payload."""
+    info_text, newline, _ = raw.partition(b"\n")
+    try:
+        return bool(newline) and isinstance(json.loads(info_text), dict)
+    except ValueError:
+        return False
+
+
 def parse_dead_letter(raw: bytes, serializer: Serializer) -> DeadLetter:
     info_text, _, payload = raw.partition(b"\n")
     info = json.loads(info_text)
@@ -78,20 +91,33 @@ class DeadLetterTools:
         """Dead letters from the oldest: payload, receives, last error (and key, count)."""
         with redis_errors("reading dead letters"):
             raw = self.client.lrange(self.keys("dead"), start, stop)
-        return [parse_dead_letter(entry, self.serializer) for entry in raw]
+        return [self._parse_letter(entry) for entry in raw]
+
+    def _parse_letter(self, raw: bytes) -> DeadLetter:
+        if not readable(raw):  # still listed, with its bytes: it can be looked at and purged
+            return DeadLetter(raw, 0, UNREADABLE, 0.0, raw=raw)
+        return parse_dead_letter(raw, self.serializer)
 
     def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
         if letters is not None:
             raws = [letter.raw for letter in letters]
             return int(self._run(self.dead_script, [action, 0, *raws])[0]) if raws else 0
-        total = 0
+        # The oldest ``limit``: read a window, name its letters to the script. A letter that
+        # cannot be requeued stays where it is, so the next window starts after it: a run of
+        # them at the head never stops the letters behind it being requeued.
+        total = offset = 0
         while limit != 0:
             chunk = CHUNK if limit < 0 else min(limit, CHUNK)
-            count = int(self._run(self.dead_script, [action, chunk])[0])
-            if not count:
+            with redis_errors("reading dead letters"):
+                window = self.client.lrange(self.keys("dead"), offset, offset + chunk - 1)
+            if not window:
                 break
+            named = [raw for raw in window if action == "purge" or readable(raw)]
+            count = int(self._run(self.dead_script, [action, 0, *named])[0]) if named else 0
             total += count
-            limit = limit - chunk if limit > 0 else limit
+            # Letters the script refused (or that went meanwhile) are stepped over too.
+            offset += len(window) - (len(named) if count else 0)
+            limit = limit - len(named) if limit > 0 else limit
         return total
 
     def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:

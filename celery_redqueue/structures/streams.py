@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -371,10 +371,12 @@ class EventStream(Structure):
             "groups": int(groups),
         }
 
-    def figures(self) -> Figures:
+    def figures(self, per_group: Sequence[GroupFigures] | None = None) -> Figures:
         """The stream as one structure, for lists of every structure: depth is the sum of the
-        groups' lags, in flight their pending entries, dropped what the cap trimmed."""
-        per_group = [self.group_figures(g) for g in self._known_groups()]
+        groups' lags, in flight their pending entries, dropped what the cap trimmed.
+        ``per_group``: every group's figures, when the caller has just read them."""
+        if per_group is None:
+            per_group = [self.group_figures(g) for g in self._known_groups()]
         stats = self.stats()
         with redis_errors(f"reading dead letters of {self.keys.base}"):
             dead = int(self.client.llen(self.keys("dead")))
@@ -394,7 +396,8 @@ class EventStream(Structure):
             oldest_ms=None,
             now_ms=0.0,
         )
-        return Figures(**{**figures.as_dict(), "oldest_age": max(ages, default=None)})
+        oldest = max(ages, default=None)
+        return Figures(**{**figures.as_dict(), "oldest_age": oldest}, counters=stats)
 
     def clear(self) -> None:
         """Delete the stream, its groups and everything kept about them (its own keys only)."""

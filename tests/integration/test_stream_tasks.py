@@ -1,12 +1,15 @@
 """StreamTask with real Celery workers on a real Redis broker, and a `celery worker` subprocess
 killed with SIGKILL."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -379,7 +382,20 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
 
     listing = redqueue_cli(proc_env, "list").stdout
     assert "stream:parcels" in listing
-    assert "group label" in listing
+    # One line per group under the stream: lag, pending, dead, rates, oldest pending age.
+    rows = {line.split()[1]: line.split()[2:] for line in listing.splitlines()
+            if line.startswith("  group ")}  # fmt: skip
+    assert set(rows) == {"label"}  # the groups in Redis (notify has read nothing yet)
+    figures = stream.group_figures("label")
+    assert (figures.lag, figures.pending, figures.dead) == (1, 0, 1)
+    assert rows["label"][:3] == ["1", "0", "1"], listing
+    assert rows["label"][5] == "-", listing  # no pending entry, so no oldest age
+
+    as_json = json.loads(redqueue_cli(proc_env, "list", "--json").stdout)["stream:parcels"]
+    assert [(g["group"], g["lag"], g["dead"]) for g in as_json["groups"]] == [("label", 1, 1)]
+
+    stats = redqueue_cli(proc_env, "stats", "stream:parcels").stdout
+    assert "published + requeued - trimmed == length: ok" in stats and "group label" in stats
 
     letters = redqueue_cli(proc_env, "dead", "stream:parcels").stdout
     assert "key=label" in letters and "ValueError: bad a" in letters
@@ -401,6 +417,24 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
 
     bad = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "yesterday", check=False)
     assert bad.returncode != 0 and "cannot read position" in bad.stderr
+    ended = redqueue_cli(proc_env, "seek", "stream:parcels", "label", "end").stdout
+    assert "0 to read" in ended and stream.group_figures("label").lag == 0
+    length = stream.stats()["length"]
+    an_hour_ago = datetime.fromtimestamp(time.time() - 3600).isoformat()
+    for position in (an_hour_ago, str(int(time.time() - 3600)), "0-1"):  # ISO, epoch, entry id
+        redqueue_cli(proc_env, "seek", "stream:parcels", "label", "end")
+        moved = redqueue_cli(proc_env, "seek", "stream:parcels", "label", position).stdout
+        assert f"{length} to read" in moved, (position, moved)
+    negative = redqueue_cli(proc_env, "seek", "--", "stream:parcels", "label", "-5", check=False)
+    assert negative.returncode != 0 and "seek position must be" in negative.stderr
+
+    broker = f"{redqueue_prefix}:broker:celery"
+    before = redqueue_redis.llen(broker)
+    drained = redqueue_cli(proc_env, "drain", "stream:parcels").stdout
+    assert "drain jobs sent (label, notify)" in drained  # one task per group
+    assert redqueue_redis.llen(broker) == before + 2
+    frame = redqueue_cli(proc_env, "top", "--iterations", "1").stdout
+    assert re.search(r"stream:parcels\s+\d", frame) and re.search(r"group label\s+\d", frame)
 
 
 def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, caplog):

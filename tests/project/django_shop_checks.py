@@ -147,3 +147,25 @@ def test_beat_prune_removes_rows_of_removed_tasks(running):
     assert "redqueue: drain shop.tasks.retired" not in names
     assert "nightly report" in names  # not ours: left alone
     assert f"redqueue: drain {record_view.name}" in names
+
+
+def test_wsgi_py_mounts_the_dashboard_beside_django(running, product):
+    """proj/wsgi.py (quoted by the README): /redqueue/ is the dashboard, the rest is Django."""
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    from proj.wsgi import application
+
+    def get(path):
+        environ = {"PATH_INFO": path, "HTTP_HOST": "127.0.0.1"}
+        setup_testing_defaults(environ)
+        replies = []
+        body = b"".join(application(environ, lambda status, headers: replies.append(status)))
+        return replies[0], body
+
+    status, body = get("/redqueue/api/overview")
+    assert status.startswith("200"), body[:500]
+    names = [row["name"] for row in json.loads(body)["structures"]]
+    assert record_view.pool.name in names, names
+    status, body = get("/stats/")
+    assert status.startswith("200") and b'"notices"' in body, body[:500]

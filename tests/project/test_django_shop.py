@@ -36,4 +36,4 @@ def test_django_shop(redqueue_server_url, redqueue_prefix, tmp_path):
         for log in sorted(tmp_path.glob("*.log"))
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:] + logs
-    assert "6 passed" in result.stdout, result.stdout[-3000:]
+    assert "7 passed" in result.stdout, result.stdout[-3000:]

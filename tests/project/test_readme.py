@@ -10,6 +10,7 @@ from PATH -->`` must appear whole in that file, whose own tests run it.
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_readme_block_runs(server, source, mark):
     if mark:
         assert len(mark) > len("skip ()") + 10, "say why the block is not run"
         pytest.skip(mark)
-    code = PRELUDE.replace("PORT", str(server.port)) + source.replace(
+    # A block inside a list item is indented with the item's text.
+    code = PRELUDE.replace("PORT", str(server.port)) + textwrap.dedent(source).replace(
         "localhost:6379", f"127.0.0.1:{server.port}"
     )
     result = subprocess.run(

@@ -142,9 +142,19 @@ function renderOverview(data) {
         [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
         [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
         [fmtNum(f.workers_needed, 2), "num"]]));
+      // A stream's groups, a line each under it: lag as depth, pending as in flight.
+      for (const g of s.groups || []) {
+        const gr = row(s);
+        gr.classList.add("group");
+        gr.dataset.group = g.group;
+        rows.push(cells(gr, [[`group ${g.group}`], [fmtNum(g.lag), "num"], [fmtNum(g.pending), "num"],
+          ["-", "num"], [fmtNum(g.dead), g.dead ? "num bad" : "num"], [fmtNum(g.rate_in, 2), "num"],
+          [fmtNum(g.rate_out, 2), "num"], [fmtSecs(g.oldest_pending_age), "num"], ["-", "num"],
+          ["-", "num"]]));
+      }
     }
   }
-  if (rows.length === 0) rows.push(emptyRow(10, "no pool or bucket registered under this prefix yet"));
+  if (rows.length === 0) rows.push(emptyRow(10, "no pool, bucket or stream registered under this prefix yet"));
   $("leases-section").hidden = leaseRows.length === 0;
   fill($("leases").tBodies[0], leaseRows);
   fill($("structures").tBodies[0], rows);
@@ -265,6 +275,19 @@ function renderDetail(d) {
       tr.addEventListener("click", () => { $("rate-key").value = k.key; });
       return tr;
     }));
+  }
+  $("groups-box").hidden = !d.groups;
+  if (d.groups) {
+    fill($("groups").tBodies[0], d.groups.length === 0 ? [emptyRow(12, "no group has read it yet")]
+      : d.groups.map((g) => {
+        const tr = cells(el("tr"), [[g.group], [fmtNum(g.lag), "num"], [fmtNum(g.pending), "num"],
+          [fmtSecs(g.oldest_pending_age), "num"], [fmtNum(g.rate_in, 2), "num"],
+          [fmtNum(g.rate_out, 2), "num"], [fmtNum(g.processed), "num"], [fmtNum(g.redelivered), "num"],
+          [fmtNum(g.retried), "num"], [fmtNum(g.dead), g.dead ? "num bad" : "num"],
+          [fmtNum(g.missed), g.missed ? "num bad" : "num"], [fmtNum(g.lost), g.lost ? "num bad" : "num"]]);
+        tr.dataset.group = g.group;
+        return tr;
+      }));
   }
   $("resources-box").hidden = !d.resources;
   if (d.resources) {
