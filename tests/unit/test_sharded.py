@@ -274,3 +274,40 @@ def test_operations_see_the_logical_structures(redqueue_redis, redqueue_prefix):
     assert [r["key"] for r in ops.keys(ops.find("bucket:crawl"), query="k5")] == ["k5"]
     ops.set_rate(ops.find("bucket:crawl"), "k1", "3/s")
     assert bucket.key_stats("k1").interval == pytest.approx(1 / 3)
+
+
+def test_shards_land_on_distinct_cluster_masters(cluster_url, redqueue_prefix):
+    from celery_redqueue.redis.client import make_client
+
+    client = make_client(cluster_url)
+    try:
+        pool = ShardedPool(client, "events", 3000, shards=3, prefix=redqueue_prefix)
+        nodes = {client.get_node_from_key(s.keys("items")).name for s in pool.shards}
+        assert len(nodes) == 3
+        pool.add_many(range(300))
+        assert pool.add("one more").kept
+        taken = 0
+        while batch := pool.pop(50):
+            taken += batch.calls
+            pool.ack(batch)
+        assert taken == 301 and pool.stats().processed == 301
+        assert pool.figures().offered == 301
+
+        bucket = ShardedBucket(
+            client, "crawl", shards=3, prefix=redqueue_prefix, default_rate="1000/s"
+        )
+        bucket.enqueue_many([(f"k{i}", i) for i in range(30)])
+        done = 0
+        deadline = time.monotonic() + 10
+        while done < 30 and time.monotonic() < deadline:
+            reservation = bucket.dequeue()
+            if reservation is None:
+                time.sleep(0.01)
+                continue
+            assert bucket.commit(reservation)
+            done += 1
+        assert bucket.stats().processed == 30
+        found = {(k, n) for k, n, _ in registered(client, redqueue_prefix)}
+        assert found == {("pool", "events"), ("bucket", "crawl")}
+    finally:
+        client.close()
