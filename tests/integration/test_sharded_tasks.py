@@ -143,3 +143,33 @@ def test_cli_lists_and_tends_the_logical_structures(proc_env, redqueue_redis, re
     assert keys.splitlines()[1].split()[0] == "k4"
     assert "requeued 2" in redqueue(proc_env, "requeue", "pool:events", "--limit", "2").stdout
     assert pool.stats().dead == failed - 2 and pool.stats().depth == 2
+
+
+@pytest.mark.timeout(120)
+def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue_redis):
+    runs = []
+
+    @app.task(
+        base=PoolTask,
+        pool_size=30,
+        pool_shards=3,
+        pool_delivery="at_least_once",
+        pool_batch_timeout=1,
+        pool_drain_lease=1,
+        pool_drain_interval=None,
+    )
+    def slow(i):
+        runs.append(i)
+        time.sleep(3.5 if i == 1 else 0)
+
+    pool = slow.pool
+    with running_worker(app):
+        assert slow.delay(1).drain_needed
+        wait_for(lambda: runs == [1], message="the slow call started")
+        time.sleep(2.2)  # past both timeouts: only the heartbeat keeps them
+        assert pool.reap().returned == 0
+        (home,) = [s for s in pool.shards if s.stats().in_flight == 1]
+        assert redqueue_redis.exists(home.keys("drains"))  # the drain lease, renewed
+        wait_for(lambda: pool.stats().processed == 1, timeout=60, message="the call done")
+    stats = pool.stats()
+    assert runs == [1] and (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
