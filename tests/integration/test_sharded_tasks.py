@@ -173,3 +173,33 @@ def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue
         wait_for(lambda: pool.stats().processed == 1, timeout=60, message="the call done")
     stats = pool.stats()
     assert runs == [1] and (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
+
+
+def test_sharded_tasks_on_a_cluster_spread_over_its_masters(app, cluster_url):
+    app.conf.redqueue_url = cluster_url
+    seen = []
+
+    @app.task(base=PoolTask, pool_shards=3, pool_delivery="at_least_once")
+    def record(i):
+        seen.append(("pool", i))
+
+    @app.task(
+        base=BucketTask, bucket_key=lambda i: f"k{i % 6}", bucket_rate="1000/s", bucket_shards=3
+    )
+    def fetch(i):
+        seen.append(("bucket", i))
+
+    for structure in (record.pool, fetch.bucket):
+        client = structure.client
+        assert len({client.get_node_from_key(s.keys("items")).name for s in structure.shards}) == 3
+    record.add_many([((i,), {}) for i in range(60)])
+    for i in range(30):
+        fetch.delay(i)
+    record.apply_async((99,), countdown=0.2)
+    with running_worker(app, pool="threads", concurrency=2):
+        wait_for(lambda: record.pool.stats().processed == 61, timeout=60)
+        wait_for(lambda: fetch.bucket.stats().processed == 30, timeout=60)
+    assert sorted(i for kind, i in seen if kind == "pool") == [*range(60), 99]
+    assert sorted(i for kind, i in seen if kind == "bucket") == list(range(30))
+    assert record.pool.figures().processed == 61
+    assert all(s.stats().processed > 0 for s in record.pool.shards)
