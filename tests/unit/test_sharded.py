@@ -168,7 +168,7 @@ def test_dead_letters_reap_and_heartbeat_per_shard(redqueue_redis, redqueue_pref
 
     time.sleep(0.3)  # past the batch timeout: the reaper takes it back
     result = pool.reap()
-    assert result.returned + result.dead_lettered == 5
+    assert result.returned + result.dead_lettered == batch.calls > 0  # from one shard
     assert pool.renew([batch.id]) == [batch.id]
     stats = pool.stats()
     assert (
