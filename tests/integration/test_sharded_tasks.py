@@ -203,3 +203,31 @@ def test_sharded_tasks_on_a_cluster_spread_over_its_masters(app, cluster_url):
     assert sorted(i for kind, i in seen if kind == "bucket") == list(range(30))
     assert record.pool.figures().processed == 61
     assert all(s.stats().processed > 0 for s in record.pool.shards)
+
+
+def test_a_buffer_stores_on_every_shard_in_a_round_trip_each(app, redqueue_redis, redqueue_prefix):
+    from .conftest import broker_depth
+    from .test_buffer import script_calls
+
+    @app.task(base=PoolTask, pool_size=3000, pool_shards=3)
+    def record(i):
+        pass
+
+    @app.task(base=BucketTask, bucket_key="k", bucket_rate="1000/s", bucket_shards=3)
+    def fetch(k, i):
+        pass
+
+    record.pool.add("warm-up: registers the pool")
+    record.pool.clear()
+    before = script_calls(redqueue_redis)
+    with record.buffer() as held:
+        receipts = [record.delay(i) for i in range(60)]
+    assert len(held) == 0 and all(r.kept for r in receipts)
+    assert script_calls(redqueue_redis) - before == 3  # one pool_add per shard
+    assert record.pool.stats().accepted == 60
+    with fetch.buffer():
+        for i in range(30):
+            fetch.delay(f"key{i % 6}", i)
+    assert fetch.bucket.stats().enqueued == 30
+    # One drain job per task: one sweeps every shard.
+    assert broker_depth(redqueue_redis, redqueue_prefix) == 2
