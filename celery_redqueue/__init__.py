@@ -41,6 +41,7 @@ from .structures.lease_keeper import LeaseKeeper
 from .structures.leases import Lease, LeaseStats, ResourcePool
 from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
+from .structures.sharded import ShardedBucket, ShardedPool
 from .structures.stream_types import (
     AckResult,
     GroupFigures,
@@ -97,6 +98,8 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "ShardedBucket",
+    "ShardedPool",
     "SortedSet",
     "StreamEvent",
     "StreamRead",

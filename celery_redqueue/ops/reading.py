@@ -26,6 +26,7 @@ from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
 from ..structures.leases import ResourcePool
 from ..structures.pool import CappedPool
+from ..structures.sharded import ShardedBucket, ShardedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
 from ..tasks.beat import DRAIN_HEADER
@@ -54,7 +55,7 @@ DROP_REASONS = {
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
 
-Structure = CappedPool | LeakyBucket | ResourcePool | EventStream
+Structure = CappedPool | LeakyBucket | ShardedPool | ShardedBucket | ResourcePool | EventStream
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,10 @@ class Operations:
 
     def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
         """A page of dead letters from the oldest, with the list's length."""
+        if isinstance(target.structure, ShardedPool | ShardedBucket):
+            with redis_errors("reading dead letters"):
+                total, raw = target.structure.dead_page(start, count)
+            return {"total": total, "start": start, "letters": [self._letter(e) for e in raw]}
         with redis_errors("reading dead letters"):
             pipe = self.client.pipeline(transaction=False)
             pipe.llen(target.structure.keys("dead"))
@@ -242,10 +247,18 @@ class Operations:
 
     def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
         """A bucket's busiest keys (deepest among the next :data:`KEY_WINDOW` eligible), or the
-        keys whose name contains ``query`` (found by a bounded HSCAN)."""
+        keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
+        are those of every shard, merged."""
         bucket = target.structure
+        if isinstance(bucket, ShardedBucket):
+            rows = [row for shard in bucket.shards for row in self._key_rows(shard, top, query)]
+            rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
+            return rows[:top]
         if not isinstance(bucket, LeakyBucket):
             raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
+        return self._key_rows(bucket, top, query)
+
+    def _key_rows(self, bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
         with redis_errors(f"reading keys of {bucket.keys.base}"):
             if query:
                 names = self._search(bucket, query, top)
@@ -398,7 +411,7 @@ class Operations:
 
     def set_rate(self, target: Target, key: str, rate: str, burst: float | None = None) -> str:
         bucket = target.structure
-        if not isinstance(bucket, LeakyBucket):
+        if not isinstance(bucket, LeakyBucket | ShardedBucket):
             raise ConfigurationError(f"{target.id} is not a bucket: it has no per-key rates")
         bucket.set_rate(key, rate, burst)
         return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")

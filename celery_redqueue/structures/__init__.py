@@ -3,6 +3,8 @@
 - :mod:`.base`: what every queue structure shares (keys, scripts, registration, dead letters)
 - :mod:`.pool`: :class:`CappedPool`, a bounded pool that sheds load and counts it
 - :mod:`.bucket`: :class:`LeakyBucket`, per-key rate-limited queues
+- :mod:`.sharded`: :class:`ShardedPool`, :class:`ShardedBucket`, one logical pool or bucket
+  over N hash tags (so over the nodes of a cluster)
 - :mod:`.streams`: :class:`EventStream`, a capped log each consumer group reads at its own
   position, with replay
 - :mod:`.leases`: :class:`ResourcePool`, leased named resources
@@ -12,6 +14,6 @@
 - :mod:`.deadletters`, :mod:`.receipts`: dead-letter records and producer receipts
 """
 
-from . import bucket, pool, streams
+from . import bucket, pool, sharded, streams
 
-__all__ = ["bucket", "pool", "streams"]
+__all__ = ["bucket", "pool", "sharded", "streams"]

@@ -19,9 +19,18 @@ from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 KINDS: dict[str, type[Any]] = {}
 
 
+#: The sharded variant of a kind; an entry whose settings name ``shards`` opens as one.
+SHARDED: dict[str, type[Any]] = {}
+
+
 def add_kind(kind: str, cls: type[Any]) -> None:
     """Make ``kind`` reopenable from the registry (called by the structure base)."""
     KINDS[kind] = cls
+
+
+def add_sharded(kind: str, cls: type[Any]) -> None:
+    """Make sharded structures of ``kind`` reopenable (called by :mod:`.sharded`)."""
+    SHARDED[kind] = cls
 
 
 def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None:
@@ -86,7 +95,7 @@ def open_structure(
     client: Any, prefix: str, kind: str, name: str, settings: dict[str, Any]
 ) -> Any | None:
     """Rebuild a registered structure from its recorded settings (None for an unknown kind)."""
-    cls = KINDS.get(kind)
+    cls = (SHARDED if settings.get("shards", 1) != 1 else KINDS).get(kind)
     if cls is None:
         return None
     return cls(client, name, prefix=prefix, **settings)

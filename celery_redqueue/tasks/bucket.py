@@ -14,7 +14,8 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
-from ..structures.bucket import EnqueueResult, LeakyBucket, Reservation, validate_bucket_options
+from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
+from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import function_option, optional_seconds, seconds
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
@@ -93,6 +94,9 @@ class BucketTask(RedQueueTask):
     bucket_processed_guard: float = 0.0
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
+    #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
+    #: See "Sharded pools and buckets" in the README.
+    bucket_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -126,6 +130,7 @@ class BucketTask(RedQueueTask):
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         check_structure_name(cls, "bucket_name")
+        validate_shards("bucket_shards", cls.bucket_shards)
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -150,19 +155,20 @@ class BucketTask(RedQueueTask):
         return getattr(self._local, "reservation", None)
 
     @property
-    def bucket(self) -> LeakyBucket:
+    def bucket(self) -> AnyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
-        bucket: LeakyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
+        bucket: AnyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
         return bucket
 
     @property
-    def structure(self) -> LeakyBucket:
+    def structure(self) -> AnyBucket:
         """The Redis structure behind this task (what the reaper and figures look at)."""
         return self.bucket
 
-    def _make_bucket(self) -> LeakyBucket:
+    def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
-        return LeakyBucket(
+        return make_bucket(
+            self.bucket_shards,
             config.client(),
             self.bucket_name or self.name,
             default_rate=self.bucket_rate,

@@ -61,6 +61,11 @@ class Heartbeat:
             self.drop(structure, item_id)
 
     def hold(self, structure: Any, item_id: str | None = None) -> None:
+        parts = getattr(structure, "heartbeat_parts", None)
+        if parts is not None:  # a sharded structure: each shard is renewed as a structure
+            for part, part_id in parts(item_id):
+                self.hold(part, part_id)
+            return
         with self._lock:
             held = self._held.get(id(structure))
             if held is None:
@@ -78,6 +83,11 @@ class Heartbeat:
                 self._thread.start()
 
     def drop(self, structure: Any, item_id: str | None = None) -> None:
+        parts = getattr(structure, "heartbeat_parts", None)
+        if parts is not None:
+            for part, part_id in parts(item_id):
+                self.drop(part, part_id)
+            return
         with self._lock:
             held = self._held.get(id(structure))
             if held is None:

@@ -17,10 +17,10 @@ from ..structures.pool import (
     ADD_CHUNK,
     DELIVERIES,
     AddResult,
-    CappedPool,
     PoolBatch,
     validate_pool_options,
 )
+from ..structures.sharded import AnyPool, make_pool, validate_shards
 from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
@@ -113,6 +113,9 @@ class PoolTask(RedQueueTask):
     pool_processed_guard: float = 0.0
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
+    #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
+    #: them. See "Sharded pools and buckets" in the README.
+    pool_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -143,6 +146,7 @@ class PoolTask(RedQueueTask):
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
             )
         check_structure_name(cls, "pool_name")
+        validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -156,19 +160,20 @@ class PoolTask(RedQueueTask):
             )
 
     @property
-    def pool(self) -> CappedPool:
+    def pool(self) -> AnyPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        pool: CappedPool = self._per_process("_redqueue_pool", self._make_pool)
+        pool: AnyPool = self._per_process("_redqueue_pool", self._make_pool)
         return pool
 
     @property
-    def structure(self) -> CappedPool:
+    def structure(self) -> AnyPool:
         """The Redis structure behind this task (what the reaper and figures look at)."""
         return self.pool
 
-    def _make_pool(self) -> CappedPool:
+    def _make_pool(self) -> AnyPool:
         config = get_config(self.app)
-        return CappedPool(
+        return make_pool(
+            self.pool_shards,
             config.client(),
             self.pool_name or self.name,
             self.pool_size,
