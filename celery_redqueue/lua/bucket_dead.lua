@@ -1,12 +1,13 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named
 -- ARGV[10], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[9]
 -- Requeued items go to the tail of their key's queue with their receive count reset.
--- Returns {items acted on, send_drain}. Bounded: O(entries * log K).
+-- Reply: {items acted on, send_drain}. Bounded: O(entries * log K).
 --#include bucket_common
-local action = ARGV[8]
+local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to
 -- requeue, has no key: an unreadable delayed item) stays listed.
@@ -14,7 +15,7 @@ local candidates = {}
 if #ARGV >= 10 then
   for i = 10, #ARGV do candidates[#candidates + 1] = ARGV[i] end
 else
-  candidates = redis.call('LRANGE', K_DEAD, 0, tonumber(ARGV[9]) - 1)
+  candidates = redis.call('LRANGE', K_DEAD, 0, oldest - 1)
 end
 local parsed = {}
 for _, entry in ipairs(candidates) do

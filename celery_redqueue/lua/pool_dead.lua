@@ -1,10 +1,11 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)
 -- ARGV[7], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[6]
 -- Requeued calls re-enter the pool with their receive count reset (competing for room; what
--- does not fit counts as evicted). Returns {calls acted on, send_drain}.
+-- does not fit counts as evicted). Reply: {calls acted on, send_drain}.
 -- Bounded: O(entries * log N); "all" is done by the caller in chunks.
 --#include pool_common
 local action, limit = ARGV[5], tonumber(ARGV[6])

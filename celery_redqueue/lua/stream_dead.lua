@@ -5,7 +5,7 @@
 -- ARGV[4], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[3].
 -- A requeued letter is appended to the stream again as a new entry addressed to its group
 -- only (field "to"; other groups skip it), with its partition key, under the cap.
--- Returns {letters acted on, trimmed by the cap, groups requeued to (names)}.
+-- Reply: {letters acted on, trimmed by the cap, groups requeued to (names)}.
 --#include stream_common
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then

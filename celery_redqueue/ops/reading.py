@@ -349,7 +349,16 @@ class Operations:
         return app.tasks.get(target.name)
 
     def send_drain(self, target: Target) -> str:
-        """Send one drain job now; says what happened."""
+        """Send one drain job now (a stream: one per group task); says what happened."""
+        if target.kind == "stream" and self.celery_app is not None:
+            from ..tasks.stream_app import stream_tasks
+
+            self.celery_app.loader.import_default_modules()
+            readers = stream_tasks(self.celery_app, target.structure.name)
+            for reader in readers:
+                reader.send_drain()
+            if readers:
+                return "drain jobs sent"
         task = self.drain_task(target)
         if task is None:
             return "no task of this app drains it; beat's drain will pick it up"
