@@ -7,24 +7,16 @@
 -- Requeued items go to the tail of their key's queue with their receive count reset.
 -- Reply: {items acted on, send_drain}. Bounded: O(entries * log K).
 --#include bucket_common
+--#include dead_letters
 local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
--- Read and check every dead letter before removing any: one that cannot be parsed (or, to
--- requeue, has no key: an unreadable delayed item) stays listed.
-local candidates = {}
-if #ARGV >= 10 then
-  for i = 10, #ARGV do candidates[#candidates + 1] = ARGV[i] end
-else
-  candidates = redis.call('LRANGE', K_DEAD, 0, oldest - 1)
-end
+-- Read and check every dead letter before removing any: to requeue, one without a key (an
+-- unreadable delayed item) stays listed too.
 local parsed = {}
-for _, entry in ipairs(candidates) do
-  local newline = string.find(entry, '\n', 1, true)
-  local ok, info = false, nil
-  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
-  if ok and type(info) == 'table' and type(info['key']) == 'string'
-      and (action ~= 'requeue' or info['key'] ~= '') then
-    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = string.sub(entry, newline + 1)}
+for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
+  local info, payload = parse_letter(entry)
+  if info and type(info['key']) == 'string' and (action ~= 'requeue' or info['key'] ~= '') then
+    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload}
   end
 end
 local entries, queued = {}, 0

@@ -35,9 +35,5 @@ end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
 -- Items that may go need a drain job even if the dead drain's lease has not run out yet:
 -- re-arm it and tell the caller to send one.
-local send = 0
-if #expired > 0 and redis.call('ZCARD', K_READY) > 0 then
-  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-  send = 1
-end
+local send = rearm_drain(K_DRAINS, DRAIN_TTL, #expired > 0 and redis.call('ZCARD', K_READY) > 0)
 return {returned, buried, send}

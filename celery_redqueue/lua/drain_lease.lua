@@ -64,3 +64,11 @@ end
 -- nothing, lease kept (linger); only skipped entries, more wait (take again now); nothing due
 -- before the wait the reply gives. redis/lua.py names the same values for Python.
 local EMPTY, TAKEN, LINGER, AGAIN, LATER = 0, 1, 2, 3, 4
+
+-- After taking back expired work: when work is left (`left`), re-arm the drain lease even if the
+-- dead drain's lease has not run out yet. Returns send_drain: 1 when the caller should send one.
+local function rearm_drain(drains, lease, left)
+  if not left then return 0 end
+  redis.call('SET', drains, 1, 'PX', lease)
+  return 1
+end

@@ -8,25 +8,15 @@
 -- does not fit counts as evicted). Reply: {calls acted on, send_drain}.
 -- Bounded: O(entries * log N); "all" is done by the caller in chunks.
 --#include pool_common
+--#include dead_letters
 local action, limit = ARGV[5], tonumber(ARGV[6])
 local now = pool_now()
--- Read and check every dead letter before removing any: one that cannot be parsed stays listed.
-local candidates = {}
-if #ARGV >= 7 then
-  for i = 7, #ARGV do candidates[#candidates + 1] = ARGV[i] end
-else
-  if limit < 0 then limit = 1000 end
-  candidates = redis.call('LRANGE', K_DEAD, 0, limit - 1)
-end
+-- Read and check every dead letter before removing any.
 local entries = {}
-for _, entry in ipairs(candidates) do
-  local newline = string.find(entry, '\n', 1, true)
-  local ok, info = false, nil
-  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
-  local count = ok and type(info) == 'table' and tonumber(info['count'])
-  if count then
-    entries[#entries + 1] = {entry = entry, count = count, payload = string.sub(entry, newline + 1)}
-  end
+for _, entry in ipairs(dead_candidates(K_DEAD, 7, limit)) do
+  local info, payload = parse_letter(entry)
+  local count = info and tonumber(info['count'])
+  if count then entries[#entries + 1] = {entry = entry, count = count, payload = payload} end
 end
 local calls, evicted, queued = 0, 0, 0
 for _, e in ipairs(entries) do

@@ -57,9 +57,5 @@ if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 -- Returned calls need a drain job even if the dead drain's lease has not run out yet: re-arm
 -- it and tell the caller to send one.
-local send = 0
-if #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0 then
-  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-  send = 1
-end
+local send = rearm_drain(K_DRAINS, DRAIN_TTL, #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0)
 return {lost, returned, buried, send}

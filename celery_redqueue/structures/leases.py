@@ -146,15 +146,14 @@ class ResourcePool:
         return self._add(_names(resources))
 
     def _add(self, names: list[str]) -> int:
-        added = 0
-        for start in range(0, len(names), CHANGE_CHUNK):
-            added += int(
-                self._run(
-                    "lease_add",
-                    names[start : start + CHANGE_CHUNK],
-                )
-            )
-        return added
+        return self._change("lease_add", names)
+
+    def _change(self, script_name: str, names: list[str]) -> int:
+        """Run ``script_name`` over ``names`` in chunks (each call short); the summed replies."""
+        return sum(
+            int(self._run(script_name, names[start : start + CHANGE_CHUNK]))
+            for start in range(0, len(names), CHANGE_CHUNK)
+        )
 
     def remove_resources(self, *resources: str) -> int:
         """Remove resources; returns how many were in the pool.
@@ -163,16 +162,7 @@ class ResourcePool:
         then leaves the pool instead of becoming free.
         """
         self._apply_declared()
-        names = _names(resources)
-        removed = 0
-        for start in range(0, len(names), CHANGE_CHUNK):
-            removed += int(
-                self._run(
-                    "lease_remove",
-                    names[start : start + CHANGE_CHUNK],
-                )
-            )
-        return removed
+        return self._change("lease_remove", _names(resources))
 
     def resources(self) -> set[str]:
         """Every resource name of the pool (O(N): for inspection, not for hot paths)."""

@@ -147,21 +147,18 @@ class StreamTask(RedQueueTask):
 
     # Producing: events are published to the stream, never sent as calls.
 
-    def apply_async(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
-        shadow: str | None = None,
-        **options: Any,
+    def apply_async(  # type: ignore[override]  # only drain jobs: the rest rides in options
+        self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
         """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed
         by publishing (``task.stream.publish(event)``), so that every group receives it."""
         if (options.get("headers") or {}).get(DRAIN_HEADER):
-            return self.send_drain(producer=producer, **options)
+            drain_options = {
+                k: v
+                for k, v in options.items()
+                if k not in ("task_id", "link", "link_error", "shadow")
+            }
+            return self.send_drain(**drain_options)
         raise RedQueueError(
             f"{self.name} consumes stream {self.stream_name!r}: publish events with "
             f"{self.name}.stream.publish(event) (every group receives them), not delay()"
