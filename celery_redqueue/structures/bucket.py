@@ -34,12 +34,11 @@ Example::
 from __future__ import annotations
 
 import logging
-import re
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, ReservationError
+from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import EMPTY, LATER
@@ -83,7 +82,6 @@ PARTS = (
 )
 # fmt: on
 ENQUEUE_CHUNK = 1000
-_RESERVATION_ID = re.compile(r"^\d+\.\d+$")
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
@@ -258,7 +256,7 @@ class LeakyBucket(Structure):
             if reply[0] == LATER:
                 wait = float(reply[1]) / 1000.0
                 return Poll(wait=wait, schedule=bool(reply[2]), malformed=malformed)
-            _, key, res_id, payload, receives, deadline, now, fan_out, _ = reply
+            res_id, payload = reply[2], reply[3]
             try:
                 decoded = self.serializer.loads(payload)
             except Exception as exc:
@@ -269,16 +267,7 @@ class LeakyBucket(Structure):
                 self.dead_letter(res_id.decode(), reason)
                 malformed += 1
                 continue
-            reservation = Reservation(
-                id=res_id.decode(),
-                key=key.decode(),
-                payload=decoded,
-                receives=int(receives),
-                deadline=float(deadline) / 1000.0,
-                released_at=float(now) / 1000.0,
-                bucket=self.keys.base,
-                fan_out=bool(fan_out),
-            )
+            reservation = Reservation.from_reply(reply[1:8], decoded, self.keys.base)
             return Poll(reservation, malformed=malformed)
         return Poll(wait=0.0, malformed=malformed)
 
@@ -286,22 +275,10 @@ class LeakyBucket(Structure):
         """Reserve the next releasable item, or None when no key is eligible now."""
         return self.poll().reservation
 
-    def _reservation_id(self, reservation: Reservation | str) -> str:
-        if isinstance(reservation, Reservation):
-            if reservation.bucket and reservation.bucket != self.keys.base:
-                raise ReservationError(
-                    f"reservation {reservation.id} belongs to {reservation.bucket}, "
-                    f"not {self.keys.base}"
-                )
-            return reservation.id
-        if isinstance(reservation, str) and _RESERVATION_ID.match(reservation):
-            return reservation
-        raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
-
     def _settle(
         self, reservation: Reservation | str, action: str, detail: Any, seconds: float = 0.0
     ) -> bool:
-        res_id = self._reservation_id(reservation)
+        res_id = Reservation.id_of(reservation, self.keys.base)
         args = [res_id, action, detail, self.guard_window_ms, repr(float(seconds))]
         held, _send_drain = self._run("bucket_settle", args)
         return bool(held)

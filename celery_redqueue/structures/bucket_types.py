@@ -4,17 +4,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ReservationError
 from ..validation import one_of, positive_int, seconds
 from .receipts import Receipt
 
 OVERFLOWS = ("reject", "drop_oldest")
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RESERVATION_ID = re.compile(r"^\d+\.\d+$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
 
 
@@ -72,6 +73,35 @@ class Reservation:
     bucket: str = ""
     #: The bucket is busy: one more drain job should be sent to share the work.
     fan_out: bool = False
+
+    @classmethod
+    def from_reply(cls, fields: Sequence[Any], payload: Any, bucket: str) -> Reservation:
+        """From bucket_dequeue's fields key .. fan_out (the payload already decoded)."""
+        key, res_id, _, receives, deadline, now, fan_out = fields
+        return cls(
+            id=res_id.decode(),
+            key=key.decode(),
+            payload=payload,
+            receives=int(receives),
+            deadline=float(deadline) / 1000.0,
+            released_at=float(now) / 1000.0,
+            bucket=bucket,
+            fan_out=bool(fan_out),
+        )
+
+    @staticmethod
+    def id_of(reservation: Reservation | str, bucket: str) -> str:
+        """The id of a reservation of ``bucket`` (a Reservation or its id); ReservationError
+        for anything else."""
+        if isinstance(reservation, Reservation):
+            if reservation.bucket and reservation.bucket != bucket:
+                raise ReservationError(
+                    f"reservation {reservation.id} belongs to {reservation.bucket}, not {bucket}"
+                )
+            return reservation.id
+        if isinstance(reservation, str) and _RESERVATION_ID.match(reservation):
+            return reservation
+        raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
 
 
 @dataclass(frozen=True)
