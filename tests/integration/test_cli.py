@@ -55,4 +55,4 @@ def test_list_dead_requeue_purge(proc_env, redqueue_redis, redqueue_prefix):
     assert pool.stats().purged == 1
 
     missing = redqueue(proc_env, "dead", "nope", check=False)
-    assert missing.returncode != 0 and "no pool or bucket named 'nope'" in missing.stderr
+    assert missing.returncode != 0 and "no pool or bucket or stream named 'nope'" in missing.stderr
