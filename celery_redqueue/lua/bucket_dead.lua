@@ -1,30 +1,23 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named
 -- ARGV[10], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[9]
 -- Requeued items go to the tail of their key's queue with their receive count reset.
--- Returns {items acted on, send_drain}. Bounded: O(entries * log K).
+-- Reply: {items acted on, send_drain}. Bounded: O(entries * log K).
 --#include bucket_common
-local action = ARGV[8]
+--#include dead_letters
+local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to
 -- requeue, has no key: an unreadable delayed item) stays listed when requeued and is deleted
 -- (counted as one item) when purged.
-local candidates = {}
-if #ARGV >= 10 then
-  for i = 10, #ARGV do candidates[#candidates + 1] = ARGV[i] end
-else
-  candidates = redis.call('LRANGE', K_DEAD, 0, tonumber(ARGV[9]) - 1)
-end
 local parsed = {}
-for _, entry in ipairs(candidates) do
-  local newline = string.find(entry, '\n', 1, true)
-  local ok, info = false, nil
-  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
-  if ok and type(info) == 'table' and type(info['key']) == 'string'
-      and (action ~= 'requeue' or info['key'] ~= '') then
-    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = string.sub(entry, newline + 1)}
+for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
+  local info, payload = parse_letter(entry)
+  if info and type(info['key']) == 'string' and (action ~= 'requeue' or info['key'] ~= '') then
+    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload}
   elseif action == 'purge' then
     parsed[#parsed + 1] = {entry = entry, key = false}
   end

@@ -1,13 +1,15 @@
 -- Release the head item of the key that has been eligible longest, and reserve it.
--- KEYS and ARGV[1..7]: see bucket_common.lua.
+-- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms, ARGV[9] most drain jobs at once (fan-out limit),
 -- ARGV[10] processed-guard (1|0): skip items whose id completed already.
--- Reply, one of (malformed: entries dead-lettered by this call because they could not be read):
---   {0, malformed}                 nothing queued or due (the drain flag was cleared here)
---   {1, wait_ms, schedule, malformed}  items queued or delayed, none may go for wait_ms more;
---                                  the flag was released, and schedule = 1 asks the caller
---                                  for a drain job with that countdown
---   {2, key, reservation id, payload, receives, deadline ms, now ms, fan_out, malformed}
+-- Reply: a status first (drain_lease.lua), malformed last (entries dead-lettered by this call
+-- because they could not be read):
+--   {EMPTY, malformed}                nothing queued or due (the drain flag was cleared here)
+--   {LATER, wait_ms, schedule, malformed}  items queued or delayed, none may go for wait_ms
+--                                     more; the flag was released, and schedule = 1 asks the
+--                                     caller for a drain job with that countdown
+--   {TAKEN, key, reservation id, payload, receives, deadline ms, now ms, fan_out, malformed}
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
 -- (plus at most 100 due delayed items moved in, and at most 100 skipped items).
@@ -22,7 +24,7 @@ local malformed = offer_due_items(now)
 local function sleep_until(when)
   redis.call('DEL', K_DRAINS)
   local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, when)
-  return {1, string.format('%.17g', when - now), wait >= 0 and 1 or 0, malformed}
+  return {LATER, string.format('%.17g', when - now), wait >= 0 and 1 or 0, malformed}
 end
 
 for _ = 1, 100 do
@@ -34,7 +36,7 @@ for _ = 1, 100 do
     -- Nothing is eligible until a new item, a commit (ordered keys) or the reaper adds a key;
     -- the drain flag is cleared in this same step so that the next enqueue sends a job.
     redis.call('DEL', K_DRAINS, K_WAKE)
-    return {0, malformed}
+    return {EMPTY, malformed}
   end
   local key, when = top[1], tonumber(top[2])
   if when > now then return sleep_until(math.min(when, due_at or when)) end
@@ -58,8 +60,8 @@ for _ = 1, 100 do
     -- One drain job per key eligible now, up to the fan-out limit.
     local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
     local fan_out = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, eligible)
-    return {2, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
+    return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
             string.format('%.17g', now), fan_out, malformed}
   end
 end
-return {1, '0', 0, malformed}
+return {LATER, '0', 0, malformed}

@@ -1,10 +1,13 @@
 -- Return reservations whose deadline passed to the head of their key's queue and make the key
 -- eligible again; past max receives the item goes to the dead-letter list instead.
--- KEYS and ARGV[1..7]: see bucket_common.lua. ARGV[8] most reservations to reap in this call.
--- Returns {returned, dead_lettered, send_drain}. Bounded: O(limit * log K).
+-- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- ARGV[1..7]: the bucket's settings (bucket_common.lua).
+-- ARGV[8] most reservations to reap in this call.
+-- Reply: {returned, dead_lettered, send_drain}. Bounded: O(limit * log K).
 --#include bucket_common
+local limit = tonumber(ARGV[8])
 local now = now_ms()
-local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, tonumber(ARGV[8]))
+local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, limit)
 local returned, buried = 0, 0
 for _, reservation in ipairs(expired) do
   local key, slot = take_reservation(reservation)
@@ -32,9 +35,5 @@ end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
 -- Items that may go need a drain job even if the dead drain's lease has not run out yet:
 -- re-arm it and tell the caller to send one.
-local send = 0
-if #expired > 0 and redis.call('ZCARD', K_READY) > 0 then
-  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-  send = 1
-end
+local send = rearm_drain(K_DRAINS, DRAIN_TTL, #expired > 0 and redis.call('ZCARD', K_READY) > 0)
 return {returned, buried, send}

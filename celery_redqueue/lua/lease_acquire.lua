@@ -1,14 +1,15 @@
 -- Reclaim expired leases, then lease the least recently used free resource.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] lease time to live, ms
 -- ARGV[2] token of the new holder (unique, chosen by the caller)
 -- ARGV[3] most expired leases this call reclaims
--- Returns {1, resource, expiry_ms, fencing token} when a resource was leased, or
+-- Reply: {1, resource, expiry_ms, fencing token} when a resource was leased, or
 -- {0, ms until the earliest lease expires (-1: no lease), number of resources} when none is free.
 -- Bounded: O((reclaimed + 1) * log N).
 --#include lease_common
+local ttl_ms, token, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local now = lease_now()
-local _, returned = reclaim(tonumber(ARGV[3]), now)
+local _, returned = reclaim(limit, now)
 
 local head = redis.call('ZPOPMIN', K_FREE)
 if #head == 0 then
@@ -22,9 +23,9 @@ if #head == 0 then
 end
 
 local resource = head[1]
-local expiry = now + tonumber(ARGV[1])
+local expiry = now + ttl_ms
 redis.call('ZADD', K_LEASED, expiry, resource)
-redis.call('HSET', K_TOKENS, resource, ARGV[2])
+redis.call('HSET', K_TOKENS, resource, token)
 redis.call('HINCRBY', K_STATS, 'acquired', 1)
 local fence = next_fence(resource, now)
 redis.call('HINCRBY', K_USES, resource, 1)

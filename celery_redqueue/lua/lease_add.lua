@@ -1,13 +1,12 @@
 -- Add resources to a pool; new ones are free at once (score 0: the never-used go first) and
 -- wake waiting clients.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1..n] resource names
--- Returns how many were new. A name removed while leased and added again stays with its
+-- Reply: how many were new. A name removed while leased and added again stays with its
 -- holder and becomes free on release. Bounded: O(n log N).
 --#include lease_common
 local added, freed = 0, 0
-for i = 1, #ARGV do
-  local resource = ARGV[i]
+for _, resource in ipairs(ARGV) do
   if redis.call('SADD', K_RESOURCES, resource) == 1 then
     added = added + 1
     if not redis.call('ZSCORE', K_LEASED, resource) then

@@ -12,10 +12,11 @@
 local K_RESOURCES, K_FREE, K_LEASED, K_TOKENS, K_STATS, K_NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_FENCES, K_USES = KEYS[7], KEYS[8]
 
--- The server clock in whole ms: one clock for every client.
+--#include clock
+
+-- The server clock in whole ms (lease expiries feed PX-like integer arithmetic).
 local function lease_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return math.floor(now_ms())
 end
 
 -- Wake up to `n` waiting clients (BLPOP on notify). The list never holds more entries than

@@ -1,8 +1,9 @@
 -- Return expired leases to the free set and wake as many waiting clients.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] most leases reclaimed by this call
--- Returns how many leases were reclaimed. Bounded: O(limit * log N).
+-- Reply: how many leases were reclaimed. Bounded: O(limit * log N).
 --#include lease_common
-local expired, returned = reclaim(tonumber(ARGV[1]), lease_now())
+local limit = tonumber(ARGV[1])
+local expired, returned = reclaim(limit, lease_now())
 wake(returned)
 return expired

@@ -1,8 +1,8 @@
 -- Release a lease if the caller still holds it, and wake one waiting client.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
--- Returns 1 when released; 0 when the token does not hold the resource (another holder has it,
+-- Reply: 1 when released; 0 when the token does not hold the resource (another holder has it,
 -- or it was released or reclaimed) or the lease ran out, in which case the resource is
 -- reclaimed here and counted as such. Bounded: O(log N).
 --#include lease_common

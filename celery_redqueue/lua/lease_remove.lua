@@ -1,15 +1,15 @@
 -- Remove resources from a pool.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1..n] resource names
--- Returns how many were in the pool. A leased one stays with its holder until released or
+-- Reply: how many were in the pool. A leased one stays with its holder until released or
 -- expired, and then leaves instead of becoming free. Bounded: O(n log N).
 --#include lease_common
 local removed = 0
-for i = 1, #ARGV do
-  if redis.call('SREM', K_RESOURCES, ARGV[i]) == 1 then
+for _, resource in ipairs(ARGV) do
+  if redis.call('SREM', K_RESOURCES, resource) == 1 then
     removed = removed + 1
-    redis.call('ZREM', K_FREE, ARGV[i])
-    redis.call('HDEL', K_USES, ARGV[i])
+    redis.call('ZREM', K_FREE, resource)
+    redis.call('HDEL', K_USES, resource)
   end
 end
 return removed

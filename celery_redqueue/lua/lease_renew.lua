@@ -1,12 +1,12 @@
 -- Extend a lease the caller still holds.
--- KEYS: see lease_common.lua.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
 -- ARGV[3] new time to live, ms from now
--- Returns the new expiry (ms), or 0 when the token does not hold the resource or the lease has
+-- Reply: the new expiry (ms), or 0 when the token does not hold the resource or the lease has
 -- already run out (the next acquire or reclaim takes it back). Bounded: O(log N).
 --#include lease_common
-local resource, token = ARGV[1], ARGV[2]
+local resource, token, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HGET', K_TOKENS, resource) ~= token then
   return 0
 end
@@ -15,7 +15,7 @@ local expiry = tonumber(redis.call('ZSCORE', K_LEASED, resource) or '0')
 if expiry <= now then
   return 0
 end
-expiry = now + tonumber(ARGV[3])
+expiry = now + ttl_ms
 redis.call('ZADD', K_LEASED, 'XX', expiry, resource)
 redis.call('HINCRBY', K_STATS, 'renewed', 1)
 return expiry

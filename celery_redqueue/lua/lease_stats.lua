@@ -1,6 +1,7 @@
 -- Read a pool's figures in one consistent step.
--- KEYS: see lease_common.lua. No ARGV.
--- Returns {resources, free, leased and valid, leased but expired, counter, value, ...}.
+-- KEYS[1..8]: the pool's keys (lease_common.lua names each).
+-- No ARGV.
+-- Reply: {resources, free, leased and valid, leased but expired, counter, value, ...}.
 -- Read-only. Bounded: O(log N + number of counters).
 --#include lease_common
 local now = lease_now()

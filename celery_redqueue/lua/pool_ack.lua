@@ -1,13 +1,14 @@
 -- Finish an in-flight batch: count what succeeded; retry (at least once) or count what failed;
 -- dead-letter at once what can never succeed (a payload the worker could not decode).
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id, ARGV[6] at least once (1|0), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,
 -- ARGV[10], ... groups of 4 per delivered entry: id, calls it stands for, error text ('' = ok),
 -- '' or '!' followed by the raw payload to dead-letter now with that error.
--- Reply: 1; 2 when retried calls need a drain job the caller should send; 0 when the batch was
--- no longer in flight (the reaper had taken it back: counted as `late`). Ids that succeeded are
--- recorded by the guard either way, so their returned copies are skipped.
+-- Reply: {held, send_drain}. held 0: the batch was no longer in flight (the reaper had taken it
+-- back: counted as `late`); send_drain 1: retried calls need a drain job the caller should send.
+-- Ids that succeeded are recorded by the guard either way, so their returned copies are skipped.
 --#include pool_common
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
 local max_receives, guard_window, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -29,10 +30,10 @@ end
 local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch_id) or '-1') or -1
 if calls < 0 then
   if named > 0 then redis.call('HINCRBY', K_STATS, 'late', named) end
-  return 0
+  return {0, 0}
 end
 if named ~= calls then
-  return redis.error_reply('ERR batch holds ' .. calls .. ' calls, the ack names ' .. named)
+  return redis.error_reply('ERR pool_ack: batch holds ' .. calls .. ' calls, the ack names ' .. named)
 end
 -- At least once, the popped entries are kept by id: the caller's list need not be in pop order.
 -- A batch record that cannot be decoded leaves its failed calls counted as failed.
@@ -69,16 +70,10 @@ for i = 10, #ARGV, 4 do
     failed = failed + count
   end
 end
-redis.call('HINCRBY', K_STATS, 'in_flight', -calls)
-if processed > 0 then redis.call('HINCRBY', K_STATS, 'processed', processed) end
-if failed > 0 then redis.call('HINCRBY', K_STATS, 'failed', failed) end
-if retried > 0 then
-  redis.call('HINCRBY', K_STATS, 'retried', retried)
-  redis.call('HINCRBY', K_STATS, 'queued', retried)
-end
-if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
+add_counts(K_STATS, {in_flight = -calls, processed = processed, failed = failed,
+                     retried = retried, queued = retried, evicted = evicted})
 pool_tick('out', processed + failed + buried, now)
 pool_tick('busy', busy, now)
 pool_tick('done', processed + failed + buried, now)
-if retried > 0 and plan_pool_drain(now) == 1 then return 2 end
-return 1
+if retried > 0 and plan_pool_drain(now) == 1 then return {1, 1} end
+return {1, 0}

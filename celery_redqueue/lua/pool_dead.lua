@@ -1,31 +1,24 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)
 -- ARGV[7], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[6]
 -- Requeued calls re-enter the pool with their receive count reset (competing for room; what
--- does not fit counts as evicted). Returns {calls acted on, send_drain}.
+-- does not fit counts as evicted). Reply: {calls acted on, send_drain}.
 -- Bounded: O(entries * log N); "all" is done by the caller in chunks.
 --#include pool_common
+--#include dead_letters
 local action, limit = ARGV[5], tonumber(ARGV[6])
 local now = pool_now()
 -- Read and check every dead letter before removing any: one that cannot be parsed stays listed
 -- when requeued (nothing says what it is) and is deleted, counted as one call, when purged.
-local candidates = {}
-if #ARGV >= 7 then
-  for i = 7, #ARGV do candidates[#candidates + 1] = ARGV[i] end
-else
-  if limit < 0 then limit = 1000 end
-  candidates = redis.call('LRANGE', K_DEAD, 0, limit - 1)
-end
 local entries = {}
-for _, entry in ipairs(candidates) do
-  local newline = string.find(entry, '\n', 1, true)
-  local ok, info = false, nil
-  if newline then ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1)) end
-  local count = ok and type(info) == 'table' and tonumber(info['count'])
+for _, entry in ipairs(dead_candidates(K_DEAD, 7, limit)) do
+  local info, payload = parse_letter(entry)
+  local count = info and tonumber(info['count'])
   if count then
-    entries[#entries + 1] = {entry = entry, count = count, payload = string.sub(entry, newline + 1)}
+    entries[#entries + 1] = {entry = entry, count = count, payload = payload}
   elseif action == 'purge' then
     entries[#entries + 1] = {entry = entry, count = 1, payload = ''}
   end

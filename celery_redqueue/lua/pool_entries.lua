@@ -14,13 +14,6 @@ local function read_entry(member, score, now)
   return entry
 end
 
--- Take an entry out of the pool with everything kept about it.
-local function forget_entry(member)
-  redis.call('ZREM', K_ITEMS, member)
-  redis.call('ZREM', K_AGES, member)
-  redis.call('HDEL', K_RECEIVES, member)
-  if COALESCE then redis.call('HDEL', K_COUNTS, member) end
-end
 
 -- Offer up to `n` due delayed calls, in due order; a malformed one is dead-lettered (counted
 -- as offered, accepted and dead, so the identities hold). Returns how many were malformed.

@@ -1,15 +1,15 @@
 -- Move due delayed calls in, pop up to n entries as one in-flight batch, plan the drain jobs.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
 -- ARGV[9] at least once (1|0): keep the entries so the reaper can return them,
 -- ARGV[10] processed-guard (1|0): skip entries whose id completed already,
 -- ARGV[11] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon).
--- Reply: {fan_out, remaining, wait_ms, schedule, malformed, then per entry: payload, count,
--- receives, id}. wait_ms -1: the pool and its delayed set were empty and the flag was cleared
--- in the same step (nothing arriving afterwards is stranded); -2: empty, flag kept (linger);
--- -3: only guard-skipped entries were popped and more wait (pop again); >= 0: only delayed
--- calls remain, the first due in wait_ms; the flag was released, and schedule = 1 asks the
--- caller for a drain job with that countdown. malformed: entries dead-lettered here.
+-- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then per entry: payload,
+-- count, receives, id}; status (drain_lease.lua): TAKEN, EMPTY (flag cleared in this step),
+-- LINGER, AGAIN (only guard-skipped entries were popped), LATER (only delayed calls remain,
+-- the first due in wait_ms; the flag was released, and schedule = 1 asks the caller for a
+-- drain job with that countdown). malformed: entries dead-lettered here.
 --#include pool_common
 --#include pool_entries
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
@@ -18,7 +18,7 @@ local guard, linger = ARGV[10] == '1', ARGV[11] == '1'
 local now = pool_now()
 local malformed = offer_due(n, now)
 
-local result = {0, 0, -1, 0, 0}
+local result = {TAKEN, 0, 0, -1, 0, 0}
 local kept, calls, skipped = {}, 0, 0
 -- Entries the guard skips are not delivered; look again (a bounded number of times) so that a
 -- pop returns nothing only when the pool is really empty.
@@ -47,28 +47,27 @@ for _ = 1, 10 do
   end
   if calls > 0 then break end
 end
-result[5] = malformed
+result[6] = malformed
 if calls + skipped > 0 then redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped)) end
 
 if calls == 0 then
-  if redis.call('ZCARD', K_ITEMS) > 0 then result[3] = -3; return result end
   local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
-  if #first > 0 then
-    local when = tonumber(first[2])
-    if when <= now then result[3] = -3; return result end
+  local when = #first > 0 and tonumber(first[2]) or nil
+  if redis.call('ZCARD', K_ITEMS) > 0 or (when and when <= now) then
+    result[1] = AGAIN
+  elseif when then
     -- Only delayed calls remain: release the flag, so that a call due now sends its own job
     -- (a delayed call never holds back an immediate one), and schedule one job for them.
     redis.call('DEL', K_DRAINS)
     local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, when)
-    result[3], result[4] = math.ceil(when - now), wait >= 0 and 1 or 0
-    return result
-  end
-  if linger then
+    result[1], result[4], result[5] = LATER, math.ceil(when - now), wait >= 0 and 1 or 0
+  elseif linger then
     redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
-    result[3] = -2
-    return result
+    result[1] = LINGER
+  else
+    redis.call('DEL', K_DRAINS, K_WAKE)
+    result[1] = EMPTY
   end
-  redis.call('DEL', K_DRAINS, K_WAKE)
   return result
 end
 
@@ -77,7 +76,6 @@ redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
 if at_least_once then redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept)) end
 redis.call('HINCRBY', K_STATS, 'in_flight', calls)
 local remaining = redis.call('ZCARD', K_ITEMS)
-result[2], result[3] = remaining, -1
 -- One drain job per batch still waiting, up to the fan-out limit.
-result[1] = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, remaining / n)
+result[2], result[3] = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, remaining / n), remaining
 return result

@@ -3,7 +3,8 @@
 -- (competing for room like any entry; what does not fit counts as evicted), or to the
 -- dead-letter list once it has been received max_receives times; a batch record that cannot
 -- be decoded is dead-lettered whole, as it is, with the reason.
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
 -- Reply: {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
 --#include pool_common
@@ -56,9 +57,5 @@ if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 -- Returned calls need a drain job even if the dead drain's lease has not run out yet: re-arm
 -- it and tell the caller to send one.
-local send = 0
-if #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0 then
-  redis.call('SET', K_DRAINS, 1, 'PX', DRAIN_TTL)
-  send = 1
-end
+local send = rearm_drain(K_DRAINS, DRAIN_TTL, #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0)
 return {lost, returned, buried, send}

@@ -1,6 +1,7 @@
 -- The worker's heartbeat for one pool: push the deadline of batches still in flight and renew
--- the drain lease (common.lua's renew_inflight).
--- KEYS: see pool_common.lua. ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- the drain lease (drain_lease.lua's renew_inflight).
+-- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch timeout ms, ARGV[6], ... batch ids held by the worker's process.
 -- Reply: the ids no longer in flight (the reaper took them back). Bounded: O(ids * log N).
 --#include pool_common

@@ -5,7 +5,7 @@
 -- ARGV[1] group, ARGV[2] processed-guard window ms (0: off), ARGV[3] max deliveries,
 -- ARGV[4] visibility timeout ms, ARGV[5] drain lease ms, ARGV[6] seconds the bodies took,
 -- then per entry: id, error ('' = ok), retry delay ms, dead now (1|0).
--- Returns {processed, retried, dead, stale, send_drain}: stale counts entries that were no
+-- Reply: {processed, retried, dead, stale, send_drain}: stale counts entries that were no
 -- longer pending for the group (claimed and settled by another consumer, or trimmed);
 -- send_drain is 1 when held entries came free and this call armed the drain lease.
 --#include stream_common

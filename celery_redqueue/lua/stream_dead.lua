@@ -7,7 +7,7 @@
 -- only (field "to"; other groups skip it), with its partition key, under the cap.
 -- A letter that cannot be parsed (no metadata, or no group) stays listed when requeued and is
 -- deleted when purged. Every letter is read and checked before any is removed.
--- Returns {letters acted on, trimmed by the cap, groups requeued to (names)}.
+-- Reply: {letters acted on, trimmed by the cap, groups requeued to (names)}.
 --#include stream_common
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then

@@ -1,7 +1,7 @@
 -- Read what one group's figures need, in one step on the stream's node (one clock).
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group.
--- Returns {stream stats flat, group stats flat, stream flow flat, group flow flat,
+-- Reply: {stream stats flat, group stats flat, stream flow flat, group flow flat,
 -- pending count, oldest pending id or '', sequence number of the oldest kept entry or '',
 -- stream length, now ms, group exists (1|0)}. Bounded: hashes of a few dozen fields, rings of
 -- 60 slots, XPENDING's summary form.

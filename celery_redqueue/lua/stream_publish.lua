@@ -4,7 +4,7 @@
 -- ARGV[1] maxlen (0: uncapped), ARGV[2] drain lease ms, ARGV[3] number of known groups G,
 -- ARGV[4 .. 3+G] their names, then per event: payload, partition key ('' none), target group
 -- ('' every group; a requeued dead letter names its group).
--- Returns {ids, trimmed, armed group names}.
+-- Reply: {ids, trimmed, armed group names}.
 --#include stream_common
 local maxlen, lease_ms, n_groups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first_event = 4 + n_groups

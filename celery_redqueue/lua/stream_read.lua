@@ -5,18 +5,19 @@
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max deliveries, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
 -- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease.
--- Returns {status, then per entry: id, payload, deliveries, key ('' none)}.
--- status 1: entries (the lease renewed); 0: nothing to hand out, lease released in the same
--- step so nothing published afterwards is stranded; 2: nothing, lease kept (linger);
--- 3: nothing handed out yet, but every pass skipped entries (guard, other groups' letters,
--- held keys) and more wait: read again at once (lease renewed).
+-- Reply: {status, then per entry: id, payload, deliveries, key ('' none)}; status
+-- (drain_lease.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
+-- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
+-- out yet, but every pass skipped entries (guard, other groups' letters, held keys) and more
+-- wait: read again at once (lease renewed).
 -- Bounded: O(n) entries looked at per pass, at most 10 passes.
 --#include stream_deliver
+--#include stream_read_new
 local r = {
   group = ARGV[1], consumer = ARGV[2], n = tonumber(ARGV[3]),
   visibility = tonumber(ARGV[4]), max_deliveries = tonumber(ARGV[5]),
   guard = ARGV[6] == '1', ordered = ARGV[7] == '1',
-  out = {1}, handed = 0,
+  out = {TAKEN}, handed = 0,
 }
 local lease_ms, linger = tonumber(ARGV[8]), ARGV[9] == '1'
 if not r.n or r.n < 1 or not r.visibility or not r.max_deliveries or not lease_ms then
@@ -37,10 +38,10 @@ for _ = 1, 10 do
 end
 
 if r.handed == 0 and not more then
-  if linger then return {2} end
+  if linger then return {LINGER} end
   redis.call('DEL', K_DRAIN)
-  return {0}
+  return {EMPTY}
 end
 redis.call('SET', K_DRAIN, 1, 'PX', lease_ms)
-if r.handed == 0 then return {3} end
+if r.handed == 0 then return {AGAIN} end
 return r.out

@@ -3,7 +3,7 @@
 -- consumer while the body runs; entries already claimed by someone else are left alone).
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] drain lease ms, ARGV[4 ..] entry ids.
--- Returns how many entries were renewed.
+-- Reply: how many entries were renewed.
 --#include stream_common
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end

@@ -4,7 +4,7 @@
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] kind: start | end | id, ARGV[3] entry id (kind id; a time is passed
 -- as "<ms>-0").
--- Returns {last delivered id now set, entries the group will read from there}.
+-- Reply: {last delivered id now set, entries the group will read from there}.
 --#include stream_common
 local group, kind, target = ARGV[1], ARGV[2], ARGV[3]
 if kind ~= 'start' and kind ~= 'end' and kind ~= 'id' then

@@ -4,9 +4,10 @@
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] visibility timeout ms, ARGV[3] drain lease ms, ARGV[4] arm (1|0):
 -- 0 only reports (nobody would serve the lease).
--- Returns {armed (1|0), claimable entries seen (at most 100), unread entries}.
+-- Reply: {armed (1|0), claimable entries seen (at most 100), unread entries}.
 --#include stream_common
 local group, visibility, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local arm = ARGV[4] == '1'
 if not visibility or not lease_ms then
   return redis.error_reply('ERR stream_wake: malformed arguments')
 end
@@ -17,7 +18,7 @@ local unread = seq - tonumber(redis.call('HGET', K_GSTATS, 'last_seq') or '0')
 if unread < 0 then unread = 0 end
 local ready = redis.call('LLEN', K_READY)
 local armed = 0
-if ARGV[4] == '1' and claimable + unread + ready > 0 then
+if arm and claimable + unread + ready > 0 then
   armed = redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) and 1 or 0
 end
 return {armed, claimable, unread}

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -81,14 +79,12 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        figures = {v["id"]: v.get("figures", v.get("leases")) for v in views}
-        for view in views:  # a stream's groups go with its figures
-            if "groups" in view and figures[view["id"]] is not None:
-                figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
-        click.echo(json.dumps(figures, indent=2))
+        click.echo(
+            json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)
+        )
         return
     if not views:
-        click.echo("no structures registered under this prefix yet")
+        click.echo("no pools or buckets registered under this prefix yet")
         return
     header = f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
     header += f"{'in/s':>8} {'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}"
@@ -210,46 +206,6 @@ def dead(ctx: click.Context, name: str, limit: int) -> None:
 
 
 @redqueue.command()
-@click.argument("name")
-@click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
-@click.pass_context
-@_errors
-def requeue(ctx: click.Context, name: str, limit: int) -> None:
-    """Put dead letters back in their queue (receives reset) and send a drain job."""
-    ops = _ops(ctx)
-    click.echo(ops.requeue(_find(ops, name), limit=limit))
-
-
-@redqueue.command()
-@click.argument("name")
-@click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_context
-@_errors
-def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
-    """Delete dead letters (they are counted as purged)."""
-    ops = _ops(ctx)
-    target = _find(ops, name)
-    if not yes:
-        click.confirm(f"Delete dead letters of {name}?", abort=True)
-    click.echo(ops.purge(target, limit=limit))
-
-
-@redqueue.command()
-@click.argument("name")
-@click.pass_context
-@_errors
-def drain(ctx: click.Context, name: str) -> None:
-    """Send one drain job for a structure now (it needs the app's task of that name)."""
-    ops = _ops(ctx)
-    target = _find(ops, name)
-    if ops.drain_task(target) is None:
-        what = "consumes it" if target.kind == "stream" else f"is named {target.name!r}"
-        raise click.ClickException(f"{target.id}: no task of this app {what}")
-    click.echo(f"{target.id}: {ops.send_drain(target)}")
-
-
-@redqueue.command()
 @click.argument("bucket")
 @click.option("--top", default=20, show_default=True, help="How many keys.")
 @click.option("--search", default="", help="Only keys whose name contains this text.")
@@ -281,19 +237,6 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
     click.echo("(* the bucket's default rate)")
 
 
-@redqueue.command(name="set-rate")
-@click.argument("bucket")
-@click.argument("key")
-@click.argument("rate")
-@click.option("--burst", type=float, default=None, help="Burst allowance (items).")
-@click.pass_context
-@_errors
-def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float | None) -> None:
-    """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
-    ops = _ops(ctx)
-    click.echo(ops.set_rate(_find(ops, bucket, ("bucket",)), key, rate, burst))
-
-
 @redqueue.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
@@ -315,26 +258,6 @@ def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     for row in rows:
         detail = "" if row["state"] == "free" else f" expires in {row['expires_in']:.1f}s"
         click.echo(f"  {row['resource']:40} {row['acquisitions']:8} {row['state']}{detail}")
-
-
-@redqueue.command()
-@click.pass_context
-@_errors
-def reap(ctx: click.Context) -> None:
-    """Take back expired reservations of every structure, once."""
-    ops = _ops(ctx)
-    for target in ops.targets():
-        if target.kind not in WORK_KINDS:
-            continue
-        if target.structure is None:
-            click.echo(f"{target.id}: {target.problem}")
-            continue
-        result = target.structure.reap()
-        if target.kind == "stream":  # opened without the app: it reports the groups due
-            sent = f"; {ops.send_drain(target, result.due)}" if result.due else ""
-        else:
-            sent = f"; {ops.send_drain(target)}" if result.drain_needed else ""
-        click.echo(f"{target.id}: {result}{sent}")
 
 
 @redqueue.command()
@@ -393,62 +316,5 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
         server.server_close()
 
 
-#: Name prefix of every beat entry redqueue registers (drain and reaper jobs).
-BEAT_ROW_PREFIX = "redqueue: "
-
-
-@redqueue.command(name="beat-prune")
-@click.option("--dry-run", is_flag=True, help="Only list the rows that would be removed.")
-@click.pass_context
-def beat_prune(ctx: click.Context, dry_run: bool) -> None:
-    """Remove redqueue beat rows whose task no longer exists (django-celery-beat).
-
-    django-celery-beat's DatabaseScheduler keeps a row for every entry it ever saw, so the
-    drain row of a task removed from the code would go on sending "unregistered task" jobs.
-    Celery's default scheduler drops such entries by itself.
-    """
-    app = ctx.obj.app
-    app.loader.import_default_modules()
-    try:
-        from django_celery_beat.models import PeriodicTask  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise click.ClickException(
-            "django-celery-beat is not installed; only its DatabaseScheduler keeps rows of "
-            "removed tasks"
-        ) from exc
-    stale = [
-        row
-        for row in PeriodicTask.objects.filter(name__startswith=BEAT_ROW_PREFIX)
-        if row.task not in app.tasks
-    ]
-    for row in stale:
-        click.echo(f"{'would remove' if dry_run else 'removed'} {row.name!r} (task {row.task})")
-        if not dry_run:
-            row.delete()
-    click.echo(f"{len(stale)} redqueue beat row(s) without a task")
-
-
-@redqueue.command()
-@click.argument("name")
-@click.argument("group")
-@click.argument("position")
-@click.pass_context
-@_errors
-def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
-    """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
-    ops = _ops(ctx)
-    found = _find(ops, name, ("stream",))
-    stream = found.structure
-    target: Any = position
-    if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):
-        try:
-            target = float(position)
-        except ValueError:
-            try:
-                target = datetime.fromisoformat(position)
-            except ValueError as exc:
-                raise click.ClickException(f"cannot read position {position!r}") from exc
-    last = stream.seek(group, target)
-    lag = stream.group_figures(group).lag
-    sent = ops.send_drain(found)  # one drain job per group, as beat's drain would
-    click.echo(f"{group} of {name} now reads after {last}: {lag} to read; {sent}")
+# The commands that change things live beside this module; importing it registers them.
+from . import cli_actions  # noqa: E402, F401

@@ -1,4 +1,26 @@
-"""Lua scripts, one file per atomic operation, loaded once and called by SHA."""
+"""Lua scripts, one file per atomic operation, loaded once and called by SHA.
+
+Every script in ``lua/`` follows one contract:
+
+* **Header**: what it does, then every ``KEYS[i]`` and ``ARGV[i]`` by name (the keys and
+  settings every script of a structure receives are named once, in ``<kind>_common.lua``, and
+  a script names the range it receives), then a ``Reply:`` line; ``Bounded:`` says its cost.
+* **Arguments** are read into named locals at the top (the shared ones by the common file), and
+  checked before the first write: Redis does not roll back a script that fails half-way.
+* **Reply**: one value when the script has one result (a count, a score, a list of ids);
+  otherwise an array of fields in the order its ``Reply:`` line names them, variable-length
+  parts last. "Send a drain job" is always a field of its own, ``send_drain`` (1|0; with
+  ``wake_in_ms`` when a job should be sent with a countdown), never a special value of another
+  field. A script that takes work out (``pool_pop``, ``bucket_dequeue``, ``stream_read``)
+  replies a status first: one of :data:`EMPTY`, :data:`TAKEN`, :data:`LINGER`, :data:`AGAIN`,
+  :data:`LATER` (``drain_lease.lua`` names the same values). Times with a fraction of a
+  millisecond travel as ``"%.17g"`` strings (Lua's ``tostring`` keeps 14 digits).
+* **Errors**: a malformed argument is an error reply ``ERR <script>: <what>``, before any write.
+
+Helpers shared by several scripts live in included files (``--#include name``, see
+:func:`script`): ``common`` (``clock``, ``flow``, ``drain_lease``, expiring ids, counters),
+then per structure ``<kind>_common`` and the files it includes.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +35,12 @@ import redis
 from .client import redis_errors
 
 KeyOrArg = str | bytes | int | float
+
+#: The first field of a reply of a script that takes work out (pool_pop, bucket_dequeue,
+#: stream_read): nothing to hand out, the drain lease released in the same step (so nothing
+#: arriving afterwards is stranded); work handed out; nothing, the lease kept (linger); only
+#: skipped entries and more wait (take again at once); nothing may go before the reply's wait.
+EMPTY, TAKEN, LINGER, AGAIN, LATER = 0, 1, 2, 3, 4
 
 
 class LuaScript:
@@ -65,7 +93,8 @@ def script(name: str) -> LuaScript:
     """Return the script ``lua/<name>.lua`` (read once per process).
 
     A line ``--#include other`` is replaced by ``other.lua``: Redis has no modules, and helpers
-    shared by several scripts (the bucket's rate lookup) should be written once.
+    shared by several scripts (the bucket's rate lookup) should be written once. A file
+    included twice (``common`` by way of two others) is spliced in once, where first met.
     """
     return LuaScript(name, "\n".join(_expand(name, {name})) + "\n")
 

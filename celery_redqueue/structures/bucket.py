@@ -34,178 +34,58 @@ Example::
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, ReservationError
+from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import EMPTY, LATER
 from ..redis.serializers import Serializer
-from ..validation import one_of, positive_int, seconds
+from ..validation import renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
+from .bucket_types import (
+    OVERFLOWS,
+    BucketStats,
+    EnqueueResult,
+    KeyStats,
+    Poll,
+    ReapResult,
+    Reservation,
+    _check_burst,
+    _check_key,
+    parse_rate,
+    validate_bucket_options,
+)
 from .figures import Figures, structure_figures
-from .receipts import Receipt
+
+__all__ = [
+    "OVERFLOWS",
+    "BucketStats",
+    "EnqueueResult",
+    "KeyStats",
+    "LeakyBucket",
+    "Poll",
+    "ReapResult",
+    "Reservation",
+    "parse_rate",
+    "validate_bucket_options",
+]
 
 #: The keys every bucket script receives, in this order (see lua/bucket_enqueue.lua).
+# fmt: off
 PARTS = (
-    "ready",
-    "tat",
-    "rates",
-    "items",
-    "heads",
-    "tails",
-    "inflight",
-    "res_keys",
-    "res_items",
-    "stats",
-    "keystats",
-    "dead",
-    "drains",
-    "wake",
-    "ages",
-    "scheduled",
-    "dedupe",
-    "done",
+    "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
+    "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
     "flow",
 )
-OVERFLOWS = ("reject", "drop_oldest")
+# fmt: on
 ENQUEUE_CHUNK = 1000
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
-_RESERVATION_ID = re.compile(r"^\d+\.\d+$")
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
 logger = logging.getLogger(__name__)
-
-
-def parse_rate(rate: str | float | int) -> float:
-    """Return the interval in milliseconds of a Celery-style rate: ``"10/s"``, ``"100/m"``,
-    ``"5/h"``, ``"0.5/s"``; a bare number is per second."""
-    if isinstance(rate, bool):
-        raise ConfigurationError(f"bad rate {rate!r}")
-    if isinstance(rate, int | float):
-        per_second = float(rate)
-    else:
-        match = _RATE.match(rate) if isinstance(rate, str) else None
-        if not match:
-            raise ConfigurationError(
-                f"bad rate {rate!r}: use a number per unit like '10/s', '100/m', '5/h', '0.5/s'"
-            )
-        per_second = float(match.group(1)) / _UNITS[match.group(2) or "s"]
-    if not per_second > 0:
-        raise ConfigurationError(f"bad rate {rate!r}: it must be greater than zero")
-    return 1000.0 / per_second
-
-
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not key or "\0" in key:
-        raise ConfigurationError(f"bucket key must be a non-empty string without NUL, got {key!r}")
-    return key
-
-
-@dataclass(frozen=True)
-class EnqueueResult(Receipt):
-    """What happened to one enqueued item. Truthy when it was queued."""
-
-    queued: bool
-    #: The key was full (``max_depth``) and its oldest item was dropped to make room.
-    dropped_oldest: bool = False
-
-    def __bool__(self) -> bool:
-        return self.queued or self.delayed
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A released item, held for its consumer until commit, release or its deadline."""
-
-    id: str
-    key: str
-    payload: Any
-    #: How many times this item has been handed out, this time included.
-    receives: int
-    #: Server time (seconds since the epoch) after which the reaper may take it back.
-    deadline: float
-    #: Server time (seconds) at which it was released.
-    released_at: float
-    #: The structure it belongs to; committing it on another bucket is an error.
-    bucket: str = ""
-    #: The bucket is busy: one more drain job should be sent to share the work.
-    fan_out: bool = False
-
-
-@dataclass(frozen=True)
-class Poll:
-    """The answer of :meth:`LeakyBucket.poll`: a reservation, or how long until one can go."""
-
-    reservation: Reservation | None = None
-    #: Seconds until the next key becomes eligible (items are queued); None when empty.
-    wait: float | None = None
-    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
-    #: that countdown (the poll released the drain flag, so items due now send their own).
-    schedule: bool = False
-    #: Items that could not be read or decoded, dead-lettered by this poll.
-    malformed: int = 0
-
-    @property
-    def empty(self) -> bool:
-        return self.reservation is None and self.wait is None
-
-
-@dataclass(frozen=True)
-class ReapResult:
-    returned: int
-    dead_lettered: int
-    drain_needed: bool
-
-
-@dataclass(frozen=True)
-class BucketStats:
-    """Counters of the whole bucket, read in one MULTI/EXEC."""
-
-    enqueued: int
-    rejected: int
-    dropped: int
-    depth: int
-    in_flight: int
-    processed: int
-    dead: int
-    receives: int
-    redelivered: int
-    keys_ready: int
-    delayed: int = 0
-    duplicates: int = 0
-    purged: int = 0
-    requeued: int = 0
-    reaped: int = 0
-    guard_skipped: int = 0
-    #: Commits of reservations the reaper had taken back (the item may run again).
-    late: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class KeyStats:
-    key: str
-    depth: int
-    in_flight: int
-    processed: int
-    dead: int
-    #: Server time (seconds) from which the key may release its next item; None if not queued.
-    next_eligible: float | None
-    #: Interval between releases (seconds) and burst allowance in force for the key.
-    interval: float
-    burst: float
-
-    @property
-    def drain_eta(self) -> float:
-        """Seconds the key needs to release what it holds, at its rate (however many workers)."""
-        return self.depth * self.interval
 
 
 class LeakyBucket(Structure):
@@ -235,8 +115,7 @@ class LeakyBucket(Structure):
         processed_guard: float = 0.0,
         drain_flag_ttl: float | None = None,
     ) -> None:
-        # drain_flag_ttl: the old name of drain_lease.
-        drain_lease = drain_lease if drain_flag_ttl is None else drain_flag_ttl
+        drain_lease = renamed("drain_flag_ttl", drain_flag_ttl, "drain_lease", drain_lease)
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
         seconds("processed_guard", processed_guard)
@@ -372,12 +251,12 @@ class LeakyBucket(Structure):
                 [self.reservation_timeout_ms, self.max_drains, int(self.guard_window_ms > 0)],
             )
             malformed += int(reply[-1])
-            if reply[0] == 0:
+            if reply[0] == EMPTY:
                 return Poll(malformed=malformed)
-            if reply[0] == 1:
+            if reply[0] == LATER:
                 wait = float(reply[1]) / 1000.0
                 return Poll(wait=wait, schedule=bool(reply[2]), malformed=malformed)
-            _, key, res_id, payload, receives, deadline, now, fan_out, _ = reply
+            res_id, payload = reply[2], reply[3]
             try:
                 decoded = self.serializer.loads(payload)
             except Exception as exc:
@@ -388,16 +267,7 @@ class LeakyBucket(Structure):
                 self.dead_letter(res_id.decode(), reason)
                 malformed += 1
                 continue
-            reservation = Reservation(
-                id=res_id.decode(),
-                key=key.decode(),
-                payload=decoded,
-                receives=int(receives),
-                deadline=float(deadline) / 1000.0,
-                released_at=float(now) / 1000.0,
-                bucket=self.keys.base,
-                fan_out=bool(fan_out),
-            )
+            reservation = Reservation.from_reply(reply[1:8], decoded, self.keys.base)
             return Poll(reservation, malformed=malformed)
         return Poll(wait=0.0, malformed=malformed)
 
@@ -405,44 +275,40 @@ class LeakyBucket(Structure):
         """Reserve the next releasable item, or None when no key is eligible now."""
         return self.poll().reservation
 
-    def _reservation_id(self, reservation: Reservation | str) -> str:
-        if isinstance(reservation, Reservation):
-            if reservation.bucket and reservation.bucket != self.keys.base:
-                raise ReservationError(
-                    f"reservation {reservation.id} belongs to {reservation.bucket}, "
-                    f"not {self.keys.base}"
-                )
-            return reservation.id
-        if isinstance(reservation, str) and _RESERVATION_ID.match(reservation):
-            return reservation
-        raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
-
     def _settle(
         self, reservation: Reservation | str, action: str, detail: Any, seconds: float = 0.0
-    ) -> int:
-        res_id = self._reservation_id(reservation)
+    ) -> bool:
+        res_id = Reservation.id_of(reservation, self.keys.base)
         args = [res_id, action, detail, self.guard_window_ms, repr(float(seconds))]
-        return int(self._run("bucket_settle", args))
+        held, _send_drain = self._run("bucket_settle", args)
+        return bool(held)
 
     def commit(self, reservation: Reservation | str, *, seconds: float = 0.0) -> bool:
         """Finish an item. False when it is no longer held (the reaper took it back); with the
         processed-guard on, its id is recorded either way, so a returned copy is skipped.
         ``seconds`` (the time the body took) feeds the workers-needed figure."""
-        return self._settle(reservation, "commit", "", seconds) > 0
+        return self._settle(reservation, "commit", "", seconds)
 
-    def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
+    def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
         """Put an item back at the head of its key's queue; the key waits ``delay`` seconds.
 
         Returns False when the reservation is no longer held. Use it after an HTTP 429, or to
         retry later: the item keeps its place in its key's order.
         """
-        if delay < 0:
-            raise ConfigurationError(f"release delay must be >= 0 seconds, got {delay!r}")
-        return self._settle(reservation, "release", int(delay * 1000)) > 0
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ConfigurationError(f"retry_later delay must be >= 0 seconds, got {delay!r}")
+        return self._settle(reservation, "retry", int(delay * 1000))
+
+    def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
+        """Deprecated name of :meth:`retry_later` ("release" is what a lease does)."""
+        warnings.warn(
+            "LeakyBucket.release() is now retry_later()", DeprecationWarning, stacklevel=2
+        )
+        return self.retry_later(reservation, delay)
 
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to the dead-letter list with the text of its last error."""
-        return self._settle(reservation, "dead", str(error)[:4000]) > 0
+        return self._settle(reservation, "dead", str(error)[:4000])
 
     def renew(self, reservation_ids: Sequence[str]) -> list[str]:
         """Push the deadline of reservations still held to now + ``reservation_timeout`` and
@@ -500,8 +366,8 @@ class LeakyBucket(Structure):
         )
 
     def key_stats(self, key: str) -> KeyStats:
-        _check_key(key)
         """One key's figures in one read-only script (consistent, and works at maxmemory)."""
+        _check_key(key)
         from ..redis.lua import read_atomic
 
         fields = [f"{key}\0{c}" for c in ("in_flight", "processed", "dead")]
@@ -531,34 +397,3 @@ class LeakyBucket(Structure):
             interval=interval_ms / 1000.0,
             burst=burst,
         )
-
-
-def _check_burst(burst: Any, name: str = "burst") -> None:
-    if isinstance(burst, bool) or not isinstance(burst, int | float) or not burst >= 0:
-        raise ConfigurationError(f"{name} must be a number >= 0, got {burst!r}")
-
-
-def validate_bucket_options(
-    *,
-    rate: Any,
-    burst: Any,
-    reservation_timeout: Any,
-    max_receives: Any,
-    max_depth: Any,
-    overflow: Any,
-    max_drains: Any = 1,
-    names: Mapping[str, str] | None = None,
-) -> None:
-    """Shared by LeakyBucket and BucketTask; ``names`` maps each parameter to the caller's name
-    for it (BucketTask says ``bucket_rate`` where LeakyBucket says ``default_rate``)."""
-    name = (names or {}).get
-    try:
-        parse_rate(rate)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{name('rate', 'default_rate')}: {exc}") from None
-    _check_burst(burst, name("burst", "default_burst"))
-    seconds(name("reservation_timeout", "reservation_timeout"), reservation_timeout, positive=True)
-    positive_int(name("max_receives", "max_receives"), max_receives)
-    positive_int(name("max_depth", "max_depth"), max_depth, optional=True)
-    one_of(name("overflow", "overflow"), overflow, OVERFLOWS)
-    positive_int(name("max_drains", "max_drains"), max_drains)

@@ -46,41 +46,51 @@ import logging
 import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
-from ..validation import one_of, positive_int, seconds
+from ..validation import one_of, positive_int, renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, structure_figures
-from .receipts import Receipt
+from .pool_types import (
+    COUNTERS,
+    DELIVERIES,
+    POLICIES,
+    AddResult,
+    PoolBatch,
+    PoolItem,
+    PoolReapResult,
+    PoolStats,
+    validate_pool_options,
+)
 
-POLICIES = ("sample", "newest", "reject")
-DELIVERIES = ("at_most_once", "at_least_once")
+__all__ = [
+    "COUNTERS",
+    "DELIVERIES",
+    "POLICIES",
+    "AddResult",
+    "CappedPool",
+    "PoolBatch",
+    "PoolItem",
+    "PoolReapResult",
+    "PoolStats",
+    "validate_pool_options",
+]
+
 
 #: The keys every pool script receives, in this order (see lua/pool_common.lua).
+# fmt: off
 PARTS = (
     # What pool_add touches comes first: it receives only these (fewer arguments on the hot
     # path), the other scripts receive them all.
-    "items",
-    "counts",
-    "stats",
-    "drains",
-    "receives",
-    "ages",
-    "scheduled",
-    "dedupe",
-    "flow",
-    "wake",
-    "inflight",
-    "inflight_calls",
-    "inflight_items",
-    "dead",
-    "done",
+    "items", "counts", "stats", "drains", "receives", "ages", "scheduled", "dedupe", "flow",
+    "wake", "inflight", "inflight_calls", "inflight_items", "dead", "done",
 )
+# fmt: on
 #: How many of PARTS pool_add receives.
 ADD_PARTS = 10
 
@@ -90,128 +100,6 @@ ADD_CHUNK = 1000
 logger = logging.getLogger(__name__)
 
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
-
-
-@dataclass(frozen=True)
-class AddResult(Receipt):
-    """What happened to one offered call. Truthy when the call was kept."""
-
-    kept: bool
-    #: An older entry was pushed out to make room (``sample`` and ``newest``).
-    evicted: bool = False
-    #: The call merged into an equal entry (coalescing pools).
-    merged: bool = False
-
-    def __bool__(self) -> bool:
-        return self.kept or self.delayed
-
-
-@dataclass(frozen=True)
-class PoolItem:
-    """One popped entry: the payload and how many calls it stands for (1 unless coalescing)."""
-
-    payload: Any
-    count: int = 1
-    #: Times this entry has been handed out, this time included (at-least-once redelivery).
-    receives: int = 1
-    #: The entry's id (what the processed-guard records).
-    id: str = ""
-
-
-@dataclass
-class PoolBatch:
-    """Entries popped in one atomic step; acknowledge them with ``pool.ack(batch)``."""
-
-    id: str
-    items: list[PoolItem]
-    #: Calls still waiting in the pool right after this pop.
-    remaining: int = 0
-    #: The pool is deep enough that one more drain job should be sent to share the work.
-    fan_out: bool = False
-    #: Entries whose payload could not be decoded: (id, count, raw); ack dead-letters them.
-    undecodable: list[tuple[str, int, bytes]] = field(default_factory=list)
-    #: Why each undecodable entry could not be decoded, by id.
-    errors: dict[str, str] = field(default_factory=dict)
-    #: Only delayed calls remain: the first is due in this many seconds (else None).
-    wait: float | None = None
-    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
-    #: that countdown (the pop released the drain flag, so calls due now send their own).
-    schedule: bool = False
-    #: Entries that could not be parsed, dead-lettered by this pop (counted in ``dead``).
-    malformed: int = 0
-    #: Empty, and the drain flag was kept because the pop asked to linger.
-    lingering: bool = False
-    #: Empty only because the processed-guard skipped what was popped; more waits.
-    pop_again: bool = False
-
-    @property
-    def calls(self) -> int:
-        return sum(item.count for item in self.items) + sum(c for _, c, _ in self.undecodable)
-
-    def __len__(self) -> int:
-        return len(self.items) + len(self.undecodable)
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
-
-
-@dataclass(frozen=True)
-class PoolReapResult:
-    lost: int
-    returned: int
-    dead_lettered: int
-    drain_needed: bool
-
-
-#: PoolStats fields read straight from the stats hash under the same name.
-COUNTERS = (
-    "offered",
-    "accepted",
-    "rejected",
-    "evicted",
-    "processed",
-    "failed",
-    "in_flight",
-    "lost",
-    "dead",
-    "purged",
-    "delayed",
-    "duplicates",
-    "retried",
-    "redelivered",
-    "guard_skipped",
-    "late",
-)
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """A consistent snapshot of one pool's counters (read in one MULTI/EXEC)."""
-
-    offered: int
-    accepted: int
-    rejected: int
-    evicted: int
-    processed: int
-    failed: int
-    depth: int
-    entries: int
-    in_flight: int
-    lost: int
-    capacity: int
-    drains_pending: int
-    dead: int = 0
-    purged: int = 0
-    delayed: int = 0
-    duplicates: int = 0
-    retried: int = 0
-    redelivered: int = 0
-    guard_skipped: int = 0
-    #: Calls acknowledged after the reaper had taken their batch back (not counted twice).
-    late: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 class CappedPool(Structure):
@@ -241,21 +129,16 @@ class CappedPool(Structure):
         drain_flag_ttl: float | None = None,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
-        # drain_flag_ttl: the old name of drain_lease.
-        drain_lease = drain_lease if drain_flag_ttl is None else drain_flag_ttl
+        drain_lease = renamed("drain_flag_ttl", drain_flag_ttl, "drain_lease", drain_lease)
         seconds("drain_lease", drain_lease, positive=True)
         seconds("batch_timeout", batch_timeout, positive=True)
-        if delivery not in DELIVERIES:
-            raise ConfigurationError(f"pool_delivery must be one of {DELIVERIES}, got {delivery!r}")
-        if isinstance(max_receives, bool) or not isinstance(max_receives, int) or max_receives < 1:
-            raise ConfigurationError(
-                f"pool_max_receives must be a positive integer, got {max_receives!r}"
-            )
+        one_of("delivery", delivery, DELIVERIES)
+        positive_int("max_receives", max_receives)
         seconds("dedupe_window", dedupe_window)
         seconds("processed_guard", processed_guard)
         if coalesce and processed_guard:
             raise ConfigurationError(
-                "pool_processed_guard is not available on coalescing pools: equal calls merge "
+                "processed_guard is not available on coalescing pools: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
         self._setup(client, name, prefix, serializer)
@@ -374,23 +257,23 @@ class CappedPool(Structure):
                 int(linger),
             ],
         )
-        wait_ms = int(reply[2])
+        status, fan_out, remaining, wait_ms, schedule, malformed = reply[:6]
         batch = PoolBatch(
             id=batch_id,
             items=[],
-            fan_out=bool(reply[0]),
-            remaining=int(reply[1]),
-            wait=wait_ms / 1000.0 if wait_ms >= 0 else None,
-            schedule=bool(reply[3]),
-            malformed=int(reply[4]),
-            lingering=wait_ms == -2,
-            pop_again=wait_ms == -3,
+            fan_out=bool(fan_out),
+            remaining=int(remaining),
+            wait=int(wait_ms) / 1000.0 if status == LATER else None,
+            schedule=bool(schedule),
+            malformed=int(malformed),
+            lingering=status == LINGER,
+            pop_again=status == AGAIN,
         )
         if batch.malformed:
             logger.warning(
                 "%s: %d malformed entries dead-lettered by a pop", self.keys.base, batch.malformed
             )
-        for i in range(5, len(reply), 4):
+        for i in range(6, len(reply), 4):
             raw, count, receives, entry_id = reply[i : i + 4]
             entry_id = entry_id.decode(errors="replace")
             try:
@@ -422,6 +305,7 @@ class CappedPool(Structure):
         the pool to be retried, or to the dead-letter list once received ``max_receives`` times.
         ``seconds`` (the time the bodies took) feeds the workers-needed figure. Returns False
         when the batch had already been taken back by the reaper; nothing is counted twice.
+        Retried calls that need a drain job nobody holds set ``batch.drain_needed``.
         """
         failures = failures or {}
         args: list[Any] = [
@@ -436,7 +320,9 @@ class CappedPool(Structure):
         for entry_id, count, raw in batch.undecodable:
             reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
             args.extend((entry_id, count, reason, b"!" + raw))
-        return bool(self._run("pool_ack", args))
+        held, send_drain = self._run("pool_ack", args)
+        batch.drain_needed = bool(send_drain)
+        return bool(held)
 
     def renew(self, batch_ids: Sequence[str]) -> list[str]:
         """Push the deadline of batches still in flight to now + ``batch_timeout`` and renew
@@ -501,14 +387,3 @@ class CappedPool(Structure):
     def __len__(self) -> int:
         """Calls waiting in the pool."""
         return self.stats().depth
-
-
-def validate_pool_options(
-    *, capacity: Any, policy: Any, max_drains: Any = 1, names: Mapping[str, str] | None = None
-) -> None:
-    """Shared by CappedPool and PoolTask; ``names`` maps each parameter to the caller's name
-    for it (PoolTask says ``pool_size`` where CappedPool says ``capacity``)."""
-    name = (names or {}).get
-    positive_int(name("capacity", "capacity"), capacity)
-    one_of(name("policy", "policy"), policy, POLICIES)
-    positive_int(name("max_drains", "max_drains"), max_drains)

@@ -42,6 +42,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
+from ..validation import count
 
 Scorer = Callable[[Any], float]
 
@@ -53,12 +54,6 @@ def _check_score(score: Any, what: str = "score") -> float:
     if math.isnan(value):
         raise ConfigurationError(f"{what} must not be NaN")
     return value
-
-
-def _check_count(n: Any, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigurationError(f"{what} must be a non-negative integer, got {n!r}")
-    return n
 
 
 class SortedSet:
@@ -179,7 +174,7 @@ class SortedSet:
 
         Raises KeyError when there is no item at that position.
         """
-        _check_count(position, "position")
+        count("position", position)
         members = self._peek_members(position)
         if not members:
             raise KeyError(f"{self.key} has no item at position {position}")
@@ -209,7 +204,7 @@ class SortedSet:
 
         Raises UndecodableItemsError (carrying every popped item) if a member cannot be read.
         """
-        _check_count(n, "take count")
+        count("take count", n)
         if n == 0:
             return []
         return self._decode_all(self._pop_members(n))

@@ -52,8 +52,8 @@ from .bucket import (
     Poll,
     ReapResult,
     Reservation,
-    _check_key,
 )
+from .bucket_types import _check_key
 from .pool import ADD_CHUNK, AddResult, CappedPool, PoolBatch, PoolReapResult, PoolStats
 from .sharding import Sharded, shard_names, split_id, stable_hash, sum_results, validate_shards
 
@@ -324,10 +324,10 @@ class ShardedBucket(Sharded):
         shard, own = self._own(reservation)
         return shard.commit(own, seconds=seconds)
 
-    def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
-        """Put an item back at the head of its key's queue (see ``LeakyBucket.release``)."""
+    def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
+        """Put an item back at the head of its key's queue (see ``LeakyBucket.retry_later``)."""
         shard, own = self._own(reservation)
-        return shard.release(own, delay=delay)
+        return shard.retry_later(own, delay=delay)
 
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to its shard's dead-letter list."""

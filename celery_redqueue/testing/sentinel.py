@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 
 from ..errors import RedisServerNotFound
-from .embedded import EmbeddedRedis, _free_port, _Running, find_server_binary
+from .embedded import EmbeddedRedis, _free_port, _Running, _terminate, find_server_binary
 
 
 class EmbeddedSentinel(_Running):
@@ -93,13 +93,7 @@ class EmbeddedSentinel(_Running):
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
 
     def stop(self, cleanup: bool = True) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _terminate(self.process)
         self.process = None
         if cleanup and self._tmp is not None:
             self._tmp.cleanup()

@@ -13,7 +13,6 @@ import pytest
 
 from celery_redqueue import BucketTask, PoolTask, errors
 from celery_redqueue.redis.client import make_client
-from tests.helpers import wait_for
 
 pytest_plugins = ["tests.faults.fixtures_errors"]
 
@@ -21,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEALTH_LOGGER = "celery_redqueue.tasks.health"
 
 
-def _retrying(call):
+def _retrying(wait_for, call):
     """The first command after a restart may meet the dead connection (redis-py < 6 does not
     retry it); the next one reconnects."""
 
@@ -57,7 +56,7 @@ def _reap(app):
 
 @pytest.mark.timeout(120)
 def test_a_restart_without_persistence_is_logged_with_the_figures_last_seen(
-    fault_server, make_app, log_records
+    fault_server, make_app, log_records, wait_for
 ):
     server = fault_server()
     records = log_records(HEALTH_LOGGER)
@@ -67,7 +66,7 @@ def test_a_restart_without_persistence_is_logged_with_the_figures_last_seen(
 
     server.restart()  # no AOF: every key is gone
     back = time.monotonic()
-    _retrying(lambda: pooled.delay(1))  # the pool is in use again, with counters from 0
+    _retrying(wait_for, lambda: pooled.delay(1))  # the pool is in use again, with counters from 0
     served = time.monotonic() - back
     _reap(app)
     print(f"\nfirst call stored {served:.3f} s after the restarted server was up")
@@ -81,13 +80,15 @@ def test_a_restart_without_persistence_is_logged_with_the_figures_last_seen(
 
 
 @pytest.mark.timeout(120)
-def test_a_restart_with_aof_loses_nothing_and_logs_no_loss(fault_server, make_app, log_records):
+def test_a_restart_with_aof_loses_nothing_and_logs_no_loss(
+    fault_server, make_app, log_records, wait_for
+):
     server = fault_server(appendonly=True)
     records = log_records(HEALTH_LOGGER)
     app, pooled, bucketed = _app_with_work(make_app, server)
     _reap(app)
     server.restart()  # a clean shutdown writes the AOF out
-    _retrying(lambda: pooled.structure.stats())
+    _retrying(wait_for, lambda: pooled.structure.stats())
     _reap(app)
     assert pooled.structure.stats().depth == 40
     assert bucketed.structure.stats().depth == 10
@@ -145,7 +146,9 @@ def celery_process(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_worker_start_and_cli_warn_about_eviction_and_persistence(fault_server, celery_process):
+def test_worker_start_and_cli_warn_about_eviction_and_persistence(
+    fault_server, celery_process, wait_for
+):
     server = fault_server(extra_args=("--maxmemory-policy", "volatile-lru"))
     prefix = "rqhealth"
     _, log = celery_process(server.url, prefix, "worker", "-P", "solo", "-l", "INFO")

@@ -7,13 +7,14 @@ import pytest
 
 from celery_redqueue import LeaseKeeper, LeaseTask, ResourcePool, resource_pool
 from celery_redqueue.redis.client import make_client
-from tests.helpers import wait_for
 
 pytest_plugins = ["tests.faults.fixtures_errors"]
 
 
 @pytest.mark.timeout(60)
-def test_keeper_reports_the_loss_at_the_deadline_while_redis_is_stalled(fault_server, stopped):
+def test_keeper_reports_the_loss_at_the_deadline_while_redis_is_stalled(
+    fault_server, stopped, wait_for
+):
     server = fault_server()
     pool = ResourcePool(make_client(server.url, {"socket_timeout": 0.5}), "gpus", ["gpu-1"])
     lease = pool.acquire(ttl=1.0)

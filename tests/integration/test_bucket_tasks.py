@@ -12,12 +12,11 @@ from celery_redqueue import (
     RedQueueError,
     bucket_task,
 )
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
 
-def test_worker_releases_each_key_at_its_rate(app):
+def test_worker_releases_each_key_at_its_rate(app, wait_for):
     done = []
     lock = threading.Lock()
 
@@ -41,7 +40,7 @@ def test_worker_releases_each_key_at_its_rate(app):
     assert fetch.bucket.stats().in_flight == 0
 
 
-def test_failures_retry_with_backoff_then_dead_letter(app):
+def test_failures_retry_with_backoff_then_dead_letter(app, wait_for):
     attempts, receives = [], []
 
     @app.task(
@@ -74,7 +73,7 @@ def test_failures_retry_with_backoff_then_dead_letter(app):
     assert letter.error == "ValueError: order has no customer"
 
 
-def test_unexpected_exception_is_dead_lettered_at_once(app):
+def test_unexpected_exception_is_dead_lettered_at_once(app, wait_for):
     @app.task(base=BucketTask, bucket_key=lambda x: "k", bucket_rate="100/s")
     def poison(x):
         raise KeyError(x)
@@ -85,7 +84,7 @@ def test_unexpected_exception_is_dead_lettered_at_once(app):
     assert poison.bucket.dead_letters()[0].receives == 1
 
 
-def test_ordered_bucket_completes_each_key_in_order(app):
+def test_ordered_bucket_completes_each_key_in_order(app, wait_for):
     steps = []
 
     @app.task(base=BucketTask, bucket_key="order_id", bucket_rate="1000/s", bucket_ordered=True)
@@ -102,7 +101,9 @@ def test_ordered_bucket_completes_each_key_in_order(app):
         assert [s for o, s in steps if o == order_id] == ["placed", "paid", "packed", "shipped"]
 
 
-def test_drain_sleeps_until_the_next_key_is_eligible(app, redqueue_redis, redqueue_prefix):
+def test_drain_sleeps_until_the_next_key_is_eligible(
+    app, redqueue_redis, redqueue_prefix, wait_for
+):
     """With one slow key the drain schedules itself rather than looping: few broker messages."""
 
     @app.task(base=BucketTask, bucket_key=lambda i: "slow", bucket_rate="5/s")
@@ -185,7 +186,7 @@ def test_eager_mode_runs_the_body(app):
     assert notify.bucket.stats().enqueued == 0
 
 
-def test_self_retry_in_a_bound_body_releases_then_dead_letters(app):
+def test_self_retry_in_a_bound_body_releases_then_dead_letters(app, wait_for):
     tries = []
 
     @app.task(

@@ -22,7 +22,6 @@ from celery_redqueue import (
     RedQueueError,
     buffer,
 )
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
@@ -55,7 +54,9 @@ def limited(app, recorded):
     return notify
 
 
-def test_fifty_calls_pay_one_round_trip_and_all_run(app, pooled, recorded, redqueue_redis):
+def test_fifty_calls_pay_one_round_trip_and_all_run(
+    app, pooled, recorded, redqueue_redis, wait_for
+):
     pooled.delay(-1)  # first call of the process also registers the pool
     before = script_calls(redqueue_redis)
     for i in range(50):
@@ -137,7 +138,7 @@ def test_other_threads_are_not_buffered(pooled):
     assert isinstance(seen[0], AddResult) and seen[0].kept
 
 
-def test_nested_blocks_each_store_their_own(app, pooled, limited, recorded):
+def test_nested_blocks_each_store_their_own(app, pooled, limited, recorded, wait_for):
     with buffer() as outer:
         first = pooled.delay(1)
         with pooled.buffer() as inner:
@@ -151,7 +152,7 @@ def test_nested_blocks_each_store_their_own(app, pooled, limited, recorded):
     assert sorted(map(str, recorded)) == ["('ann', 3)", "1", "2"]
 
 
-def test_buckets_and_pools_together(app, pooled, limited, recorded, redqueue_redis):
+def test_buckets_and_pools_together(app, pooled, limited, recorded, redqueue_redis, wait_for):
     pooled.delay(0)
     limited.delay("warm", 0)
     before = script_calls(redqueue_redis)

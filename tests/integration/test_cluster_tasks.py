@@ -2,12 +2,11 @@
 Redis, as is usual: Celery's Redis transport does not speak Cluster)."""
 
 from celery_redqueue import BucketTask, PoolTask
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
 
-def test_tasks_drain_structures_on_a_cluster(app, cluster_url):
+def test_tasks_drain_structures_on_a_cluster(app, cluster_url, wait_for):
     app.conf.redqueue_url = cluster_url
     seen = []
 

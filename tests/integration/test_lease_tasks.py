@@ -8,7 +8,6 @@ from celery.signals import task_failure, task_retry
 
 from celery_redqueue.errors import ConfigurationError, NoFreeResourceError, RedQueueError
 from celery_redqueue.tasks.lease import LeaseTask, lease_task, resource_pool
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
@@ -31,7 +30,7 @@ def signals():
     task_retry.disconnect(on_retry)
 
 
-def test_body_sees_its_resource_and_releases_it(app):
+def test_body_sees_its_resource_and_releases_it(app, wait_for):
     pool = resource_pool(app, "keys", ["key-1"])
     seen = []
 
@@ -49,7 +48,7 @@ def test_body_sees_its_resource_and_releases_it(app):
     assert use_key.lease is None  # nothing is held outside a call
 
 
-def test_unbound_body_reads_the_resource_from_the_task(app):
+def test_unbound_body_reads_the_resource_from_the_task(app, wait_for):
     resource_pool(app, "devices", ["phone-1"])
     seen = []
 
@@ -63,7 +62,7 @@ def test_unbound_body_reads_the_resource_from_the_task(app):
     assert seen == [("b42", "phone-1")]
 
 
-def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals):
+def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals, wait_for):
     pool = resource_pool(app, "accounts", ["acct"])
     held = pool.acquire(ttl=60)
     seen = []
@@ -99,7 +98,7 @@ def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals
     assert pool.stats().free == 1
 
 
-def test_lease_is_released_after_the_body_fails(app, signals):
+def test_lease_is_released_after_the_body_fails(app, signals, wait_for):
     pool = resource_pool(app, "keys", ["key-1"])
 
     @app.task(base=LeaseTask, lease_pool="keys")
@@ -115,7 +114,7 @@ def test_lease_is_released_after_the_body_fails(app, signals):
     assert (stats.free, stats.leased, stats.reclaimed) == (1, 0, 0)
 
 
-def test_long_body_keeps_its_lease_by_renewing_it(app):
+def test_long_body_keeps_its_lease_by_renewing_it(app, wait_for):
     pool = resource_pool(app, "slow", ["only"])
     done = threading.Event()
     probes = []
@@ -138,7 +137,7 @@ def test_long_body_keeps_its_lease_by_renewing_it(app):
     assert (stats.reclaimed, stats.free) == (0, 1)
 
 
-def test_retries_give_up_with_no_free_resource_error(app, signals):
+def test_retries_give_up_with_no_free_resource_error(app, signals, wait_for):
     pool = resource_pool(app, "scarce", ["one"])
     pool.acquire(ttl=60)
 
@@ -246,7 +245,7 @@ def test_resource_pool_helper_is_one_object_per_process_and_merges_declarations(
         resource_pool(app, "x{y}")
 
 
-def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals):
+def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals, wait_for):
     pool = resource_pool(app, "limits", ["one"])
     held = pool.acquire(ttl=60)
     runs = []

@@ -15,7 +15,6 @@ from celery_redqueue import (
     pool_task,
 )
 from celery_redqueue.tasks.beat import DRAIN_HEADER
-from tests.helpers import wait_for
 
 from .conftest import broker_depth, running_worker
 
@@ -36,7 +35,7 @@ def pooled(app, recorded):
     return record
 
 
-def test_worker_drains_calls(app, pooled, recorded):
+def test_worker_drains_calls(app, pooled, recorded, wait_for):
     with running_worker(app):
         receipts = [pooled.delay(i, y=1) for i in range(200)]
         assert all(isinstance(r, AddResult) and r.kept for r in receipts)
@@ -46,7 +45,7 @@ def test_worker_drains_calls(app, pooled, recorded):
     assert stats.depth == 0 and stats.failed == 0
 
 
-def test_one_failing_call_does_not_lose_its_batch(app, pooled, recorded):
+def test_one_failing_call_does_not_lose_its_batch(app, pooled, recorded, wait_for):
     calls = (
         [((i,), {}) for i in range(10)] + [(("boom",), {})] + [((i,), {}) for i in range(10, 20)]
     )
@@ -58,7 +57,7 @@ def test_one_failing_call_does_not_lose_its_batch(app, pooled, recorded):
     assert sorted(recorded) == list(range(20))
 
 
-def test_burst_sends_one_drain_message(app, redqueue_redis, redqueue_prefix):
+def test_burst_sends_one_drain_message(app, redqueue_redis, redqueue_prefix, wait_for):
     done = []
 
     @app.task(base=PoolTask, pool_size=50, pool_policy="reject")
@@ -76,7 +75,7 @@ def test_burst_sends_one_drain_message(app, redqueue_redis, redqueue_prefix):
     assert (stats.offered, stats.rejected, stats.drains_pending) == (500, 450, 0)
 
 
-def test_coalescing_task_gets_counts(app):
+def test_coalescing_task_gets_counts(app, wait_for):
     counts = {}
 
     @app.task(base=PoolTask, pool_size=100, pool_coalesce=True)
@@ -93,7 +92,7 @@ def test_coalescing_task_gets_counts(app):
         count_error.delay("fp", count=3)
 
 
-def test_batch_task_gets_lists_of_calls(app):
+def test_batch_task_gets_lists_of_calls(app, wait_for):
     batches = []
 
     @app.task(
@@ -110,7 +109,9 @@ def test_batch_task_gets_lists_of_calls(app):
     assert [x for b in batches for x in b] == list(range(100))
 
 
-def test_fan_out_spreads_a_deep_pool_over_several_drains(app, redqueue_redis, redqueue_prefix):
+def test_fan_out_spreads_a_deep_pool_over_several_drains(
+    app, redqueue_redis, redqueue_prefix, wait_for
+):
     @app.task(base=PoolTask, pool_size=10_000, pool_batch_size=10, pool_drain_concurrency=3)
     def noop(i):
         pass
@@ -246,7 +247,7 @@ def test_django_style_namespace_settings(redqueue_server_url, redqueue_prefix, r
     assert redqueue_redis.exists(f"{redqueue_prefix}:{{pool:{f.name}}}:items")
 
 
-def test_a_lingering_drain_covers_a_whole_burst(app):
+def test_a_lingering_drain_covers_a_whole_burst(app, wait_for):
     """While calls keep coming, the one drain job keeps working: the burst sends one drain
     message, not one per time the pool ran dry (which it does constantly with a fast worker)."""
 
@@ -264,7 +265,7 @@ def test_a_lingering_drain_covers_a_whole_burst(app):
     assert 1 <= sum(r.drain_needed for r in receipts) <= 2
 
 
-def test_batch_tasks_take_any_call_shape(app):
+def test_batch_tasks_take_any_call_shape(app, wait_for):
     seen = []
 
     @app.task(base=PoolTask, pool_batch=True)
@@ -296,7 +297,7 @@ def test_add_many_checks_every_call_and_honours_eager_mode(app):
     assert two.pool.stats().offered == 0
 
 
-def test_linger_counts_from_when_the_work_ended(app):
+def test_linger_counts_from_when_the_work_ended(app, wait_for):
     """A drain whose batch took longer than the linger still lingers after it."""
 
     @app.task(base=PoolTask, pool_drain_linger=0.5, pool_batch_size=1)

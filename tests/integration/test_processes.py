@@ -4,11 +4,10 @@ import os
 import signal
 
 from celery_redqueue import CappedPool, LeakyBucket
-from tests.helpers import wait_for
 
 
 def test_beat_drains_a_pool_that_no_call_announced(
-    redqueue_redis, redqueue_prefix, spawn, tmp_path
+    redqueue_redis, redqueue_prefix, spawn, tmp_path, wait_for
 ):
     """Items put straight into the pool send no drain job; beat's schedule drains them anyway,
     and a prefork worker with two processes runs them."""
@@ -32,7 +31,7 @@ def test_beat_drains_a_pool_that_no_call_announced(
 
 
 def test_worker_killed_mid_item_gets_its_item_back(
-    redqueue_redis, redqueue_prefix, spawn, tmp_path
+    redqueue_redis, redqueue_prefix, spawn, tmp_path, wait_for
 ):
     """SIGKILL the prefork worker while it runs an item; beat's reaper returns the item once its
     reservation expires, and a new worker completes it."""
@@ -64,7 +63,7 @@ def test_worker_killed_mid_item_gets_its_item_back(
 
 
 def test_at_least_once_pool_loses_nothing_when_its_worker_is_killed(
-    redqueue_redis, redqueue_prefix, spawn, tmp_path
+    redqueue_redis, redqueue_prefix, spawn, tmp_path, wait_for
 ):
     """SIGKILL the worker in the middle of a batch: the reaper (beat) returns the whole batch
     and a new worker runs it; every call completes, none is lost."""

@@ -13,7 +13,6 @@ from celery_redqueue import ConfigurationError, PoolTask, RedQueueError
 from celery_redqueue.redis.sentinel import parse_sentinel_url
 from celery_redqueue.tasks.config import load_config
 from celery_redqueue.testing.sentinel import EmbeddedSentinelGroup
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
@@ -64,7 +63,7 @@ def group():
         yield running
 
 
-def test_failover_mid_burst(app, group):
+def test_failover_mid_burst(app, group, wait_for):
     """SIGKILL the master while a producer adds calls and a worker drains them."""
     app.conf.redqueue_url = group.url
     app.conf.redqueue_transport_options = {"master_name": group.master_name}

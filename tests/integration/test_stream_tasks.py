@@ -22,7 +22,6 @@ from celery_redqueue import (
     publish,
     stream_task,
 )
-from tests.helpers import wait_for
 
 from .conftest import ROOT, broker_depth, running_worker
 
@@ -47,7 +46,9 @@ def orders(app):
     return tasks, seen
 
 
-def test_three_groups_each_receive_every_event_once(app, orders, redqueue_redis, redqueue_prefix):
+def test_three_groups_each_receive_every_event_once(
+    app, orders, redqueue_redis, redqueue_prefix, wait_for
+):
     tasks, seen = orders
     receipts = tasks["sms"].stream.publish_many([{"order": i} for i in range(60)])
     assert all(isinstance(r, PublishReceipt) for r in receipts)
@@ -68,7 +69,7 @@ def test_three_groups_each_receive_every_event_once(app, orders, redqueue_redis,
     assert tasks["sms"].stream.stats()["published"] == 61
 
 
-def test_a_group_replays_from_the_start_after_a_bug_fix(app, redqueue_redis):
+def test_a_group_replays_from_the_start_after_a_bug_fix(app, redqueue_redis, wait_for):
     bug = {"fixed": False}
     totals = {}
 
@@ -96,7 +97,7 @@ def test_a_group_replays_from_the_start_after_a_bug_fix(app, redqueue_redis):
     redqueue_redis.delete(f"test-sms-{app.main}")
 
 
-def test_failing_event_is_retried_then_dead_lettered_and_requeued(app):
+def test_failing_event_is_retried_then_dead_lettered_and_requeued(app, wait_for):
     runs = []
 
     @app.task(
@@ -126,7 +127,7 @@ def test_failing_event_is_retried_then_dead_lettered_and_requeued(app):
     assert (figures.processed, figures.dead, figures.pending) == (3, 1, 0)
 
 
-def test_ordered_group_keeps_each_keys_order_across_a_retry(app):
+def test_ordered_group_keeps_each_keys_order_across_a_retry(app, wait_for):
     done = []
     failed_once = set()
 
@@ -154,7 +155,7 @@ def test_ordered_group_keeps_each_keys_order_across_a_retry(app):
     assert done.index(("B", "placed")) < done.index(("A", "placed"))  # B was not held up
 
 
-def test_self_retry_hands_the_event_out_again(app):
+def test_self_retry_hands_the_event_out_again(app, wait_for):
     deliveries = []
 
     @app.task(base=StreamTask, bind=True, stream_name="orders", stream_group="retrying")
@@ -171,7 +172,7 @@ def test_self_retry_hands_the_event_out_again(app):
     assert (figures.retried, figures.redelivered, figures.dead) == (1, 1, 0)
 
 
-def test_heartbeat_keeps_a_long_body_from_being_claimed(app):
+def test_heartbeat_keeps_a_long_body_from_being_claimed(app, wait_for):
     started = threading.Event()
     runs = []
 
@@ -249,7 +250,7 @@ def test_decorator_and_eager_mode(app):
     assert sorted(got) == [("a", {"order": 1}), ("b", {"order": 1})]
 
 
-def test_stream_tasks_on_a_cluster(app, cluster_url):
+def test_stream_tasks_on_a_cluster(app, cluster_url, wait_for):
     """The stream lives on a Redis Cluster (the broker stays a plain Redis)."""
     app.conf.redqueue_url = cluster_url
     seen = []
@@ -302,7 +303,7 @@ def spawn_stream(proc_env, tmp_path):
 
 @pytest.mark.timeout(240)
 def test_consumer_killed_mid_event_has_its_events_claimed_and_run_once_more(
-    redqueue_redis, redqueue_prefix, spawn_stream, tmp_path
+    redqueue_redis, redqueue_prefix, spawn_stream, tmp_path, wait_for
 ):
     """SIGKILL the prefork worker while it runs an event: its pending entries are claimed after
     the visibility timeout by a new worker (woken by beat's reaper) and run once more; the

@@ -22,8 +22,6 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask  # noqa: E4
 from shop.models import Order, Product, SupplierNotice  # noqa: E402
 from shop.tasks import notify_supplier, record_view  # noqa: E402
 
-from tests.helpers import wait_for  # noqa: E402
-
 PROJECT = Path(__file__).resolve().parents[2] / "example_project" / "django_shop"
 
 
@@ -77,7 +75,7 @@ def test_tasks_are_built_on_djangos_task_class():
     assert isinstance(record_view, DjangoTask) and isinstance(notify_supplier, DjangoTask)
 
 
-def test_product_views_are_pooled_and_written_by_the_worker(client, product):
+def test_product_views_are_pooled_and_written_by_the_worker(client, product, wait_for):
     for _ in range(40):
         assert client.get(f"/products/{product.pk}/").json()["kept"]
 
@@ -90,7 +88,7 @@ def test_product_views_are_pooled_and_written_by_the_worker(client, product):
     assert stats["failed"] == 0 and stats["offered"] >= 40
 
 
-def test_an_order_notifies_its_supplier_after_commit(client, product):
+def test_an_order_notifies_its_supplier_after_commit(client, product, wait_for):
     reply = client.post("/orders/", {"product": product.pk, "quantity": 2})
     order = Order.objects.get(pk=reply.json()["order"])
     wait_for(
@@ -110,7 +108,7 @@ def test_a_rolled_back_order_stores_no_call(running, product):
     assert notify_supplier.bucket.stats().enqueued == before
 
 
-def test_beat_rows_appear_and_run_selected_tasks_works(client, product):
+def test_beat_rows_appear_and_run_selected_tasks_works(client, product, wait_for):
     drain_row = f"redqueue: drain {record_view.name}"
     wait_for(
         lambda: PeriodicTask.objects.filter(name=drain_row).exists(),

@@ -5,7 +5,6 @@ import pytest
 from celery.result import AsyncResult
 
 from celery_redqueue import BucketTask, PoolTask
-from tests.helpers import wait_for
 from tests.integration.conftest import broker_depth
 
 from .conftest import running_worker
@@ -32,7 +31,9 @@ def store_without_drain(record_view, notify):
     notify.bucket.enqueue("acme", [["acme", 9], {}])
 
 
-def test_beat_admin_run_selected_tasks_drains(app, tasks, redqueue_redis, redqueue_prefix):
+def test_beat_admin_run_selected_tasks_drains(
+    app, tasks, redqueue_redis, redqueue_prefix, wait_for
+):
     """django-celery-beat's "Run selected tasks" calls exactly this."""
     record_view, notify, ran = tasks
     store_without_drain(record_view, notify)
@@ -45,7 +46,7 @@ def test_beat_admin_run_selected_tasks_drains(app, tasks, redqueue_redis, redque
     assert sorted(ran) == [("notify", 9), ("view", 1)]
 
 
-def test_a_bare_message_drains_on_the_worker(app, tasks):
+def test_a_bare_message_drains_on_the_worker(app, tasks, wait_for):
     """`celery call shop.record_view` and Flower send a message with no args and no header."""
     record_view, notify, ran = tasks
     store_without_drain(record_view, notify)
@@ -56,7 +57,7 @@ def test_a_bare_message_drains_on_the_worker(app, tasks):
     assert record_view.pool.stats().failed == 0
 
 
-def test_a_body_without_parameters_still_runs_as_a_call(app):
+def test_a_body_without_parameters_still_runs_as_a_call(app, wait_for):
     ran = []
 
     @app.task(base=PoolTask)

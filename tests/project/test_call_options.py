@@ -4,7 +4,6 @@ import pytest
 from celery import chain, chord, group
 
 from celery_redqueue import AddResult, PoolTask, RedQueueError, bucket_task
-from tests.helpers import wait_for
 from tests.integration.conftest import broker_depth
 
 from .conftest import running_worker
@@ -60,7 +59,7 @@ def test_an_unknown_option_is_refused_with_a_hint(pooled):
     assert pooled.pool.stats().offered == 0
 
 
-def test_queue_routes_the_drain_job(app, pooled, redqueue_redis, redqueue_prefix):
+def test_queue_routes_the_drain_job(app, pooled, redqueue_redis, redqueue_prefix, wait_for):
     receipt = pooled.apply_async((1,), queue="drains")
     assert isinstance(receipt, AddResult) and receipt.drain_needed
     assert broker_depth(redqueue_redis, redqueue_prefix, "drains") == 1
@@ -69,7 +68,7 @@ def test_queue_routes_the_drain_job(app, pooled, redqueue_redis, redqueue_prefix
         wait_for(lambda: pooled.ran == [1], message="the call drained from the drains queue")
 
 
-def test_signatures_store_their_call(app, pooled):
+def test_signatures_store_their_call(app, pooled, wait_for):
     assert isinstance(pooled.s(1).delay(), AddResult)
     assert isinstance(pooled.si(2).apply_async(countdown=0), AddResult)
     assert isinstance(pooled.signature((3,)).apply_async(), AddResult)

@@ -6,7 +6,6 @@ from flask import current_app
 
 from celery_redqueue import BucketTask, ConfigurationError, PoolTask, bucket_task, pool_task
 from celery_redqueue.tasks.lease import LeaseTask, lease_task, resource_pool
-from tests.helpers import wait_for
 
 from .conftest import in_fresh_app_context, running_worker
 
@@ -15,7 +14,7 @@ def drained(task, calls):
     return lambda: task.pool.stats().processed + task.pool.stats().failed >= calls
 
 
-def test_pool_task_decorator_builds_on_flask_task_cls(flask_celery):
+def test_pool_task_decorator_builds_on_flask_task_cls(flask_celery, wait_for):
     seen = []
 
     @pool_task(app=flask_celery, pool_size=100, pool_batch_size=10, shared=False)
@@ -34,7 +33,7 @@ def test_pool_task_decorator_builds_on_flask_task_cls(flask_celery):
 
 
 @pytest.mark.parametrize("order", ["redqueue first", "app task first"])
-def test_either_base_order_drains_in_a_context_per_call(flask_celery, order):
+def test_either_base_order_drains_in_a_context_per_call(flask_celery, order, wait_for):
     bases = (PoolTask, flask_celery.Task)
     if order == "app task first":
         bases = bases[::-1]
@@ -54,7 +53,7 @@ def test_either_base_order_drains_in_a_context_per_call(flask_celery, order):
     assert len(seen) == 20
 
 
-def test_bucket_and_batch_bodies_run_in_the_base_context(flask_celery):
+def test_bucket_and_batch_bodies_run_in_the_base_context(flask_celery, wait_for):
     seen, batches = [], []
 
     @bucket_task(app=flask_celery, bucket_key="key", bucket_rate="1000/s", shared=False)
@@ -76,7 +75,7 @@ def test_bucket_and_batch_bodies_run_in_the_base_context(flask_celery):
     assert flush.pool.stats().failed == 0
 
 
-def test_a_base_that_calls_super_is_entered_once_per_call(app):
+def test_a_base_that_calls_super_is_entered_once_per_call(app, wait_for):
     """A user base whose __call__ goes on with super(): the body runs once, in its context."""
     entered = []
 

@@ -6,7 +6,6 @@ from celery import _state
 
 from celery_redqueue.testing import celery_test_config
 from example_project.flask_app import create_app
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
@@ -26,7 +25,7 @@ def flask_app(redqueue_server_url, redqueue_prefix):
     _state.default_app = default
 
 
-def test_pages_store_calls_and_a_worker_runs_them_in_the_app_context(flask_app):
+def test_pages_store_calls_and_a_worker_runs_them_in_the_app_context(flask_app, wait_for):
     client = flask_app.test_client()
     celery_app = flask_app.extensions["celery"]
     with running_worker(celery_app):

@@ -20,7 +20,7 @@ from celery_redqueue.embedded import EmbeddedRedis
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BLOCK = re.compile(
-    r"(?:<!-- readme-test: (skip \(.+?\)|verbatim from \S+) -->\n)?```python\n(.*?)```", re.S
+    r"(?:<!-- readme-test: (skip \(.+?\)|verbatim from \S+) -->\n[ \t]*)?```python\n(.*?)```", re.S
 )
 
 PRELUDE = '''

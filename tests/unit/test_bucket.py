@@ -202,11 +202,11 @@ def test_ordered_mode_allows_one_item_in_flight_per_key(make_bucket):
     assert bucket.dequeue().payload == "paid"
 
 
-def test_release_with_delay_holds_the_key(make_bucket):
+def test_retry_later_with_delay_holds_the_key(make_bucket):
     bucket = make_bucket(default_rate="1000/s")
     bucket.enqueue_many([("api", 1), ("api", 2)])
     reservation = bucket.dequeue()
-    assert bucket.release(reservation, delay=0.5)
+    assert bucket.retry_later(reservation, delay=0.5)
     poll = bucket.poll()
     assert poll.reservation is None and poll.wait > 0.3
     time.sleep(poll.wait)
@@ -262,3 +262,16 @@ def test_bad_keys_and_reservations_are_refused(make_bucket):
         bucket.commit("not-an-id")
     assert bucket.commit("123.1") is False  # well-formed but not held
     assert other.commit(foreign) is True
+
+
+def test_release_is_a_deprecated_name_of_retry_later(make_bucket):
+    bucket = make_bucket(default_rate="1/s", default_burst=5)  # the burst: eligible again at once
+    bucket.enqueue("api", 1)
+    reservation = bucket.dequeue()
+    with pytest.warns(DeprecationWarning, match="retry_later"):
+        assert bucket.release(reservation)
+    again = bucket.dequeue()
+    assert (again.payload, again.receives) == (1, 2)
+    with pytest.warns(DeprecationWarning, match="drain_lease"):
+        old = make_bucket(name="old", drain_flag_ttl=3)
+    assert old.drain_lease_ms == 3000

@@ -24,7 +24,6 @@ from celery_redqueue.structures.leases import (
     NoFreeResourceError,
     ResourcePool,
 )
-from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -78,7 +77,7 @@ def test_new_resources_go_before_used_ones(make):
     assert pool.acquire(ttl=30).resource == "new"
 
 
-def test_stale_holder_cannot_release_or_renew(make):
+def test_stale_holder_cannot_release_or_renew(make, wait_for):
     pool = make(resources=["only"])
     stale = pool.acquire(ttl=0.2)
     wait_for(lambda: pool.stats().expired == 1, timeout=10, message="lease expiry")
@@ -94,7 +93,7 @@ def test_stale_holder_cannot_release_or_renew(make):
     assert pool.release(fresh) is True
 
 
-def test_release_after_expiry_fails_but_frees_the_resource(make):
+def test_release_after_expiry_fails_but_frees_the_resource(make, wait_for):
     pool = make(resources=["only"])
     lease = pool.acquire(ttl=0.1)
     wait_for(lambda: pool.stats().expired == 1, timeout=10, message="lease expiry")
@@ -146,7 +145,7 @@ def test_renew_extends_the_lease(make):
     assert pool.stats().renewed == 1
 
 
-def test_expired_leases_come_back_without_any_release(make):
+def test_expired_leases_come_back_without_any_release(make, wait_for):
     pool = make()
     for _ in range(3):
         pool.acquire(ttl=0.1)
@@ -157,7 +156,7 @@ def test_expired_leases_come_back_without_any_release(make):
     assert (stats.reclaimed, stats.leased, stats.expired) == (3, 3, 0)
 
 
-def test_reclaim_returns_expired_leases(make):
+def test_reclaim_returns_expired_leases(make, wait_for):
     pool = make()
     pool.acquire(ttl=0.1)
     live = pool.acquire(ttl=30)
@@ -277,7 +276,7 @@ def test_removed_free_resource_is_never_leased(make):
     assert pool.acquire(ttl=30) is None
 
 
-def test_removed_resource_whose_lease_expires_leaves_the_pool(make):
+def test_removed_resource_whose_lease_expires_leaves_the_pool(make, wait_for):
     pool = make(resources=["a"])
     pool.acquire(ttl=0.1)
     pool.remove_resources("a")
@@ -314,7 +313,7 @@ def test_keep_alive_outlives_the_ttl(make):
     assert (stats.released, stats.reclaimed, stats.free) == (1, 0, 1)
 
 
-def test_keeper_notices_a_lost_lease(make):
+def test_keeper_notices_a_lost_lease(make, wait_for):
     pool = make(resources=["only"])
     lease = pool.acquire(ttl=0.3)
     keeper = LeaseKeeper(pool, lease, 0.3)

@@ -15,14 +15,6 @@ from celery_redqueue import (
 )
 
 
-def assert_identities(stats):
-    assert stats.offered == stats.accepted + stats.rejected, stats
-    terminal = (
-        stats.processed + stats.failed + stats.evicted + stats.lost + stats.dead + stats.purged
-    )
-    assert stats.accepted == terminal + stats.depth + stats.in_flight, stats
-
-
 def drain_all(pool, n=100):
     seen = []
     while True:
@@ -33,7 +25,7 @@ def drain_all(pool, n=100):
         pool.ack(batch)
 
 
-def test_reject_keeps_oldest_and_refuses_new(make_pool):
+def test_reject_keeps_oldest_and_refuses_new(make_pool, assert_identities):
     pool = make_pool(capacity=3, policy="reject")
     results = pool.add_many(range(10))
     assert [r.kept for r in results] == [True] * 3 + [False] * 7
@@ -43,7 +35,7 @@ def test_reject_keeps_oldest_and_refuses_new(make_pool):
     assert_identities(stats)
 
 
-def test_newest_keeps_newest_and_evicts_oldest(make_pool):
+def test_newest_keeps_newest_and_evicts_oldest(make_pool, assert_identities):
     pool = make_pool(capacity=3, policy="newest")
     results = pool.add_many(range(10))
     assert all(r.kept for r in results)
@@ -54,7 +46,7 @@ def test_newest_keeps_newest_and_evicts_oldest(make_pool):
     assert_identities(stats)
 
 
-def test_sample_never_exceeds_capacity_and_counts_exactly(make_pool):
+def test_sample_never_exceeds_capacity_and_counts_exactly(make_pool, assert_identities):
     pool = make_pool(capacity=50)
     for start in range(0, 2000, 100):
         pool.add_many(range(start, start + 100))
@@ -104,7 +96,7 @@ def test_sample_pops_in_random_order(make_pool):
     assert popped != list(range(1000))
 
 
-def test_coalescing_merges_equal_payloads_and_counts_calls(make_pool):
+def test_coalescing_merges_equal_payloads_and_counts_calls(make_pool, assert_identities):
     pool = make_pool(capacity=2, coalesce=True, policy="reject")
     results = pool.add_many(["a", "b", "a", {"k": 1, "j": 2}, "a", {"j": 2, "k": 1}])
     assert [r.merged for r in results] == [False, False, True, False, True, False]
@@ -119,7 +111,7 @@ def test_coalescing_merges_equal_payloads_and_counts_calls(make_pool):
     assert_identities(stats)
 
 
-def test_coalescing_eviction_counts_every_merged_call(make_pool):
+def test_coalescing_eviction_counts_every_merged_call(make_pool, assert_identities):
     pool = make_pool(capacity=1, coalesce=True, policy="newest")
     pool.add_many(["old", "old", "old", "new"])
     stats = pool.stats()
@@ -168,7 +160,7 @@ def _produce(url, prefix, worker, count, broker_key):
 
 
 def test_concurrent_producers_never_strand_a_call(
-    redqueue_server_url, redqueue_redis, redqueue_prefix
+    redqueue_server_url, redqueue_redis, redqueue_prefix, assert_identities
 ):
     """Producers in four processes, one consumer that only runs when a drain job was 'sent'.
 
@@ -238,7 +230,7 @@ def test_fan_out_is_bounded_by_max_drains(make_pool):
     assert pool.stats().drains_pending == 3
 
 
-def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool):
+def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool, assert_identities):
     pool = make_pool(capacity=10, batch_timeout=0.05)
     pool.add_many(range(4))
     batch = pool.pop(3)

@@ -6,10 +6,8 @@ import pytest
 
 from celery_redqueue import ConfigurationError
 
-from .test_pool import assert_identities
 
-
-def test_at_least_once_returns_a_dead_drains_batch(make_pool):
+def test_at_least_once_returns_a_dead_drains_batch(make_pool, assert_identities):
     pool = make_pool(capacity=10, policy="reject", delivery="at_least_once", batch_timeout=0.05)
     pool.add_many(["a", "b", "c"])
     batch = pool.pop(2)
@@ -27,7 +25,7 @@ def test_at_least_once_returns_a_dead_drains_batch(make_pool):
     assert_identities(stats)
 
 
-def test_failed_calls_are_retried_then_dead_lettered(make_pool):
+def test_failed_calls_are_retried_then_dead_lettered(make_pool, assert_identities):
     pool = make_pool(capacity=10, policy="reject", delivery="at_least_once", max_receives=3)
     pool.add_many(["poison", "fine"])
     for attempt in range(1, 4):
@@ -44,7 +42,7 @@ def test_failed_calls_are_retried_then_dead_lettered(make_pool):
     assert_identities(stats)
 
 
-def test_dead_letters_requeue_and_purge(make_pool):
+def test_dead_letters_requeue_and_purge(make_pool, assert_identities):
     pool = make_pool(capacity=10, delivery="at_least_once", max_receives=1)
     pool.add_many([f"x{i}" for i in range(5)])
     batch = pool.pop(10)
@@ -62,7 +60,7 @@ def test_dead_letters_requeue_and_purge(make_pool):
     assert_identities(stats)
 
 
-def test_delayed_calls_wait_in_the_delayed_set(make_pool):
+def test_delayed_calls_wait_in_the_delayed_set(make_pool, assert_identities):
     pool = make_pool(capacity=10, policy="newest")
     first = pool.add("later", delay=0.3)
     assert first.delayed and not first.kept
@@ -80,7 +78,7 @@ def test_delayed_calls_wait_in_the_delayed_set(make_pool):
     assert_identities(stats)
 
 
-def test_duplicates_inside_the_window_are_refused(make_pool):
+def test_duplicates_inside_the_window_are_refused(make_pool, assert_identities):
     pool = make_pool(capacity=10, dedupe_window=0.3)
     assert pool.add("sms", dedupe_id="order-1:sms")
     second = pool.add("sms again", dedupe_id="order-1:sms")
@@ -93,7 +91,7 @@ def test_duplicates_inside_the_window_are_refused(make_pool):
     assert_identities(stats)
 
 
-def test_processed_guard_skips_a_redelivered_completed_entry(make_pool):
+def test_processed_guard_skips_a_redelivered_completed_entry(make_pool, assert_identities):
     """A drain that finished its bodies but acknowledged after the deadline: the reaper has
     returned the entries, and the guard keeps them from being applied a second time."""
     pool = make_pool(
@@ -145,7 +143,7 @@ def test_bad_delay_stores_nothing(make_pool):
 # Regressions found in review: each of these failed before its fix.
 
 
-def test_a_returned_entry_that_evicts_another_keeps_the_depth_exact(make_pool):
+def test_a_returned_entry_that_evicts_another_keeps_the_depth_exact(make_pool, assert_identities):
     pool = make_pool(capacity=2, policy="newest", delivery="at_least_once", batch_timeout=0.05)
     pool.add("a")
     batch = pool.pop(1)
@@ -247,7 +245,9 @@ def test_a_refused_call_does_not_burn_its_dedupe_id(make_pool):
     assert pool.add("sms", dedupe_id="order-1:sms").kept
 
 
-def test_coalesced_failures_reach_the_dead_letters_while_equal_calls_arrive(make_pool):
+def test_coalesced_failures_reach_the_dead_letters_while_equal_calls_arrive(
+    make_pool, assert_identities
+):
     pool = make_pool(capacity=10, coalesce=True, delivery="at_least_once", max_receives=2)
     for _ in range(3):
         pool.add("flaky")

@@ -18,7 +18,6 @@ from celery_redqueue.structures.sets import (
     TimeSortedSet,
     UndecodableItemsError,
 )
-from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -268,7 +267,7 @@ def test_scheduled_items_are_hidden_until_due(make, redqueue_redis):
     assert "later" in s
 
 
-def test_scheduled_item_becomes_available(make):
+def test_scheduled_item_becomes_available(make, wait_for):
     s = make(ScheduledSet)
     s.add("soon", delay=0.3)
     assert s.take(1) == []

@@ -242,7 +242,7 @@ def test_bucket_reservations_route_to_their_shard(redqueue_redis, redqueue_prefi
     bucket.enqueue_many([(f"k{i}", i) for i in range(6)])
     held = [bucket.dequeue() for _ in range(6)]
     assert all(held)
-    assert bucket.release(held[0]) and bucket.dead_letter(held[1], "ValueError: no")
+    assert bucket.retry_later(held[0]) and bucket.dead_letter(held[1], "ValueError: no")
     assert bucket.renew([held[2].id]) == []
     with pytest.raises(ReservationError):
         bucket.shards[0].commit(held[3].id)  # a shard does not take the logical id

@@ -1,0 +1,71 @@
+-- Each key's FIFO queue: slots, depth, head and tail, eligibility (spliced in by
+-- bucket_common.lua, after bucket_schedule).
+
+-- A slot's parts; all nil when it is malformed (only corruption makes one).
+local function parse_slot(slot)
+  local receives, id, at, payload = string.match(slot or '', '^(%d+):(%d+):(%d+):(.*)$')
+  if not receives then return nil, nil, nil, nil end
+  return tonumber(receives), id, tonumber(at), payload
+end
+
+local function make_slot(receives, id, at, payload)
+  return receives .. ':' .. id .. ':' .. string.format('%d', at) .. ':' .. payload
+end
+
+local function key_depth(key)
+  return tonumber(redis.call('HGET', K_TAILS, key) or '0') - tonumber(redis.call('HGET', K_HEADS, key) or '0')
+end
+
+-- Keep `ages` pointing at the key's head item (or drop the key when its queue is empty).
+local function refresh_age(key)
+  local head = redis.call('HGET', K_HEADS, key) or '0'
+  local slot = redis.call('HGET', K_ITEMS, key .. '\0' .. head)
+  if slot then
+    local _, _, at = parse_slot(slot)
+    redis.call('ZADD', K_AGES, at or 0, key)
+  else
+    redis.call('ZREM', K_AGES, key)
+  end
+end
+
+-- Make a key eligible if it has items, is not already, and (ordered) has none in flight.
+local function make_eligible(key, earliest)
+  if redis.call('ZSCORE', K_READY, key) or key_depth(key) <= 0 then return nil end
+  if ORDERED and tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0') > 0 then
+    return nil
+  end
+  local when = eligible_at(key, earliest)
+  redis.call('ZADD', K_READY, when, key)
+  return when
+end
+
+-- Append a slot to a key's queue, applying the per-key depth cap.
+-- Returns status (0 refused: key full, 1 queued, 2 queued and the key's oldest item dropped)
+-- and the time the key became eligible (nil when it already was, or is busy).
+local function append(key, slot, now)
+  local status = 1
+  if MAX_DEPTH > 0 and key_depth(key) >= MAX_DEPTH then
+    if OVERFLOW ~= 'drop_oldest' then
+      return 0, nil
+    end
+    local head = tonumber(redis.call('HGET', K_HEADS, key) or '0')
+    redis.call('HDEL', K_ITEMS, key .. '\0' .. head)
+    redis.call('HINCRBY', K_HEADS, key, 1)
+    redis.call('HINCRBY', K_STATS, 'dropped', 1)
+    redis.call('HINCRBY', K_STATS, 'depth', -1)
+    status = 2
+  end
+  local tail = redis.call('HINCRBY', K_TAILS, key, 1) - 1
+  redis.call('HSET', K_ITEMS, key .. '\0' .. tail, slot)
+  redis.call('HINCRBY', K_STATS, 'depth', 1)
+  if status == 2 or key_depth(key) == 1 then refresh_age(key) end
+  return status, make_eligible(key, now)
+end
+
+-- Put a slot back at the head of its key's queue (a released or reaped item).
+local function push_head(key, slot)
+  local head = redis.call('HINCRBY', K_HEADS, key, -1)
+  redis.call('HSET', K_ITEMS, key .. '\0' .. head, slot)
+  redis.call('HINCRBY', K_STATS, 'depth', 1)
+  refresh_age(key)
+end

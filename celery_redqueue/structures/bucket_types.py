@@ -1,0 +1,206 @@
+"""What a LeakyBucket hands back (results, reservations, figures) and how its options are read
+(rates, keys, option checks shared with BucketTask). Re-exported by :mod:`.bucket`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError, ReservationError
+from ..validation import one_of, positive_int, seconds
+from .receipts import Receipt
+
+OVERFLOWS = ("reject", "drop_oldest")
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RESERVATION_ID = re.compile(r"^\d+\.\d+$")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
+
+
+def parse_rate(rate: str | float | int) -> float:
+    """Return the interval in milliseconds of a Celery-style rate: ``"10/s"``, ``"100/m"``,
+    ``"5/h"``, ``"0.5/s"``; a bare number is per second."""
+    if isinstance(rate, bool):
+        raise ConfigurationError(f"bad rate {rate!r}")
+    if isinstance(rate, int | float):
+        per_second = float(rate)
+    else:
+        match = _RATE.match(rate) if isinstance(rate, str) else None
+        if not match:
+            raise ConfigurationError(
+                f"bad rate {rate!r}: use a number per unit like '10/s', '100/m', '5/h', '0.5/s'"
+            )
+        per_second = float(match.group(1)) / _UNITS[match.group(2) or "s"]
+    if not per_second > 0:
+        raise ConfigurationError(f"bad rate {rate!r}: it must be greater than zero")
+    return 1000.0 / per_second
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or "\0" in key:
+        raise ConfigurationError(f"bucket key must be a non-empty string without NUL, got {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class EnqueueResult(Receipt):
+    """What happened to one enqueued item. Truthy when it was queued."""
+
+    queued: bool
+    #: The key was full (``max_depth``) and its oldest item was dropped to make room.
+    dropped_oldest: bool = False
+
+    def __bool__(self) -> bool:
+        return self.queued or self.delayed
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A released item, held for its consumer until commit, release or its deadline."""
+
+    id: str
+    key: str
+    payload: Any
+    #: How many times this item has been handed out, this time included.
+    receives: int
+    #: Server time (seconds since the epoch) after which the reaper may take it back.
+    deadline: float
+    #: Server time (seconds) at which it was released.
+    released_at: float
+    #: The structure it belongs to; committing it on another bucket is an error.
+    bucket: str = ""
+    #: The bucket is busy: one more drain job should be sent to share the work.
+    fan_out: bool = False
+
+    @classmethod
+    def from_reply(cls, fields: Sequence[Any], payload: Any, bucket: str) -> Reservation:
+        """From bucket_dequeue's fields key .. fan_out (the payload already decoded)."""
+        key, res_id, _, receives, deadline, now, fan_out = fields
+        return cls(
+            id=res_id.decode(),
+            key=key.decode(),
+            payload=payload,
+            receives=int(receives),
+            deadline=float(deadline) / 1000.0,
+            released_at=float(now) / 1000.0,
+            bucket=bucket,
+            fan_out=bool(fan_out),
+        )
+
+    @staticmethod
+    def id_of(reservation: Reservation | str, bucket: str) -> str:
+        """The id of a reservation of ``bucket`` (a Reservation or its id); ReservationError
+        for anything else."""
+        if isinstance(reservation, Reservation):
+            if reservation.bucket and reservation.bucket != bucket:
+                raise ReservationError(
+                    f"reservation {reservation.id} belongs to {reservation.bucket}, not {bucket}"
+                )
+            return reservation.id
+        if isinstance(reservation, str) and _RESERVATION_ID.match(reservation):
+            return reservation
+        raise ReservationError(f"not a reservation of this bucket: {reservation!r}")
+
+
+@dataclass(frozen=True)
+class Poll:
+    """The answer of :meth:`LeakyBucket.poll`: a reservation, or how long until one can go."""
+
+    reservation: Reservation | None = None
+    #: Seconds until the next key becomes eligible (items are queued); None when empty.
+    wait: float | None = None
+    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
+    #: that countdown (the poll released the drain flag, so items due now send their own).
+    schedule: bool = False
+    #: Items that could not be read or decoded, dead-lettered by this poll.
+    malformed: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.reservation is None and self.wait is None
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    returned: int
+    dead_lettered: int
+    drain_needed: bool
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """Counters of the whole bucket, read in one MULTI/EXEC."""
+
+    enqueued: int
+    rejected: int
+    dropped: int
+    depth: int
+    in_flight: int
+    processed: int
+    dead: int
+    receives: int
+    redelivered: int
+    keys_ready: int
+    delayed: int = 0
+    duplicates: int = 0
+    purged: int = 0
+    requeued: int = 0
+    reaped: int = 0
+    guard_skipped: int = 0
+    #: Commits of reservations the reaper had taken back (the item may run again).
+    late: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    key: str
+    depth: int
+    in_flight: int
+    processed: int
+    dead: int
+    #: Server time (seconds) from which the key may release its next item; None if not queued.
+    next_eligible: float | None
+    #: Interval between releases (seconds) and burst allowance in force for the key.
+    interval: float
+    burst: float
+
+    @property
+    def drain_eta(self) -> float:
+        """Seconds the key needs to release what it holds, at its rate (however many workers)."""
+        return self.depth * self.interval
+
+
+def _check_burst(burst: Any, name: str = "burst") -> None:
+    if isinstance(burst, bool) or not isinstance(burst, int | float) or not burst >= 0:
+        raise ConfigurationError(f"{name} must be a number >= 0, got {burst!r}")
+
+
+def validate_bucket_options(
+    *,
+    rate: Any,
+    burst: Any,
+    reservation_timeout: Any,
+    max_receives: Any,
+    max_depth: Any,
+    overflow: Any,
+    max_drains: Any = 1,
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """Shared by LeakyBucket and BucketTask; ``names`` maps each parameter to the caller's name
+    for it (BucketTask says ``bucket_rate`` where LeakyBucket says ``default_rate``)."""
+    name = (names or {}).get
+    try:
+        parse_rate(rate)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name('rate', 'default_rate')}: {exc}") from None
+    _check_burst(burst, name("burst", "default_burst"))
+    seconds(name("reservation_timeout", "reservation_timeout"), reservation_timeout, positive=True)
+    positive_int(name("max_receives", "max_receives"), max_receives)
+    positive_int(name("max_depth", "max_depth"), max_depth, optional=True)
+    one_of(name("overflow", "overflow"), overflow, OVERFLOWS)
+    positive_int(name("max_drains", "max_drains"), max_drains)

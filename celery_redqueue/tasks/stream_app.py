@@ -1,0 +1,120 @@
+"""The app's view of one event stream: the groups its tasks subscribe, the stream built with
+their options (publishes wake each group's drain job), and :func:`publish`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from ..structures.stream_types import PublishReceipt
+from ..structures.streams import EventStream
+from .config import get_config
+
+if TYPE_CHECKING:
+    from .stream import StreamTask
+
+logger = logging.getLogger(__name__)
+
+
+def _stream_task_class() -> type[StreamTask]:
+    # StreamTask's module builds its streams here: imported when first needed, not at load.
+    from .stream import StreamTask
+
+    return StreamTask
+
+
+def stream_tasks(app: Any, name: str) -> list[StreamTask]:
+    """The app's tasks consuming stream ``name``, by task name."""
+    task_class = _stream_task_class()
+    return sorted(
+        (t for t in app.tasks.values() if isinstance(t, task_class) and t.stream_name == name),
+        key=lambda t: t.name,
+    )
+
+
+def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventStream:
+    """The stream ``name`` as the app sees it: every subscribed group declared, publishes
+    that wake a group send its task's drain job; reads use ``reader``'s options."""
+    config = get_config(app)
+    tasks = stream_tasks(app, name)
+    keys = {t.stream_key for t in tasks if t.stream_key is not None}
+    if len(keys) > 1:
+        raise ConfigurationError(
+            f"tasks of stream {name!r} set different stream_key values ({sorted(map(repr, keys))}"
+            "); the key is computed once at publish: give them all the same (a field name)"
+        )
+    maxlens = {t.stream_maxlen for t in tasks}
+    if len(maxlens) > 1:
+        raise ConfigurationError(
+            f"tasks of stream {name!r} set different stream_maxlen values "
+            f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
+        )
+    by_group = {t.group: t for t in tasks}
+    key_spec = next(iter(keys), None)
+    own: Any = reader or (tasks[0] if tasks else _stream_task_class())
+
+    def wake(groups: list[str]) -> None:
+        for group in groups:
+            task = by_group.get(group)
+            if task is None:
+                continue
+            try:
+                task.send_drain()
+            except Exception:
+                # The event is safe in Redis; disarm, so the next publish or beat sends one.
+                stream.release_drain(group)
+                logger.exception("redqueue: sending the drain job of %s failed", task.name)
+
+    stream = EventStream(
+        config.client(),
+        name,
+        maxlen=own.stream_maxlen,
+        groups=sorted(by_group),
+        key=_key_function(key_spec),
+        visibility_timeout=own.stream_visibility_timeout,
+        max_deliveries=own.stream_max_deliveries,
+        processed_guard=own.stream_processed_guard,
+        ordered=reader is not None and reader.stream_key is not None,
+        drain_lease=own.stream_drain_lease,
+        prefix=config.key_prefix,
+        serializer=config.serializer,
+        on_wake=wake,
+    )
+    if app.conf.task_always_eager:
+        stream.publish_many = _eager_publish(stream, tasks)  # type: ignore[method-assign]
+    return stream
+
+
+def _key_function(spec: Any) -> Callable[[Any], str] | None:
+    if spec is None or callable(spec):
+        return spec  # type: ignore[no-any-return]
+    return lambda event: event[spec]
+
+
+def _eager_publish(
+    stream: EventStream, tasks: list[StreamTask]
+) -> Callable[..., list[PublishReceipt]]:
+    """In eager mode (users' unit tests) a publish runs every group's body at once, on the
+    event as a worker would see it; nothing is stored."""
+
+    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[PublishReceipt]:
+        encoded = [stream.encode(e) for e in events]
+        for data in encoded:
+            for task in tasks:
+                task.apply((stream.serializer.loads(data),))
+        return [PublishReceipt(id="eager") for _ in encoded]
+
+    return publish_many
+
+
+def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> PublishReceipt:
+    """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
+    object is built once per process and stream)."""
+    cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})
+    built = cache.get((os.getpid(), stream))
+    if built is None:
+        built = cache[(os.getpid(), stream)] = make_stream(app, stream)
+    return built.publish(event, key=key)
