@@ -79,12 +79,14 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        click.echo(
-            json.dumps({v["id"]: v.get("figures", v.get("leases")) for v in views}, indent=2)
-        )
+        figures = {v["id"]: v.get("figures", v.get("leases")) for v in views}
+        for view in views:  # a stream's groups go with its figures
+            if "groups" in view and figures[view["id"]] is not None:
+                figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
+        click.echo(json.dumps(figures, indent=2))
         return
     if not views:
-        click.echo("no pools or buckets registered under this prefix yet")
+        click.echo("no structures registered under this prefix yet")
         return
     header = f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
     header += f"{'in/s':>8} {'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}"

@@ -8,12 +8,11 @@ import pytest
 
 from celery_redqueue import BucketTask, ConfigurationError, PoolTask, bucket_task, pool_task
 from celery_redqueue.structures.sharded import ShardedBucket, ShardedPool
-from tests.helpers import wait_for
 
 from .conftest import running_worker
 
 
-def test_sharded_pool_task_drains_every_shard(app, redqueue_redis):
+def test_sharded_pool_task_drains_every_shard(app, redqueue_redis, wait_for):
     done = []
 
     @app.task(base=PoolTask, pool_size=3000, pool_shards=3, pool_batch_size=20)
@@ -36,7 +35,7 @@ def test_sharded_pool_task_drains_every_shard(app, redqueue_redis):
     assert stats.offered == stats.accepted == stats.processed == 301
 
 
-def test_sharded_bucket_task_keeps_each_key_rate_exact(app, redqueue_redis):
+def test_sharded_bucket_task_keeps_each_key_rate_exact(app, redqueue_redis, wait_for):
     released = defaultdict(list)
 
     @app.task(base=BucketTask, bind=True, bucket_key="site", bucket_rate="20/s", bucket_shards=3)
@@ -146,7 +145,7 @@ def test_cli_lists_and_tends_the_logical_structures(proc_env, redqueue_redis, re
 
 
 @pytest.mark.timeout(120)
-def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue_redis):
+def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue_redis, wait_for):
     runs = []
 
     @app.task(
@@ -175,7 +174,7 @@ def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue
     assert runs == [1] and (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
 
 
-def test_sharded_tasks_on_a_cluster_spread_over_its_masters(app, cluster_url):
+def test_sharded_tasks_on_a_cluster_spread_over_its_masters(app, cluster_url, wait_for):
     app.conf.redqueue_url = cluster_url
     seen = []
 
