@@ -11,22 +11,24 @@ end
 -- and a per-minute ring of 60 slots ("<kind>:m<minute % 60>" = "<minute> <value>") for the last
 -- hour's history. A slot whose stamp is not the current second (minute) is stale and restarts
 -- from `n`: bounded memory (120 fields per kind), no clean-up pass, no extra round trip.
-local function ring_add(flow, field, stamp, n)
-  local old = redis.call('HGET', flow, field)
-  local value = n
+-- Both slots are read in one HMGET and written in one HSET (every producer call ticks).
+local function ring_value(old, stamp, n)
   if old then
     local old_stamp, old_value = string.match(old, '^(%d+) (%S+)$')
-    if tonumber(old_stamp) == stamp then value = tonumber(old_value) + n end
+    if tonumber(old_stamp) == stamp then return tonumber(old_value) + n end
   end
-  redis.call('HSET', flow, field, stamp .. ' ' .. string.format('%.17g', value))
+  return n
 end
 
 local function tick(flow, kind, n, now)
   if n == 0 then return end
   local sec = math.floor(now / 1000)
   local minute = math.floor(sec / 60)
-  ring_add(flow, kind .. ':' .. (sec % 60), sec, n)
-  ring_add(flow, kind .. ':m' .. (minute % 60), minute, n)
+  local sec_field, min_field = kind .. ':' .. (sec % 60), kind .. ':m' .. (minute % 60)
+  local old = redis.call('HMGET', flow, sec_field, min_field)
+  redis.call('HSET', flow,
+    sec_field, sec .. ' ' .. string.format('%.17g', ring_value(old[1], sec, n)),
+    min_field, minute .. ' ' .. string.format('%.17g', ring_value(old[2], minute, n)))
 end
 
 -- Forget up to 100 ids whose window ended (dedupe ids, processed-guard ids): bounded work per
