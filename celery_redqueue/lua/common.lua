@@ -20,15 +20,24 @@ local function ring_value(old, stamp, n)
   return n
 end
 
+-- A number as '%.17g' writes it; whole numbers (counts) take the cheaper '%d', same text.
+local function number_text(value)
+  if value == math.floor(value) and math.abs(value) < 1e15 then
+    return string.format('%d', value)
+  end
+  return string.format('%.17g', value)
+end
+
 local function tick(flow, kind, n, now)
   if n == 0 then return end
   local sec = math.floor(now / 1000)
   local minute = math.floor(sec / 60)
-  local sec_field, min_field = kind .. ':' .. (sec % 60), kind .. ':m' .. (minute % 60)
+  local sec_field = kind .. ':' .. string.format('%d', sec % 60)
+  local min_field = kind .. ':m' .. string.format('%d', minute % 60)
   local old = redis.call('HMGET', flow, sec_field, min_field)
   redis.call('HSET', flow,
-    sec_field, sec .. ' ' .. string.format('%.17g', ring_value(old[1], sec, n)),
-    min_field, minute .. ' ' .. string.format('%.17g', ring_value(old[2], minute, n)))
+    sec_field, string.format('%d ', sec) .. number_text(ring_value(old[1], sec, n)),
+    min_field, string.format('%d ', minute) .. number_text(ring_value(old[2], minute, n)))
 end
 
 -- Forget up to 100 ids whose window ended (dedupe ids, processed-guard ids): bounded work per

@@ -47,7 +47,7 @@ for i = 6, #ARGV, 4 do
     delayed = delayed + 1
   else
     local member = payload
-    if not COALESCE then member = string.format('%x', seq) .. ':' .. payload end
+    if not COALESCE then member = string.format('%x:%s', seq, payload) end
     if POLICY ~= 'sample' then score = seq end
     local out
     status, out = admit(member, score, 1, 0, now)

@@ -185,9 +185,7 @@ class BucketTask(RedQueueTask):
         key_spec = self.bucket_key
         try:
             if isinstance(key_spec, str):
-                bound = inspect.signature(self._body()).bind(*(args or ()), **(kwargs or {}))
-                bound.apply_defaults()
-                key = bound.arguments[key_spec]
+                key = self._named_key(key_spec, args or (), kwargs or {})
                 if isinstance(key, int) and not isinstance(key, bool):
                     key = str(key)  # an argument named as the key may be a numeric id
             else:
@@ -201,6 +199,38 @@ class BucketTask(RedQueueTask):
             )
         return key
 
+    def _named_key(self, name: str, args: Any, kwargs: Any) -> Any:
+        """The value of the body's parameter ``name`` in this call (its default if omitted).
+
+        The signature is read once per task. When Celery has already checked the call against
+        the body's signature (``typing``), a positional parameter is read by its index; else
+        the call is bound in full, which raises for arguments the body cannot take.
+        """
+        body = self._body()
+        cached = self.__dict__.get("_redqueue_key_signature")
+        if cached is None or cached[0] is not body:
+            signature = inspect.signature(body)
+            names = list(signature.parameters)
+            param = signature.parameters.get(name)
+            index = (
+                names.index(name)
+                if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD
+                else None
+            )
+            cached = (body, signature, index, param)
+            self.__dict__["_redqueue_key_signature"] = cached
+        _, signature, index, param = cached
+        if self.typing and index is not None and param is not None:
+            if index < len(args):
+                return args[index]
+            if name in kwargs:
+                return kwargs[name]
+            if param.default is not param.empty:
+                return param.default
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments[name]
+
     # Producing
 
     def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
@@ -210,8 +240,9 @@ class BucketTask(RedQueueTask):
         return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
+        ids = None if dedupe_id is None else [dedupe_id]
         result: EnqueueResult = self.bucket._enqueue_encoded(
-            [prepared], delay=delay, dedupe_ids=[dedupe_id]
+            [prepared], delay=delay, dedupe_ids=ids
         )[0]
         return result
 
