@@ -49,6 +49,11 @@ both see the same machine load; the target is checked on the median block (the w
 best-block figures are printed too). Next to the client's wall-clock figure it prints the
 server's own time per script call (``INFO commandstats``, evalsha, deltas around each block),
 which leaves out the network and the Python client.
+
+Part 3, producer cost (``--producer-calls`` calls per side, no worker): a bucket task's
+``.delay()`` (keys cycling over 100 users) beside plain Celery ``.delay()``, a raw PING round trip,
+a raw one-command EVALSHA and a bare ``bucket_enqueue`` call, with ``bucket_enqueue``'s server
+time per call (see ``producer_cost.py``).
 """
 
 from __future__ import annotations
@@ -62,13 +67,22 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
+from celery import Celery
 
+from celery_redqueue import BucketTask
 from celery_redqueue.redis.lua import script
 from celery_redqueue.structures.bucket import LeakyBucket
+from celery_redqueue.testing import celery_test_config, delete_prefix
 from celery_redqueue.testing.embedded import EmbeddedRedis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from producer_cost import measure as measure_sides
+from producer_cost import print_table as print_cost
+from producer_cost import raw_sides
 
 PREFIX = "bucketbench"
 #: (rate per second, how many backlogged keys at that rate)
@@ -561,6 +575,76 @@ def run_cost(server: EmbeddedRedis, n: int, large: int, block: int) -> dict[str,
     return {"cost": ratio <= TARGET_COST_RATIO}
 
 
+BUCKET_SIDE = "bucket .delay() (bucket_enqueue)"
+PLAIN_SIDE = "plain Celery .delay()"
+
+
+def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
+    """Part 3: a bucket task's .delay() beside its baselines, interleaved (no worker)."""
+    progress(f"producer cost: {n:,} calls per side")
+    prefix = f"{PREFIX}:producer"
+    app = Celery("bucket_bench", set_as_current=False)
+    app.conf.update(celery_test_config(server.url, prefix))
+    app.conf.update(redqueue_beat=False, task_ignore_result=True)
+
+    @app.task(name="bench.bucketed", base=BucketTask, bucket_key="user", shared=False)
+    def bucketed(user: str, event: str) -> None:
+        pass
+
+    @app.task(name="bench.plain", shared=False)
+    def plain(user: str, event: str) -> None:
+        pass
+
+    users = [f"user-{i}" for i in range(100)]
+    bucket = bucketed.bucket
+    client = bucket.client
+    payload = bucket.encode([["user-0", "page_view"], {}])
+    twin = LeakyBucket(client, "bench.bucketed.twin", prefix=bucket.keys.prefix)
+    twin_head = [*twin._script_head(), bucket.dedupe_window_ms]
+    enqueue = script("bucket_enqueue")
+
+    def same_script(i: int) -> Any:
+        return enqueue(client, twin._keys, [*twin_head, users[i % 100], payload, "", 0])
+
+    def bucket_calls(chunk: range) -> None:
+        for i in chunk:
+            bucketed.delay(users[i % 100], "page_view")
+
+    def plain_calls(chunk: range) -> None:
+        for i in chunk:
+            plain.delay(users[i % 100], "page_view")
+
+    for run in (bucket_calls, plain_calls):  # warm-up: scripts loaded, connections up
+        run(range(200))
+    raw_key = f"{prefix}:raw"
+    sides = measure_sides(
+        client,
+        n,
+        10,
+        {
+            BUCKET_SIDE: bucket_calls,
+            PLAIN_SIDE: plain_calls,
+            **raw_sides(client, raw_key, payload, same_script),
+        },
+    )
+    stats = bucket.stats()
+    delete_prefix(client, prefix)
+    app.close()
+    print_cost(
+        f"Part 3, producer cost: {n:,} calls per side, interleaved in 10 rounds, one redis-py "
+        "client, no worker (server us/script: INFO commandstats)",
+        BUCKET_SIDE,
+        PLAIN_SIDE,
+        sides,
+    )
+    print(f"bucket accounting after the run: {stats.enqueued:,} enqueued, {stats.depth:,} queued")
+    mine = sides[BUCKET_SIDE]
+    return {
+        "producer >= 3x plain .delay()": mine.rate >= 3 * sides[PLAIN_SIDE].rate,
+        "producer >= 0.75x PING": mine.rate >= 0.75 * sides["raw PING round trip"].rate,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     global QUIET
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -575,25 +659,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--block", type=int, default=250, help="dequeues per timed block (the cases alternate)"
     )
     parser.add_argument("--large-keys", type=int, default=100_000, help="keys in the big case")
+    parser.add_argument(
+        "--producer-calls", type=int, default=20_000, help="calls per side in part 3"
+    )
     parser.add_argument("--quick", action="store_true", help="--seconds 3 --dequeues 2000")
+    parser.add_argument("--producer-only", action="store_true", help="run part 3 only")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
     QUIET = args.quiet
     if args.quick:
         args.seconds, args.dequeues = 3.0, 2000
+        args.producer_calls = min(args.producer_calls, 2000)
 
     began = time.monotonic()
     verdicts: dict[str, bool] = {}
     try:
         with EmbeddedRedis() as server:
             progress(f"Redis at {server.url}")
-            for burst in (0.0, 1.0):
+            for burst in () if args.producer_only else (0.0, 1.0):
                 run = run_rates(
                     server, burst, args.seconds, args.workers, args.cold_keys, args.fast_rate
                 )
                 for name, ok in print_rate_run(run).items():
                     verdicts[f"{name} (burst {burst:g})"] = ok
-            verdicts.update(run_cost(server, args.dequeues, args.large_keys, args.block))
+            if not args.producer_only:
+                verdicts.update(run_cost(server, args.dequeues, args.large_keys, args.block))
+            verdicts.update(run_producer_cost(server, args.producer_calls))
     except (RuntimeError, queue.Empty, redis.RedisError) as exc:
         print(f"bucket_bench: a measure could not be completed: {exc!r}", file=sys.stderr)
         return 1

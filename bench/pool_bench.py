@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -38,9 +39,15 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready
 
-from celery_redqueue import PoolTask
+from celery_redqueue import CappedPool, PoolTask
+from celery_redqueue.redis.lua import script
 from celery_redqueue.testing import celery_test_config, delete_prefix
 from celery_redqueue.testing.embedded import EmbeddedRedis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from producer_cost import measure as measure_sides
+from producer_cost import print_table as print_cost
+from producer_cost import raw_sides
 
 # Set by the benchmark for the worker subprocess only.
 ENV_URL = "POOL_BENCH_REDIS_URL"
@@ -49,6 +56,8 @@ ENV_TARGET = "POOL_BENCH_TARGET"
 ENV_BATCH = "POOL_BENCH_BATCH_SIZE"
 
 POOLED = "pool_bench.pooled"
+POOLED_SIDE = "pooled .delay() (pool_add)"
+PLAIN_SIDE = "plain Celery .delay()"
 PLAIN = "pool_bench.plain"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
 #: can be pointed at either backlog while both wait in the broker.
@@ -388,6 +397,7 @@ class Bench:
         self.plain_queue = queue_key(prefix, PLAIN_QUEUE)
         self.rows: dict[str, Row] = {}
         self.notes: list[str] = []
+        self.producer_cost: dict[str, Any] = {}
 
     def log(self, message: str) -> None:
         if not self.args.quiet:
@@ -425,9 +435,37 @@ class Bench:
             for i in chunk:
                 plain.delay(i, "page_view")
 
-        self.log(f"pooled .delay() against plain .delay(), {n:,} calls each (no worker)")
+        self.log(
+            f"pooled .delay() against plain .delay(), PING and a raw EVALSHA, {n:,} calls each "
+            "(no worker)"
+        )
         self.reset()
-        seconds = interleaved(n, ROUNDS, {"pooled": pooled_calls, "plain": plain_calls})
+        client = pooled.pool.client  # the pool's own client: the baselines use it too
+        raw_key = f"{self.prefix}:bench:raw"
+        payload = pooled.pool.encode([[0, "page_view"], {}])
+        # The bare script writes into a twin pool, so the task's pool holds exactly n calls.
+        twin = CappedPool(client, f"{POOLED}.twin", POOL_SIZE, prefix=pooled.pool.keys.prefix)
+        twin_keys = twin._add_keys
+        twin_head = [*twin._script_head(), pooled.pool.dedupe_window_ms]
+        pool_add = script("pool_add")
+
+        def same_script(i: int) -> Any:
+            return pool_add(client, twin_keys, [*twin_head, repr(random.random()), payload, "", 0])
+
+        sides = measure_sides(
+            client,
+            n,
+            ROUNDS,
+            {
+                POOLED_SIDE: pooled_calls,
+                PLAIN_SIDE: plain_calls,
+                **raw_sides(client, raw_key, payload, same_script),
+            },
+        )
+        client.delete(raw_key)
+        twin.clear()
+        seconds = {"pooled": sides[POOLED_SIDE].seconds, "plain": sides[PLAIN_SIDE].seconds}
+        self.producer_cost = sides
         stats = pooled.pool.stats()
         if stats.depth != n or stats.offered != n:
             raise BenchError(f"expected {n} calls in the pool, found {stats}")
@@ -686,6 +724,14 @@ def main(argv: list[str] | None = None) -> int:
         f"pool_batch_size={args.batch_size}"
     )
     print_table([bench.rows[key] for key in ROW_ORDER if key in bench.rows], bench.notes)
+    if bench.producer_cost:
+        print_cost(
+            f"Producer cost: {args.calls:,} calls per side, interleaved in {ROUNDS} rounds, one "
+            "redis-py client, no worker (server us/script: INFO commandstats)",
+            POOLED_SIDE,
+            PLAIN_SIDE,
+            bench.producer_cost,
+        )
     elapsed = time.monotonic() - started
     print(
         f"- ratio: redqueue / baseline for rates, baseline / redqueue for queue lengths and "

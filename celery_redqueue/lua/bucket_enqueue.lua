@@ -6,10 +6,11 @@
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status: 0 refused (key full), 1 queued, 2 queued and the key's oldest item dropped,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
+-- What a call does not use (dedupe, the delayed set) costs nothing.
 --#include bucket_common
 local window = tonumber(ARGV[8])
-local now = now_ms()
-local result = {0, -1}
+local count = (#ARGV - 8) / 4
+local dedupe = false
 -- Check every item, and the stored rate of every key an item joins now, before writing.
 for i = 9, #ARGV, 4 do
   local delay = tonumber(ARGV[i + 3])
@@ -18,35 +19,42 @@ for i = 9, #ARGV, 4 do
     return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i]
       .. ' is malformed; set it again (set_rate)')
   end
+  if ARGV[i + 2] ~= '' then dedupe = true end
 end
-local queued, rejected, duplicates, delayed = 0, 0, 0, 0
-if window > 0 then forget_expired(K_DEDUPE, now) end
+dedupe = dedupe and window > 0
 
+local now = now_ms()
+local result = {0, -1}
+local queued, rejected, duplicates, delayed = 0, 0, 0, 0
+-- Forget a few expired dedupe ids whenever ids are recorded: bounded work, bounded set.
+if dedupe then forget_expired(K_DEDUPE, now) end
+
+-- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
+local id = redis.call('HINCRBY', K_STATS, 'seq', count) - count
 for i = 9, #ARGV, 4 do
   local key, payload, dedupe_id, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  id = id + 1
   local status
-  if dedupe_id ~= '' and window > 0 and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
+  if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
     status = 4
     duplicates = duplicates + 1
+  elseif delay > 0 then
+    redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
+    delayed = delayed + 1
+    status = 5
   else
-    local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
-    if delay > 0 then
-      redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
-      delayed = delayed + 1
-      status = 5
-    else
-      status = append(key, make_slot(0, id, now, payload), now)
-      if status == 0 then rejected = rejected + 1 else queued = queued + 1 end
-    end
+    status = append(key, make_slot(0, id, now, payload), now)
+    if status == 0 then rejected = rejected + 1 else queued = queued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
-  if dedupe_id ~= '' and window > 0 and status ~= 0 and status ~= 4 then
+  if dedupe and dedupe_id ~= '' and status ~= 0 and status ~= 4 then
     redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
   end
   result[#result + 1] = status
 end
 
-redis.call('HINCRBY', K_STATS, 'enqueued', queued)
+-- One HINCRBY per counter that moved.
+if queued > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', queued) end
 if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
 if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end

@@ -29,8 +29,9 @@ local function refresh_age(key)
 end
 
 -- Make a key eligible if it has items, is not already, and (ordered) has none in flight.
-local function make_eligible(key, earliest)
-  if redis.call('ZSCORE', K_READY, key) or key_depth(key) <= 0 then return nil end
+-- `depth`: the key's depth when the caller knows it (nil: read it).
+local function make_eligible(key, earliest, depth)
+  if redis.call('ZSCORE', K_READY, key) or (depth or key_depth(key)) <= 0 then return nil end
   if ORDERED and tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0') > 0 then
     return nil
   end
@@ -41,25 +42,34 @@ end
 
 -- Append a slot to a key's queue, applying the per-key depth cap.
 -- Returns status (0 refused: key full, 1 queued, 2 queued and the key's oldest item dropped)
--- and the time the key became eligible (nil when it already was, or is busy).
+-- and the time the key became eligible (nil when it already was, or is busy). The key's head
+-- and tail are read once: enqueue calls this for every item.
 local function append(key, slot, now)
+  local head = tonumber(redis.call('HGET', K_HEADS, key) or '0')
+  local tail = tonumber(redis.call('HGET', K_TAILS, key) or '0')
   local status = 1
-  if MAX_DEPTH > 0 and key_depth(key) >= MAX_DEPTH then
+  if MAX_DEPTH > 0 and tail - head >= MAX_DEPTH then
     if OVERFLOW ~= 'drop_oldest' then
       return 0, nil
     end
-    local head = tonumber(redis.call('HGET', K_HEADS, key) or '0')
     redis.call('HDEL', K_ITEMS, key .. '\0' .. head)
-    redis.call('HINCRBY', K_HEADS, key, 1)
+    head = redis.call('HINCRBY', K_HEADS, key, 1)
     redis.call('HINCRBY', K_STATS, 'dropped', 1)
-    redis.call('HINCRBY', K_STATS, 'depth', -1)
     status = 2
   end
-  local tail = redis.call('HINCRBY', K_TAILS, key, 1) - 1
+  redis.call('HINCRBY', K_TAILS, key, 1)
   redis.call('HSET', K_ITEMS, key .. '\0' .. tail, slot)
-  redis.call('HINCRBY', K_STATS, 'depth', 1)
-  if status == 2 or key_depth(key) == 1 then refresh_age(key) end
-  return status, make_eligible(key, now)
+  -- A dropped item and the new one leave the depth as it was.
+  if status == 1 then redis.call('HINCRBY', K_STATS, 'depth', 1) end
+  local depth = tail + 1 - head
+  if status == 2 then
+    refresh_age(key)
+  elseif depth == 1 then
+    -- The new item is the head: its offered time is in the slot.
+    local _, _, at = parse_slot(slot)
+    redis.call('ZADD', K_AGES, at or now, key)
+  end
+  return status, make_eligible(key, now, depth)
 end
 
 -- Put a slot back at the head of its key's queue (a released or reaped item).

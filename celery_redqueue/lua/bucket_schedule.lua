@@ -32,6 +32,8 @@ local function plan_bucket_drain(now)
     if #first > 0 and (next_at == nil or tonumber(first[2]) < next_at) then
       next_at = tonumber(first[2])
     end
+    -- A key eligible now settles it: the delayed set is not read then.
+    if next_at ~= nil and next_at <= now then break end
   end
   return plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, next_at)
 end

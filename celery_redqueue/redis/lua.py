@@ -32,7 +32,7 @@ from typing import Any
 
 import redis
 
-from .client import redis_errors
+from .client import translate_error
 
 KeyOrArg = str | bytes | int | float
 
@@ -52,13 +52,17 @@ class LuaScript:
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
-        with redis_errors(f"running {self.name}"):
+        # try/except rather than redis_errors(): this runs on every producer call, and the
+        # context manager costs more than the except clause.
+        try:
             try:
                 return client.evalsha(self.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
                 # A restarted or new server (or another cluster node) has not seen it yet.
                 client.script_load(self.source)
                 return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.RedisError as exc:
+            raise translate_error(exc, f"running {self.name}") from exc
 
 
 INCLUDE = "--#include "

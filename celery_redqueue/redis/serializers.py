@@ -40,9 +40,12 @@ class JSONSerializer:
 
     name = "json"
 
+    #: kombu's encoder, built once (what ``kombu_json.dumps`` builds per call).
+    _encoder = kombu_json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
     def dumps(self, obj: Any) -> bytes:
         try:
-            text: str = kombu_json.dumps(obj, sort_keys=True, separators=(",", ":"))
+            text: str = self._encoder.encode(obj)
         except (TypeError, ValueError, RecursionError) as exc:
             # RecursionError: a value nested deeper than the encoder recurses (~1000 levels).
             raise SerializationError(f"cannot serialize {_short(obj)} as JSON: {exc}") from exc

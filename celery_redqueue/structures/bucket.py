@@ -214,27 +214,28 @@ class LeakyBucket(Structure):
         encoded: list[tuple[str, bytes]],
         *,
         delay: float = 0.0,
-        dedupe_ids: list[str | None] | None = None,
+        dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[EnqueueResult]:
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
-        ids = dedupe_ids or [None] * len(encoded)
+        delay_ms = int(delay * 1000)
         args: list[Any] = [self.dedupe_window_ms]
-        for (key, data), dedupe_id in zip(encoded, ids, strict=True):
-            args.extend((key, data, dedupe_id or "", int(delay * 1000)))
+        if dedupe_ids is None:
+            for key, data in encoded:
+                args += (key, data, "", delay_ms)
+        else:
+            for (key, data), dedupe_id in zip(encoded, dedupe_ids, strict=True):
+                args += (key, data, dedupe_id or "", delay_ms)
         reply = self._run("bucket_enqueue", args)
-        send, wake_ms = bool(reply[0]), int(reply[1])
-        return [
-            EnqueueResult(
-                queued=status in (1, 2),
-                dropped_oldest=status == 2,
-                drain_needed=send and i == 0,
-                duplicate=status == 4,
-                delayed=status == 5,
-                wake_in=wake_ms / 1000.0 if wake_ms >= 0 and i == 0 else None,
+        send, wake_ms = reply[0] == 1, int(reply[1])
+        statuses = reply[2:]
+        results = [_QUIET_RESULTS[status] for status in statuses]
+        if send or wake_ms >= 0:
+            # Only the first result carries the drain the call asked for.
+            results[0] = _enqueue_result(
+                statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None
             )
-            for i, status in enumerate(reply[2:])
-        ]
+        return results
 
     # Consuming
 
@@ -397,3 +398,21 @@ class LeakyBucket(Structure):
             interval=interval_ms / 1000.0,
             burst=burst,
         )
+
+
+def _enqueue_result(
+    status: int, drain_needed: bool = False, wake_in: float | None = None
+) -> EnqueueResult:
+    return EnqueueResult(
+        queued=status in (1, 2),
+        dropped_oldest=status == 2,
+        drain_needed=drain_needed,
+        duplicate=status == 4,
+        delayed=status == 5,
+        wake_in=wake_in,
+    )
+
+
+#: The result of each status when the item asks for no drain job: results are frozen, so the
+#: producer path hands out these instead of building one per item.
+_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))

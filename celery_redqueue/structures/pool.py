@@ -205,25 +205,21 @@ class CappedPool(Structure):
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
-        ids = dedupe_ids or [None] * len(encoded)
         args: list[Any] = [self.dedupe_window_ms]
-        for data, dedupe_id in zip(encoded, ids, strict=True):
-            args.extend((repr(random.random()), data, dedupe_id or "", delay_ms))
+        score = random.random
+        if dedupe_ids is None:
+            for data in encoded:
+                args += (repr(score()), data, "", delay_ms)
+        else:
+            for data, dedupe_id in zip(encoded, dedupe_ids, strict=True):
+                args += (repr(score()), data, dedupe_id or "", delay_ms)
         reply = self._run("pool_add", args, keys=self._add_keys)
-        send, wake_ms = bool(reply[0]), int(reply[1])
-        results = []
-        for i, status in enumerate(reply[2:]):
-            results.append(
-                AddResult(
-                    kept=status in (_KEPT, _KEPT_EVICTED, _MERGED),
-                    evicted=status == _KEPT_EVICTED,
-                    merged=status == _MERGED,
-                    drain_needed=send and i == 0,
-                    duplicate=status == _DUPLICATE,
-                    delayed=status == _DELAYED,
-                    wake_in=wake_ms / 1000.0 if wake_ms >= 0 and i == 0 else None,
-                )
-            )
+        send, wake_ms = reply[0] == 1, int(reply[1])
+        statuses = reply[2:]
+        results = [_QUIET_RESULTS[status] for status in statuses]
+        if send or wake_ms >= 0:
+            # Only the first result carries the drain the call asked for.
+            results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
 
     # Consuming
@@ -387,3 +383,20 @@ class CappedPool(Structure):
     def __len__(self) -> int:
         """Calls waiting in the pool."""
         return self.stats().depth
+
+
+def _add_result(status: int, drain_needed: bool = False, wake_in: float | None = None) -> AddResult:
+    return AddResult(
+        kept=status in (_KEPT, _KEPT_EVICTED, _MERGED),
+        evicted=status == _KEPT_EVICTED,
+        merged=status == _MERGED,
+        drain_needed=drain_needed,
+        duplicate=status == _DUPLICATE,
+        delayed=status == _DELAYED,
+        wake_in=wake_in,
+    )
+
+
+#: The result of each status when the call asks for no drain job: results are frozen, so the
+#: producer path hands out these instead of building one per call.
+_QUIET_RESULTS = tuple(_add_result(status) for status in range(_DELAYED + 1))

@@ -272,7 +272,7 @@ class ShardedBucket(Sharded):
         self,
         encoded: list[tuple[str, bytes]],
         *,
-        dedupe_ids: list[str | None] | None = None,
+        dedupe_ids: Sequence[str | None] | None = None,
         **options: Any,
     ) -> list[EnqueueResult]:
         return self._store(

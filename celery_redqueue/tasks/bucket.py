@@ -188,12 +188,15 @@ class BucketTask(RedQueueTask):
 
     def key_for(self, args: Any, kwargs: Any) -> str:
         """The bucket key of a call; a key function that fails is an error at the call site."""
+        return self._key_of(args, kwargs, checked=False)
+
+    def _key_of(self, args: Any, kwargs: Any, *, checked: bool) -> str:
+        """:meth:`key_for`; ``checked``: Celery has checked the call against the body's
+        signature already (``delay()`` does), so a key passed by position is read by index."""
         key_spec = self.bucket_key
         try:
             if isinstance(key_spec, str):
-                bound = inspect.signature(self._body()).bind(*(args or ()), **(kwargs or {}))
-                bound.apply_defaults()
-                key = bound.arguments[key_spec]
+                key = self._named_key(key_spec, args or (), kwargs or {}, checked)
                 if isinstance(key, int) and not isinstance(key, bool):
                     key = str(key)  # an argument named as the key may be a numeric id
             else:
@@ -207,17 +210,53 @@ class BucketTask(RedQueueTask):
             )
         return key
 
+    def _named_key(self, name: str, args: Any, kwargs: Any, checked: bool) -> Any:
+        """The value of the body's parameter ``name`` in this call (its default if omitted).
+
+        The signature is read once per task. When the call was checked against the body's
+        signature already (``checked``), a positional parameter is read by its index; else the
+        call is bound in full, which raises for arguments the body cannot take.
+        """
+        body = self._body()
+        cached = self.__dict__.get("_redqueue_key_signature")
+        if cached is None or cached[0] != body:  # bound methods are equal, not identical
+            signature = inspect.signature(body)
+            names = list(signature.parameters)
+            param = signature.parameters.get(name)
+            index = (
+                names.index(name)
+                if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD
+                else None
+            )
+            cached = (body, signature, index, param)
+            self.__dict__["_redqueue_key_signature"] = cached
+        _, signature, index, param = cached
+        if checked and index is not None and param is not None:
+            if index < len(args):
+                return args[index]
+            if name in kwargs:
+                return kwargs[name]
+            if param.default is not param.empty:
+                return param.default
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments[name]
+
     # Producing
 
     def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
         """Check a call, compute its key and serialize it; raises, storing nothing."""
         self.check_call(args, kwargs)
-        key = self.key_for(args, kwargs)
+        if type(self).key_for is BucketTask.key_for:
+            key = self._key_of(args, kwargs, checked=bool(self.typing))
+        else:  # a subclass computes keys its own way
+            key = self.key_for(args, kwargs)
         return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
+        ids = None if dedupe_id is None else [dedupe_id]
         result: EnqueueResult = self.bucket._enqueue_encoded(
-            [prepared], delay=delay, dedupe_ids=[dedupe_id]
+            [prepared], delay=delay, dedupe_ids=ids
         )[0]
         return result
 

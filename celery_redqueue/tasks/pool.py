@@ -193,9 +193,8 @@ class PoolTask(RedQueueTask):
     # Producing
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> AddResult:
-        result: AddResult = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=[dedupe_id])[
-            0
-        ]
+        ids = None if dedupe_id is None else [dedupe_id]
+        result: AddResult = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:

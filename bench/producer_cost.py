@@ -1,0 +1,166 @@
+"""What one producer call costs, beside its baselines from the same run (used by
+``pool_bench.py`` and ``bucket_bench.py``; not run on its own).
+
+The sides are timed over the same calls, interleaved in chunks (the order swapped every chunk)
+so machine load weighs on all of them alike:
+
+* the redqueue task's ``.delay()`` (one script call: ``pool_add`` or ``bucket_enqueue``);
+* a plain Celery ``.delay()`` of a task with the same arguments (one LPUSH to the broker);
+* a raw PING round trip through the same redis-py client (the physical limit of one call);
+* a raw one-command EVALSHA (a script that runs one ZADD) through the same client: what the
+  smallest possible script call costs;
+* a raw EVALSHA of the task's own script with the arguments a call sends (into a second
+  structure of the same settings): the redqueue call without the Python around it.
+
+Around each chunk (outside the timing) ``INFO commandstats`` is read, so each side gets its own
+server time per script call (``usec`` / ``calls`` of ``cmdstat_evalsha``): the time Redis spent
+inside the script, without the network and the Python client. Reports; never asserts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: The raw one-command EVALSHA baseline: one ZADD, like the smallest pool would do.
+RAW_SCRIPT = "return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])"
+PING = "raw PING round trip"
+RAW = "raw one-command EVALSHA (ZADD)"
+SCRIPT = "raw EVALSHA of the same script"
+
+
+@dataclass
+class Side:
+    name: str
+    calls: int = 0
+    seconds: float = 0.0
+    scripts: int = 0
+    script_usec: int = 0
+
+    @property
+    def usec_per_call(self) -> float:
+        return self.seconds / self.calls * 1e6 if self.calls else float("nan")
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds if self.seconds else float("inf")
+
+    @property
+    def server_usec(self) -> float | None:
+        """Server time per script call of this side (None: it ran no script)."""
+        return self.script_usec / self.scripts if self.scripts else None
+
+
+def _evalsha(client: Any) -> tuple[int, int]:
+    stats = client.info("commandstats").get("cmdstat_evalsha") or {}
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
+def raw_sides(
+    client: Any, key: str, payload: bytes, same_script: Callable[[int], Any] | None = None
+) -> dict[str, Callable[[range], Any]]:
+    """The raw baselines on ``client`` (the raw ZADD writes to ``key``; delete it after).
+
+    ``same_script(i)`` runs the redqueue script once, bare (the :data:`SCRIPT` side).
+    """
+    sha = client.script_load(RAW_SCRIPT)
+
+    def ping(chunk: range) -> None:
+        for _ in chunk:
+            client.ping()
+
+    def raw(chunk: range) -> None:
+        for i in chunk:
+            client.evalsha(sha, 1, key, i, payload)
+
+    sides = {PING: ping, RAW: raw}
+    if same_script is not None:
+        script = same_script
+
+        def bare(chunk: range) -> None:
+            for i in chunk:
+                script(i)
+
+        sides[SCRIPT] = bare
+    return sides
+
+
+def measure(
+    client: Any, n: int, rounds: int, sides: dict[str, Callable[[range], Any]]
+) -> dict[str, Side]:
+    """Run every side over ``range(n)`` in ``rounds`` interleaved chunks."""
+    out = {name: Side(name) for name in sides}
+    step = max(1, -(-n // rounds))
+    for number, start in enumerate(range(0, n, step)):
+        chunk = range(start, min(n, start + step))
+        names = list(sides) if number % 2 == 0 else list(reversed(sides))
+        for name in names:
+            calls_before, usec_before = _evalsha(client)
+            began = time.perf_counter()
+            sides[name](chunk)
+            elapsed = time.perf_counter() - began
+            calls_after, usec_after = _evalsha(client)
+            side = out[name]
+            side.calls += len(chunk)
+            side.seconds += elapsed
+            side.scripts += calls_after - calls_before
+            side.script_usec += usec_after - usec_before
+    return out
+
+
+def print_table(title: str, redqueue: str, plain: str, sides: dict[str, Side]) -> None:
+    """One row per side: rate, time per call, the redqueue side's ratio to it, server time."""
+    mine = sides[redqueue]
+    header = ["side", "calls/s", "us/call", f"{redqueue.split()[0]} vs it", "server us/script"]
+    rows = []
+    for side in sides.values():
+        ratio = "-" if side is mine else f"{mine.rate / side.rate:.2f}x"
+        server = side.server_usec
+        rows.append(
+            [
+                side.name,
+                f"{side.rate:,.0f}",
+                f"{side.usec_per_call:.1f}",
+                ratio,
+                "-" if server is None else f"{server:.1f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print()
+    print(title)
+    print()
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        line = [cells[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)
+        ]
+        print("| " + " | ".join(line) + " |")
+    print()
+    ping, raw = sides[PING], sides[RAW]
+    vs_plain = mine.rate / sides[plain].rate
+    vs_ping = mine.rate / ping.rate
+    print(
+        f"targets: {redqueue} >= 3x {plain}: {vs_plain:.2f}x "
+        f"{'yes' if vs_plain >= 3 else 'NO'}; >= 0.75x a raw PING round trip: {vs_ping:.2f}x "
+        f"{'yes' if vs_ping >= 0.75 else 'NO'}"
+    )
+    server = mine.server_usec or 0.0
+    line = (
+        f"where a call's {mine.usec_per_call:.0f} us go: the round trip (PING) "
+        f"{ping.usec_per_call:.0f} us, the script inside Redis {server:.0f} us"
+    )
+    bare = sides.get(SCRIPT)
+    if bare is not None:
+        line += (
+            f", redis-py sending its arguments and waiting out the script beyond that "
+            f"{bare.usec_per_call - ping.usec_per_call - server:.0f} us (the bare script call: "
+            f"{bare.usec_per_call:.0f} us), redqueue's Python around the call "
+            f"{mine.usec_per_call - bare.usec_per_call:.0f} us"
+        )
+    else:
+        line += f", the rest {mine.usec_per_call - ping.usec_per_call - server:.0f} us"
+    print(
+        line + f"; the smallest script call (one ZADD) takes {raw.usec_per_call:.0f} us, "
+        f"{raw.server_usec or 0:.1f} us of it inside Redis."
+    )
