@@ -11,6 +11,7 @@
 -- The hot path (one call, no dedupe id, no delay, a pool with room) is ~10 commands: what a
 -- call does not use (dedupe, the delayed set, the wake key) costs nothing.
 --#include pool_common
+--#include pool_offer
 local window = tonumber(ARGV[5])
 local calls = (#ARGV - 5) / 4
 local dedupe, any_delay = false, false
@@ -31,77 +32,26 @@ if dedupe then forget_expired(K_DEDUPE, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
 local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
-local accepted, rejected, evicted, queued, duplicates, delayed = 0, 0, 0, 0, 0, 0
+local c = {accepted = 0, rejected = 0, evicted = 0, queued = 0, duplicates = 0, delayed = 0}
 local result = {0, -1}
--- The common case in one ZADD per zset: plain calls (no dedupe id, no delay) that all fit in
--- a pool that does not coalesce are each kept as they come (status 1): nothing is evicted or
--- merged, so the per-call admission below would only repeat ZCARD.
 if not dedupe and not any_delay and not COALESCE
     and redis.call('ZCARD', K_ITEMS) + calls <= CAPACITY then
-  local entries, ages = {}, {}
-  for i = 6, #ARGV, 4 do
-    seq = seq + 1
-    local member = string.format('%x:%s', seq, ARGV[i + 1])
-    entries[#entries + 1] = POLICY == 'sample' and ARGV[i] or seq
-    entries[#entries + 1] = member
-    ages[#ages + 1] = now
-    ages[#ages + 1] = member
-    result[#result + 1] = 1
-  end
-  redis.call('ZADD', K_ITEMS, unpack(entries))
-  redis.call('ZADD', K_AGES, unpack(ages))
-  accepted, queued = calls, calls
+  offer_plain(seq, now, result, c)
 else
-  for i = 6, #ARGV, 4 do
-    local score, payload, dedupe_id, delay = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-    seq = seq + 1
-    local status
-    if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
-      status = 4
-      duplicates = duplicates + 1
-      rejected = rejected + 1
-    elseif delay > 0 then
-      redis.call('ZADD', K_SCHEDULED, now + delay, string.format('%x', seq) .. ':' .. ARGV[i] .. ':' .. payload)
-      status = 5
-      delayed = delayed + 1
-    else
-      local member = payload
-      if not COALESCE then member = string.format('%x:%s', seq, payload) end
-      if POLICY ~= 'sample' then score = seq end
-      local out
-      status, out = admit(member, score, 1, 0, now)
-      if status > 0 then
-        accepted = accepted + 1
-        queued = queued + 1 - out
-        evicted = evicted + out
-      else
-        rejected = rejected + 1
-      end
-    end
-    -- Remember the dedupe id only for a call that was taken: a refused call may be retried.
-    if dedupe and dedupe_id ~= '' and status ~= 0 and status ~= 4 then
-      redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
-    end
-    result[#result + 1] = status
-  end
+  offer_each(seq, now, dedupe, window, result, c)
 end
 
--- One HINCRBY per counter that moved.
-if accepted + rejected > 0 then redis.call('HINCRBY', K_STATS, 'offered', accepted + rejected) end
-if accepted > 0 then redis.call('HINCRBY', K_STATS, 'accepted', accepted) end
-if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
-if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
-if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
-if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
-if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
-pool_tick('in', accepted + rejected, now)
+-- One HINCRBY per counter that moved (add_counts skips zeros).
+c.offered = c.accepted + c.rejected
+add_counts(K_STATS, c)
+pool_tick('in', c.offered, now)
 
 -- One wake mechanism for immediate and delayed calls (plan_drain in common.lua): entries
 -- waiting need a drain job now unless one holds the flag; delayed calls need one scheduled
 -- for the first of them unless one is scheduled no later. A call that kept an entry knows
 -- the pool is not empty without asking.
 local send, wait
-if accepted > 0 and not any_delay then
+if c.accepted > 0 and not any_delay then
   send, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, now)
 else
   send, wait = plan_pool_drain(now)
