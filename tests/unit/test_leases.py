@@ -332,6 +332,10 @@ def _hold_repeatedly(url, prefix, rounds, seed):
     pool = ResourcePool(client, "shared", prefix=prefix)
     rng = random.Random(seed)
     me = f"{os.getpid()}"
+    # Start together (spawned processes come up seconds apart on a busy machine): contention
+    # is what this test is about.
+    client.incr(f"{prefix}:ready")
+    assert client.blpop([f"{prefix}:go"], timeout=120) is not None
     for _ in range(rounds):
         lease = pool.acquire(ttl=30, wait=60)
         assert lease is not None
@@ -356,6 +360,11 @@ def test_processes_never_share_a_resource(redqueue_server_url, redqueue_redis, r
     ]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + 120
+    while int(redqueue_redis.get(f"{redqueue_prefix}:ready") or 0) < len(procs):
+        assert time.monotonic() < deadline, "the holders did not start"
+        time.sleep(0.05)
+    redqueue_redis.rpush(f"{redqueue_prefix}:go", *["go"] * len(procs))
     for p in procs:
         p.join(timeout=120)
         assert p.exitcode == 0
