@@ -35,6 +35,9 @@ def celery(*args, env, cwd):
 
 def stop(proc):
     """Stop a worker or beat and every process of its group (prefork children too)."""
+    # Cleanup has begun: a Ctrl-C or SIGTERM arriving now must not skip the remaining processes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
