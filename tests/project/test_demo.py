@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,41 @@ def test_orders_demo_cleans_up_when_stopped():
         for pid in leftovers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_demo_dashboard_mode_serves_the_demos_structures():
+    """`./run-demo dashboard N`: the dashboard shows the demo's pools live, then stops with it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "example_project.demo", "dashboard", "15"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = ""
+        while "more seconds" not in line:
+            line = proc.stdout.readline()
+            assert line, "the demo ended before keeping its dashboard up"
+        url = re.search(r"http://\S+/", line).group(0)
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and b"<title>redqueue</title>" in page.read()
+        with urllib.request.urlopen(url + "metrics", timeout=30) as page:
+            metrics = page.read().decode()
+        for task in ("record_page_view", "count_error"):
+            processed = re.search(
+                rf'redqueue_processed_total{{kind="pool",name="example_project.celery_app.{task}"}}'
+                r" (\S+)",
+                metrics,
+            )
+            assert processed and float(processed.group(1)) > 0, metrics
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert "dashboard stopped" in out
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
