@@ -2,15 +2,21 @@
 
 Run it with ``./run-demo`` (or ``python -m example_project.demo`` inside the virtualenv). Ctrl-C
 or SIGTERM at any moment stops the worker, beat and Redis and removes the temporary files.
+
+``./run-demo dashboard [SECONDS]`` also serves ``celery -A example_project.celery_app redqueue
+dashboard`` during the burst and keeps it up SECONDS (default 300) afterwards, with a trickle of
+calls so the rates move.
 """
 
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +41,9 @@ def celery(*args, env, cwd):
 
 def stop(proc):
     """Stop a worker or beat and every process of its group (prefork children too)."""
+    # Cleanup has begun: a Ctrl-C or SIGTERM arriving now must not skip the remaining processes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -73,7 +82,46 @@ def report(task):
     )
 
 
-def run(server, tmp):
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_dashboard(env, cwd):
+    """`celery -A example_project.celery_app redqueue dashboard` on a free port, once it answers."""
+    port = free_port()
+    proc = celery("redqueue", "dashboard", "--port", str(port), env=env, cwd=cwd)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return proc, url
+        except OSError:
+            time.sleep(0.2)
+    stop(proc)
+    raise SystemExit("the dashboard did not start")
+
+
+def trickle(seconds, url):
+    """Keep the dashboard's figures moving: a few calls a second for `seconds`."""
+    from example_project.celery_app import count_error, record_page_view
+
+    print(
+        f"\ndashboard at {url} (and {url}metrics) for {seconds:g} more seconds, "
+        "with a trickle of calls; Ctrl-C stops it all"
+    )
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for i in range(20):
+            record_page_view.delay(f"/p/{i}", user=i)
+        count_error.delay(random.choice(FINGERPRINTS))
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    print("dashboard stopped")
+
+
+def run(server, tmp, dashboard_seconds=None):
     print(f"embedded Redis at {server.url} ({server.binary})")
     print(f"worker and beat run in {tmp}")
     os.environ["REDQUEUE_DEMO_URL"] = server.url
@@ -85,6 +133,10 @@ def run(server, tmp):
         celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
     ]
     try:
+        if dashboard_seconds is not None:
+            dashboard, url = start_dashboard(env, tmp)
+            procs.append(dashboard)
+            print(f"dashboard at {url}: open it now to watch the burst")
         print(
             f"\nfiring {PAGE_VIEWS:,} page views at {record_page_view.name} (a pool of "
             f"{record_page_view.pool_size}) and {ERROR_REPORTS:,} error reports of "
@@ -127,22 +179,29 @@ def run(server, tmp):
             print("the pools did not drain within two minutes", file=sys.stderr)
             return 1
         print("\ndone: nothing piled up, everything dropped was counted.")
+        if dashboard_seconds is not None:
+            trickle(dashboard_seconds, url)
         return 0
     finally:
         for proc in procs:
             stop(proc)
 
 
-def main():
+def main(argv=()):
+    dashboard_seconds = None
+    if argv and argv[0] == "dashboard":
+        dashboard_seconds = float(argv[1]) if len(argv) > 1 else 300.0
+    elif argv:
+        raise SystemExit("usage: python -m example_project.demo [dashboard [SECONDS]]")
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     try:
         with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-demo-") as tmp:
-            return run(server, tmp)
+            return run(server, tmp, dashboard_seconds)
     except Interrupted as stopped:
         print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
         return 128 + stopped.signum
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

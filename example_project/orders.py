@@ -7,6 +7,7 @@ dead-letter list; after the "fix" it is requeued for the packing group alone. Th
 group replays the whole stream, and its processed-guard keeps points from being applied twice.
 
 Run it with ``./run-demo orders`` (embedded Redis, a prefork worker and beat as subprocesses).
+Ctrl-C or SIGTERM at any moment stops the worker, beat and Redis and removes the temporary files.
 """
 
 import os
@@ -21,6 +22,7 @@ from celery import Celery
 
 from celery_redqueue import publish, stream_task
 from celery_redqueue.tasks.config import get_config
+from example_project.demo import Interrupted, interrupt, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDERS = 200
@@ -81,15 +83,6 @@ def celery(*args, env, cwd):
     )
 
 
-def stop(proc):
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
 def wait(condition, timeout=120):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -122,7 +115,7 @@ def settled(expected):
 def main():
     from celery_redqueue.testing.embedded import EmbeddedRedis
 
-    with EmbeddedRedis() as server, tempfile.TemporaryDirectory() as tmp:
+    with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-orders-") as tmp:
         print(f"embedded Redis at {server.url}")
         os.environ["REDQUEUE_DEMO_URL"] = server.url
         app.conf.broker_url = server.url
@@ -179,5 +172,16 @@ def main():
                 stop(proc)
 
 
+def run():
+    """main(), stopped cleanly (worker, beat, Redis, temporary files) by Ctrl-C or SIGTERM."""
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return main()
+    except Interrupted as stopped:
+        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
+        return 128 + stopped.signum
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

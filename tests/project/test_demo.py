@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,82 @@ def test_demo_output_explains_itself():
     merged = re.search(r"error reports: ([\d,]+) merged", out)
     assert merged and int(merged.group(1).replace(",", "")) > 0
     assert out.count(": True") == 4 and ": False" not in out  # the accounting balances
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")
+@pytest.mark.timeout(240)
+def test_orders_demo_cleans_up_when_stopped():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "example_project.orders"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    leftovers = []
+    try:
+        url = re.search(r"redis://\S+", proc.stdout.readline()).group(0)
+        client = redis.Redis.from_url(url)
+        leftovers.append(client.info("server")["process_id"])
+        redis_dir = client.config_get("dir")["dir"]
+        client.close()
+        while "published" not in proc.stdout.readline():
+            pass
+        celery_pids = processes_with(f"REDQUEUE_DEMO_URL={url}")
+        assert celery_pids, "the worker and beat should be running by now"
+        leftovers.extend(celery_pids)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGTERM, out
+        assert "stopped the worker, beat and Redis" in out
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(pid) for pid in leftovers):
+            time.sleep(0.1)
+        assert not [pid for pid in leftovers if alive(pid)], "processes left running"
+        assert not processes_with(f"REDQUEUE_DEMO_URL={url}")
+        assert not os.path.exists(redis_dir)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in leftovers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_demo_dashboard_mode_serves_the_demos_structures():
+    """`./run-demo dashboard N`: the dashboard shows the demo's pools live, then stops with it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "example_project.demo", "dashboard", "15"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = ""
+        while "more seconds" not in line:
+            line = proc.stdout.readline()
+            assert line, "the demo ended before keeping its dashboard up"
+        url = re.search(r"http://\S+/", line).group(0)
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and b"<title>redqueue</title>" in page.read()
+        with urllib.request.urlopen(url + "metrics", timeout=30) as page:
+            metrics = page.read().decode()
+        for task in ("record_page_view", "count_error"):
+            processed = re.search(
+                rf'redqueue_processed_total{{kind="pool",name="example_project.celery_app.{task}"}}'
+                r" (\S+)",
+                metrics,
+            )
+            assert processed and float(processed.group(1)) > 0, metrics
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert "dashboard stopped" in out
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
