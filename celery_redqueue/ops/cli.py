@@ -88,20 +88,28 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
     if not views:
         click.echo("no structures registered under this prefix yet")
         return
-    header = f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
+    # The name column fits the longest name (task names are long), so the figures line up.
+    w = max(
+        [
+            40,
+            *(len(v["id"]) for v in views),
+            *(len(g["group"]) + 8 for v in views for g in v.get("groups", ())),
+        ]
+    )
+    header = f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
     header += f"{'in/s':>8} {'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}"
     click.echo(header)
     for view in views:
         if "error" in view:
-            click.echo(f"{view['id']:40} {view['error']}")
+            click.echo(f"{view['id']:{w}} {view['error']}")
         elif "leases" in view:
             s = view["leases"]
-            click.echo(f"{view['id']:40} {s['free']} free, {s['leased']} held of {s['resources']}")
+            click.echo(f"{view['id']:{w}} {s['free']} free, {s['leased']} held of {s['resources']}")
         else:
             f = view["figures"]
             workers = "-" if f["workers_needed"] is None else f"{f['workers_needed']:.2f}"
             click.echo(
-                f"{view['id']:40} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
+                f"{view['id']:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
                 f"{f['delayed']:7} {f['rate_in']:8.2f} {f['rate_out']:8.2f} "
                 f"{_seconds(f['oldest_age']):>8} {_seconds(f['drain_eta']):>8} {workers:>7}"
             )
@@ -109,7 +117,7 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
                 # A stream's groups: depth is the group's lag, in flight its pending entries,
                 # dead what it dead-lettered, oldest the age of its oldest pending entry.
                 click.echo(
-                    f"{'  group ' + g['group']:40} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
+                    f"{'  group ' + g['group']:{w}} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
                     f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
                     f"{_seconds(g['oldest_pending_age']):>8}"
                 )

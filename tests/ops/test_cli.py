@@ -203,3 +203,18 @@ def test_dashboard_command_serves_on_loopback(proc_env, redqueue_redis, redqueue
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         proc.stderr.close()
+
+
+def test_list_lines_up_the_figures_of_long_names(proc_env, redqueue_redis, redqueue_prefix):
+    long_name = "proj.reporting.tasks.record_a_page_view_with_a_very_long_name"
+    CappedPool(redqueue_redis, long_name, 10, prefix=redqueue_prefix).add_many(range(3))
+    CappedPool(redqueue_redis, "short", 10, prefix=redqueue_prefix).add(1)
+    lines = redqueue(proc_env, "list").stdout.splitlines()
+    header = next(line for line in lines if line.startswith("structure"))
+    depth_end = header.index("depth") + len("depth")
+    rows = {line.split()[0]: line for line in lines if line.startswith("pool:")}
+    assert set(rows) == {f"pool:{long_name}", "pool:short"}
+    for name, row in rows.items():
+        # The depth column ends where its heading ends, whatever the name's length.
+        assert row[:depth_end].split()[-1] == ("3" if "long" in name else "1"), row
+        assert row[depth_end] == " "
