@@ -56,7 +56,7 @@ ENV_TARGET = "POOL_BENCH_TARGET"
 ENV_BATCH = "POOL_BENCH_BATCH_SIZE"
 
 POOLED = "pool_bench.pooled"
-POOLED_SIDE = "pooled .delay() (pool_add)"
+POOLED_SIDE = "pooled .delay() (pool_add_plain)"
 PLAIN_SIDE = "plain Celery .delay()"
 PLAIN = "pool_bench.plain"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
@@ -445,12 +445,13 @@ class Bench:
         payload = pooled.pool.encode([[0, "page_view"], {}])
         # The bare script writes into a twin pool, so the task's pool holds exactly n calls.
         twin = CappedPool(client, f"{POOLED}.twin", POOL_SIZE, prefix=pooled.pool.keys.prefix)
-        twin_keys = twin._add_keys
-        twin_head = [*twin._script_head(), pooled.pool.dedupe_window_ms]
-        pool_add = script("pool_add")
+        # A call with no dedupe id and no delay runs pool_add_plain (pool.py's _add_plain).
+        twin_keys = twin._plain_keys
+        twin_head = twin._script_head()
+        pool_add = script("pool_add_plain")
 
         def same_script(i: int) -> Any:
-            return pool_add(client, twin_keys, [*twin_head, repr(random.random()), payload, "", 0])
+            return pool_add(client, twin_keys, [*twin_head, repr(random.random()), payload])
 
         sides = measure_sides(
             client,

@@ -1,16 +1,16 @@
 -- Shared by the pool scripts (spliced in by the loader at "--#include pool_common"): the keys
 -- and settings as named locals, then the helpers of pool_members and pool_admit.
 -- Every pool script receives the same KEYS (see pool.PARTS in pool.py), except pool_add, which
--- receives only the first ten (what it touches):
+-- receives only the first ten (what it touches), and pool_add_plain, only the first seven:
 -- KEYS[1] items           zset: member -> score (lowest popped first; sample evicts the highest)
 -- KEYS[2] counts          hash: member -> merged calls (coalescing pools)
 -- KEYS[3] stats           hash: counters
 -- KEYS[4] drains          string: number of drain jobs pending; absent when none is
 -- KEYS[5] receives        hash: member -> times handed out so far (returned entries only)
 -- KEYS[6] ages            zset: member -> when (ms) it was first offered
--- KEYS[7] scheduled       zset: "id:score:payload" -> due time (ms)
--- KEYS[8] dedupe          zset: dedupe id -> end of its window (ms)
--- KEYS[9] flow            hash: per-second ring counters for the last minute
+-- KEYS[7] flow            hash: per-second ring counters for the last minute
+-- KEYS[8] scheduled       zset: "id:score:payload" -> due time (ms)
+-- KEYS[9] dedupe          zset: dedupe id -> end of its window (ms)
 -- KEYS[10] wake           string: when (ms) a sleeping drain job wakes up
 -- KEYS[11] inflight       zset: batch id -> deadline (ms)
 -- KEYS[12] inflight_calls hash: batch id -> calls in the batch
@@ -20,7 +20,7 @@
 -- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
 -- [4] drain lease ms (see drain_lease.lua).
 local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_RECEIVES, K_AGES, K_SCHEDULED, K_DEDUPE, K_FLOW, K_WAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_RECEIVES, K_AGES, K_FLOW, K_SCHEDULED, K_DEDUPE, K_WAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[11], KEYS[12], KEYS[13]
 local K_DEAD, K_DONE = KEYS[14], KEYS[15]
 local CAPACITY, POLICY, COALESCE, DRAIN_TTL = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]

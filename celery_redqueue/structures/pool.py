@@ -87,12 +87,14 @@ __all__ = [
 PARTS = (
     # What pool_add touches comes first: it receives only these (fewer arguments on the hot
     # path), the other scripts receive them all.
-    "items", "counts", "stats", "drains", "receives", "ages", "scheduled", "dedupe", "flow",
+    "items", "counts", "stats", "drains", "receives", "ages", "flow", "scheduled", "dedupe",
     "wake", "inflight", "inflight_calls", "inflight_items", "dead", "done",
 )
 # fmt: on
 #: How many of PARTS pool_add receives.
 ADD_PARTS = 10
+#: How many of PARTS pool_add_plain (one call, no dedupe id, no delay) receives.
+PLAIN_PARTS = 7
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
@@ -146,6 +148,7 @@ class CappedPool(Structure):
         self.policy = policy
         self.coalesce = coalesce
         self._add_keys = self._keys[:ADD_PARTS]
+        self._plain_keys = self._keys[:PLAIN_PARTS]
         self.drain_lease_ms = max(int(drain_lease * 1000), 1)
         self.batch_timeout_ms = int(batch_timeout * 1000)
         self.max_drains = max_drains
@@ -205,6 +208,12 @@ class CappedPool(Structure):
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
+        if (
+            delay_ms == 0
+            and len(encoded) == 1
+            and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+        ):
+            return [self._add_plain(encoded[0])]
         args: list[Any] = [self.dedupe_window_ms]
         score = random.random
         if dedupe_ids is None:
@@ -221,6 +230,14 @@ class CappedPool(Structure):
             # Only the first result carries the drain the call asked for.
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
+
+    def _add_plain(self, data: bytes) -> AddResult:
+        """One call with no dedupe id and no delay: the smaller script, fewer arguments."""
+        reply = self._run("pool_add_plain", [repr(random.random()), data], keys=self._plain_keys)
+        if reply[0] == 1:
+            return _add_result(reply[2], True)
+        result: AddResult = _QUIET_RESULTS[reply[2]]
+        return result
 
     # Consuming
 

@@ -292,3 +292,29 @@ def test_keys_share_one_hash_tag(make_pool, redqueue_redis, redqueue_prefix):
     keys = {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")}
     keys.discard(f"{redqueue_prefix}:registry")  # the registry lists structures, outside them
     assert keys and all(k.startswith(f"{redqueue_prefix}:{{pool:events}}:") for k in keys)
+
+
+@pytest.mark.parametrize("policy", ["reject", "newest", "sample"])
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_single_calls_count_as_a_batch_does(make_pool, assert_identities, policy, coalesce):
+    # A single call with no dedupe id and no delay runs pool_add_plain; a batch runs pool_add.
+    # Both must keep, evict, merge, refuse and count alike, and ask for one drain job.
+    single = make_pool("single", capacity=3, policy=policy, coalesce=coalesce)
+    batch = make_pool("batch", capacity=3, policy=policy, coalesce=coalesce)
+    payloads = [i % 4 for i in range(10)]
+    one_by_one = [single.add(p) for p in payloads]
+    together = batch.add_many(payloads)
+    assert sum(r.drain_needed for r in one_by_one) == 1 and one_by_one[0].drain_needed
+    if policy != "sample":  # sample keeps by random score: the same counts, not the same calls
+        assert [(r.kept, r.evicted, r.merged) for r in one_by_one] == [
+            (r.kept, r.evicted, r.merged) for r in together
+        ]
+        assert sorted(drain_all(single)) == sorted(drain_all(batch))
+    a, b = single.stats(), batch.stats()
+    names = ("offered", "accepted", "rejected", "evicted", "depth", "processed")
+    if policy == "sample":  # which calls a random score keeps or evicts differs run to run
+        names = ("offered", "processed")
+    assert {n: getattr(a, n) for n in names} == {n: getattr(b, n) for n in names}
+    assert a.offered == 10 and a.accepted + a.rejected == 10
+    assert_identities(a)
+    assert_identities(b)
