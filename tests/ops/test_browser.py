@@ -259,5 +259,6 @@ def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
         ".filter((id) => document.getElementById(id).getClientRects().length > 0)"
     )
     assert visible == []
+    assert page.eval("document.querySelectorAll('#dead input').length") == 0
     assert page.eval("document.getElementById('readonly').getClientRects().length") > 0
     page.screenshot(SHOTS.format("read-only"))
