@@ -244,3 +244,21 @@ def test_actions_from_another_origin_are_refused(dashboard, browser, evil):
         server.server_close()
         thread.join(timeout=10)
     assert evil.stats().dead == 2 and evil.stats().purged == 0
+
+
+def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
+    from celery_redqueue.ops.reading import Operations
+    from celery_redqueue.ops.web import Dashboard
+
+    base = serve(Dashboard(Operations.from_app(app), token=None, refresh=0.5))
+    page = browser.new_page()
+    page.goto(base + "#pool%3Aevil")
+    page.wait_for("document.querySelectorAll('#dead tbody tr').length === 2")
+    visible = page.eval(
+        "['dead-actions', 'unlock', 'set-rate', 'drain', 'dead-pages']"
+        ".filter((id) => document.getElementById(id).getClientRects().length > 0)"
+    )
+    assert visible == []
+    assert page.eval("document.querySelectorAll('#dead input').length") == 0
+    assert page.eval("document.getElementById('readonly').getClientRects().length") > 0
+    page.screenshot(SHOTS.format("read-only"))

@@ -319,7 +319,7 @@ function renderDetail(d) {
         if (box.checked) state.checked.add(letter.ref); else state.checked.delete(letter.ref);
       });
       const td = el("td");
-      td.appendChild(box);
+      if (ACTIONS) td.appendChild(box);  // nothing to select for on a read-only page
       tr.appendChild(td);
       return cells(tr, [[letter.payload, "payload"], [letter.receives, "num"], [letter.error, "error"],
         [letter.key ?? "-"], [fmtTime(letter.at)]]);
