@@ -87,6 +87,8 @@ class StreamReapResult:
     groups: tuple[str, ...] = ()
     #: Groups with unread or claimable entries (armed or not).
     due: tuple[str, ...] = ()
+    #: Idle consumers with nothing pending that were forgotten.
+    forgotten: int = 0
 
     @property
     def drain_needed(self) -> bool:
