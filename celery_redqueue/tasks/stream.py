@@ -102,6 +102,8 @@ class StreamTask(RedQueueTask):
                 cls.stream_key = staticmethod(key)
         if "run" in cls.__dict__ and cls.stream_name is None:
             raise ConfigurationError(f"stream_name is required for stream task {cls.__name__}")
+        if "run" in cls.__dict__ and cls.stream_group is None and isinstance(cls.name, str):
+            validate_group(cls.name, "stream_group (by default the task name)")
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -333,7 +335,14 @@ def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventS
             f"tasks of stream {name!r} set different stream_maxlen values "
             f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
         )
-    by_group = {t.group: t for t in tasks}
+    by_group: dict[str, StreamTask] = {}
+    for task in tasks:
+        if task.group in by_group:
+            raise ConfigurationError(
+                f"tasks {by_group[task.group].name} and {task.name} are both group "
+                f"{task.group!r} of stream {name!r}: give each task its own stream_group"
+            )
+        by_group[task.group] = task
     key_spec = next(iter(keys), None)
     own = reader or (tasks[0] if tasks else StreamTask)
 

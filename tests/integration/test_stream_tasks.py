@@ -225,6 +225,22 @@ def test_bad_use_fails_where_it_is_written(app, redqueue_redis):
     with pytest.raises(ConfigurationError, match="same"):
         one.stream.publish({"a": 1, "b": 2})
 
+    @app.task(base=StreamTask, stream_name="third", stream_group="dup")
+    def first(event):
+        pass
+
+    @app.task(base=StreamTask, stream_name="third", stream_group="dup")
+    def second(event):
+        pass
+
+    with pytest.raises(ConfigurationError, match="both group 'dup'"):
+        first.stream.publish(1)
+    with pytest.raises(ConfigurationError, match="by default the task name"):
+
+        @app.task(base=StreamTask, name="has spaces in it", stream_name="orders")
+        def unnamed(event):
+            pass
+
 
 def test_decorator_and_eager_mode(app):
     got = []
