@@ -129,6 +129,7 @@ class StreamTask(RedQueueTask):
 
     @property
     def structure(self) -> EventStream:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
         return self.stream
 
     @property
