@@ -3,15 +3,20 @@
 -- timeout. Nothing is claimed here: the drain job claims them (with their delivery count).
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] visibility timeout ms, ARGV[3] drain lease ms, ARGV[4] arm (1|0):
--- 0 only reports (nobody would serve the lease).
--- Reply: {armed (1|0), claimable entries seen (at most 100), unread entries}.
+-- 0 only reports (nobody would serve the lease), ARGV[5] idle ms after which a consumer with
+-- nothing pending is forgotten (every worker process is a consumer, so they would pile up;
+-- one that comes back is simply created again).
+-- Reply: {armed (1|0), claimable entries seen (at most 100), unread entries, consumers
+-- forgotten}. Bounded: O(consumers of the group), at most 100 forgotten per call.
 --#include stream_common
 local group, visibility, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local arm = ARGV[4] == '1'
-if not visibility or not lease_ms then
+local arm, forget_after = ARGV[4] == '1', tonumber(ARGV[5])
+if not visibility or not lease_ms or not forget_after then
   return redis.error_reply('ERR stream_wake: malformed arguments')
 end
-if redis.call('HEXISTS', K_GROUPS, group) == 0 then return {0, 0, 0} end
+if redis.call('HEXISTS', K_GROUPS, group) == 0 or redis.call('EXISTS', K_EVENTS) == 0 then
+  return {0, 0, 0, 0}
+end
 local claimable = #redis.call('XPENDING', K_EVENTS, group, 'IDLE', visibility, '-', '+', 100)
 local seq = tonumber(redis.call('HGET', K_STATS, 'seq') or '0')
 local unread = seq - tonumber(redis.call('HGET', K_GSTATS, 'last_seq') or '0')
@@ -21,4 +26,13 @@ local armed = 0
 if arm and claimable + unread + ready > 0 then
   armed = redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) and 1 or 0
 end
-return {armed, claimable, unread}
+local forgotten = 0
+for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', K_EVENTS, group)) do
+  local c = fields_of(consumer)
+  if forgotten < 100 and c['name'] ~= HELD and tonumber(c['pending']) == 0
+    and tonumber(c['idle']) > forget_after then
+    redis.call('XGROUP', 'DELCONSUMER', K_EVENTS, group, c['name'])
+    forgotten = forgotten + 1
+  end
+end
+return {armed, claimable, unread, forgotten}

@@ -57,6 +57,7 @@ class StreamRead:
 
     @property
     def ids(self) -> list[str]:
+        """Every entry id handed out, decodable or not (what a heartbeat renews)."""
         return [e.id for e in self.events] + [i for i, _ in self.undecodable]
 
     def __len__(self) -> int:
@@ -87,9 +88,12 @@ class StreamReapResult:
     groups: tuple[str, ...] = ()
     #: Groups with unread or claimable entries (armed or not).
     due: tuple[str, ...] = ()
+    #: Idle consumers with nothing pending that were forgotten.
+    forgotten: int = 0
 
     @property
     def drain_needed(self) -> bool:
+        """Some group's lease was armed: a drain job should be sent for it."""
         return self.woken > 0
 
 

@@ -329,25 +329,38 @@ class EventStream(Structure):
             args = [self.maxlen or 0, *args]
         return super()._run(name, args, keys)
 
-    def reap(self, groups: Iterable[str] | None = None) -> StreamReapResult:
+    def reap(
+        self, groups: Iterable[str] | None = None, *, forget_consumers_after: float = 3600.0
+    ) -> StreamReapResult:
         """What beat's reaper does: for each group (default: every group) with unread, freed or
         claimable entries and no drain pending, arm its drain lease and wake it (``on_wake``).
         The drain claims the entries. Without ``on_wake`` nothing is armed (nobody would send
-        the drain job): the groups that need one are only reported."""
-        woken, due = [], []
+        the drain job): the groups that need one are only reported. Consumers idle that many
+        seconds with nothing pending are forgotten (each worker process is one)."""
+        woken, due, forgotten = [], [], 0
+        forget_ms = int(seconds("forget_consumers_after", forget_consumers_after) * 1000)
         for group in self._known_groups() if groups is None else groups:
-            armed, claimable, unread = self._run(
+            armed, claimable, unread, gone = self._run(
                 "stream_wake",
-                [group, self.visibility_ms, self.lease_ms, int(self.on_wake is not None)],
+                [
+                    group,
+                    self.visibility_ms,
+                    self.lease_ms,
+                    int(self.on_wake is not None),
+                    forget_ms,
+                ],
                 keys=self._group_keys(validate_group(group)),
             )
+            forgotten += int(gone)
             if int(claimable) or int(unread):
                 due.append(group)
             if int(armed):
                 woken.append(group)
         if woken and self.on_wake is not None:
             self.on_wake(woken)
-        return StreamReapResult(woken=len(woken), groups=tuple(woken), due=tuple(due))
+        return StreamReapResult(
+            woken=len(woken), groups=tuple(woken), due=tuple(due), forgotten=forgotten
+        )
 
     # Reading
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -18,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery.exceptions import Retry, SoftTimeLimitExceeded
-from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
@@ -104,6 +104,8 @@ class StreamTask(RedQueueTask):
                 cls.stream_key = staticmethod(key)
         if "run" in cls.__dict__ and cls.stream_name is None:
             raise ConfigurationError(f"stream_name is required for stream task {cls.__name__}")
+        if "run" in cls.__dict__ and cls.stream_group is None and isinstance(cls.name, str):
+            validate_group(cls.name, "stream_group (by default the task name)")
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -129,6 +131,7 @@ class StreamTask(RedQueueTask):
 
     @property
     def structure(self) -> EventStream:
+        """The Redis structure behind this task (what the reaper and figures look at)."""
         return self.stream
 
     @property
@@ -289,18 +292,19 @@ class StreamTask(RedQueueTask):
         return failures, retry_in, dead
 
     def _retry_delay(self, deliveries: int, when: float | None) -> float:
+        """Seconds before a failed entry is handed out again: ``self.retry``'s countdown, else
+        ``stream_retry_delay``; with Celery's ``retry_backoff`` it doubles per delivery from
+        that base (or from ``retry_backoff`` seconds when it is a number), capped by
+        ``retry_backoff_max``, with full jitter when ``retry_jitter`` (Celery's rules, in
+        fractional seconds)."""
         if when is not None:
             return float(when)
-        if getattr(self, "retry_backoff", False):
-            return float(
-                get_exponential_backoff_interval(
-                    factor=max(self.stream_retry_delay, 0.001),
-                    retries=deliveries - 1,
-                    maximum=getattr(self, "retry_backoff_max", 600),
-                    full_jitter=getattr(self, "retry_jitter", True),
-                )
-            )
-        return float(self.stream_retry_delay)
+        backoff = getattr(self, "retry_backoff", False)
+        if not backoff:
+            return float(self.stream_retry_delay)
+        base = self.stream_retry_delay if backoff is True else float(backoff)
+        delay = min(float(getattr(self, "retry_backoff_max", 600)), base * 2 ** (deliveries - 1))
+        return random.uniform(0, delay) if getattr(self, "retry_jitter", True) else delay
 
     def reap(self) -> int:
         """Wake this group if it has unread or claimable entries and no drain pending."""

@@ -52,7 +52,14 @@ def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventS
             f"tasks of stream {name!r} set different stream_maxlen values "
             f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
         )
-    by_group = {t.group: t for t in tasks}
+    by_group: dict[str, Any] = {}
+    for task in tasks:
+        if task.group in by_group:
+            raise ConfigurationError(
+                f"tasks {by_group[task.group].name} and {task.name} are both group "
+                f"{task.group!r} of stream {name!r}: give each task its own stream_group"
+            )
+        by_group[task.group] = task
     key_spec = next(iter(keys), None)
     own: Any = reader or (tasks[0] if tasks else _stream_task_class())
 

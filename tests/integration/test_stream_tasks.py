@@ -229,6 +229,54 @@ def test_bad_use_fails_where_it_is_written(app, redqueue_redis):
     with pytest.raises(ConfigurationError, match="same"):
         one.stream.publish({"a": 1, "b": 2})
 
+    @app.task(base=StreamTask, stream_name="third", stream_group="dup")
+    def first(event):
+        pass
+
+    @app.task(base=StreamTask, stream_name="third", stream_group="dup")
+    def second(event):
+        pass
+
+    with pytest.raises(ConfigurationError, match="both group 'dup'"):
+        first.stream.publish(1)
+    with pytest.raises(ConfigurationError, match="by default the task name"):
+
+        @app.task(base=StreamTask, name="has spaces in it", stream_name="orders")
+        def unnamed(event):
+            pass
+
+
+def test_retry_delays_follow_celerys_backoff_options(app):
+    @app.task(base=StreamTask, stream_name="orders", stream_retry_delay=0.25)
+    def plain_delay(event):
+        pass
+
+    @app.task(
+        base=StreamTask,
+        stream_name="orders",
+        stream_retry_delay=0.25,
+        retry_backoff=True,
+        retry_backoff_max=1.5,
+        retry_jitter=False,
+    )
+    def doubling(event):
+        pass
+
+    @app.task(base=StreamTask, stream_name="orders", retry_backoff=2, retry_jitter=False)
+    def from_two(event):
+        pass
+
+    @app.task(base=StreamTask, stream_name="orders", stream_retry_delay=0.3, retry_backoff=True)
+    def jittered(event):  # Celery's own helper would fail here: randrange of 1.2 seconds
+        pass
+
+    assert [plain_delay._retry_delay(d, None) for d in (1, 3)] == [0.25, 0.25]
+    assert [doubling._retry_delay(d, None) for d in (1, 2, 3, 4)] == [0.25, 0.5, 1.0, 1.5]
+    assert doubling._retry_delay(3, 7) == 7.0  # self.retry(countdown=7)
+    assert from_two._retry_delay(3, None) == 8.0
+    delays = [jittered._retry_delay(3, None) for _ in range(50)]
+    assert all(0 <= d <= 1.2 for d in delays) and len(set(delays)) > 1
+
 
 def test_decorator_and_eager_mode(app):
     got = []

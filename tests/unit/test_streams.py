@@ -367,3 +367,17 @@ def test_a_group_whose_stream_key_vanished_is_created_again(make_stream, redqueu
     assert drain(stream, "g") == []
     stream.publish("c")
     assert drain(stream, "g") == ["c"]
+
+
+def test_reap_forgets_idle_consumers_with_nothing_pending(make_stream, redqueue_redis):
+    stream = make_stream(groups=["g"])
+    stream.publish_many(["a", "b", "c"])
+    for consumer in ("gone-1", "gone-2", "busy"):
+        batch = stream.read("g", consumer, 1)
+        if consumer != "busy":
+            stream.ack(batch)
+    time.sleep(0.05)
+    assert stream.reap(forget_consumers_after=0.01).forgotten == 2
+    names = [c["name"] for c in redqueue_redis.xinfo_consumers(stream.keys("events"), "g")]
+    assert names == [b"busy"]  # it still holds an entry: never forgotten
+    assert stream.reap().forgotten == 0  # the default waits an hour
