@@ -1,9 +1,16 @@
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
 from celery_redqueue.testing.embedded import EmbeddedRedisCluster
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -65,3 +72,52 @@ def assert_identities():
     """``assert_identities(pool.stats())``: a pool's accounting identities hold (offered ==
     accepted + rejected; accepted == everything that became of them)."""
     return _assert_identities
+
+
+@pytest.fixture
+def proc_env(redqueue_server_url, redqueue_prefix, tmp_path):
+    """The environment of ``celery`` subprocesses: the test's server and prefix, the repo on
+    PYTHONPATH, a beat schedule file of the test's own."""
+    env = dict(os.environ)
+    env.update(
+        REDQUEUE_TEST_URL=redqueue_server_url,
+        REDQUEUE_TEST_PREFIX=redqueue_prefix,
+        REDQUEUE_TEST_BEAT_FILE=str(tmp_path / "beat-schedule"),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+@pytest.fixture
+def celery_procs(proc_env, tmp_path):
+    """``start(app_module, *args, env=None)``: run ``celery -A app_module *args`` in its own
+    session (so its prefork children die with it), logging to ``tmp_path/<arg>-<n>.log``
+    (``proc.log_path``); ``env`` overrides :func:`proc_env`. Every process still running at
+    teardown gets SIGTERM, then SIGKILL after 20 s."""
+    procs = []
+
+    def start(app_module, *args, env=None):
+        log_path = tmp_path / f"{args[0]}-{len(procs)}.log"
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app_module, *args],
+            env={**proc_env, **(env or {})},
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc.log_path = log_path
+        procs.append((proc, log))
+        return proc
+
+    yield start
+    for proc, log in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()

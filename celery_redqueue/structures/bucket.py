@@ -88,7 +88,47 @@ MAX_UNDECODABLE_PER_POLL = 100
 logger = logging.getLogger(__name__)
 
 
-class LeakyBucket(Structure):
+class BucketProducer:
+    """What a bucket offers producers, on top of ``encode`` and ``_enqueue_encoded``: shared by
+    :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
+
+    def encode(self, payload: Any) -> bytes:
+        raise NotImplementedError
+
+    def _enqueue_encoded(
+        self,
+        encoded: list[tuple[str, bytes]],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: Sequence[str | None] | None = None,
+    ) -> list[EnqueueResult]:
+        raise NotImplementedError
+
+    def enqueue(
+        self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None
+    ) -> EnqueueResult:
+        """Append ``payload`` to ``key``'s queue; one round trip.
+
+        ``delay`` holds the item for that many seconds before it joins its key's queue (its
+        reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
+        the same id was seen within ``dedupe_window``.
+        """
+        encoded = [(_check_key(key), self.encode(payload))]
+        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def enqueue_many(
+        self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
+    ) -> list[EnqueueResult]:
+        """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
+        encoded = [(_check_key(k), self.encode(p)) for k, p in items]
+        results: list[EnqueueResult] = []
+        for start in range(0, len(encoded), ENQUEUE_CHUNK):
+            chunk = encoded[start : start + ENQUEUE_CHUNK]
+            results.extend(self._enqueue_encoded(chunk, delay=delay))
+        return results
+
+
+class LeakyBucket(Structure, BucketProducer):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
@@ -185,29 +225,6 @@ class LeakyBucket(Structure):
             self.client.hdel(self.keys("rates"), _check_key(key))
 
     # Producing
-
-    def enqueue(
-        self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None
-    ) -> EnqueueResult:
-        """Append ``payload`` to ``key``'s queue; one round trip.
-
-        ``delay`` holds the item for that many seconds before it joins its key's queue (its
-        reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
-        the same id was seen within ``dedupe_window``.
-        """
-        encoded = [(_check_key(key), self.encode(payload))]
-        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def enqueue_many(
-        self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
-    ) -> list[EnqueueResult]:
-        """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
-        encoded = [(_check_key(k), self.encode(p)) for k, p in items]
-        results: list[EnqueueResult] = []
-        for start in range(0, len(encoded), ENQUEUE_CHUNK):
-            chunk = encoded[start : start + ENQUEUE_CHUNK]
-            results.extend(self._enqueue_encoded(chunk, delay=delay))
-        return results
 
     def _enqueue_encoded(
         self,

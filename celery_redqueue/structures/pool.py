@@ -104,7 +104,44 @@ logger = logging.getLogger(__name__)
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class CappedPool(Structure):
+class PoolProducer:
+    """What a pool offers producers, on top of ``encode`` and ``_add_encoded``: shared by
+    :class:`CappedPool` and the sharded pool, which differ only in where an encoded call goes."""
+
+    def encode(self, payload: Any) -> bytes:
+        raise NotImplementedError
+
+    def _add_encoded(
+        self,
+        encoded: Sequence[bytes],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: Sequence[str | None] | None = None,
+    ) -> list[AddResult]:
+        raise NotImplementedError
+
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
+        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
+
+        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
+        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
+        """
+        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[AddResult]:
+        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
+
+        Every payload is serialized before anything is stored, so one bad payload stores none.
+        At most one result has ``drain_needed`` set.
+        """
+        encoded = [self.encode(p) for p in payloads]
+        results: list[AddResult] = []
+        for start in range(0, len(encoded), ADD_CHUNK):
+            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
+        return results
+
+
+class CappedPool(Structure, PoolProducer):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
@@ -177,26 +214,6 @@ class CappedPool(Structure):
             "max_drains": self.max_drains,
             "drain_lease": self.drain_lease_ms / 1000,
         }
-
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
-        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
-
-        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
-        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
-        """
-        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[AddResult]:
-        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
-
-        Every payload is serialized before anything is stored, so one bad payload stores none.
-        At most one result has ``drain_needed`` set.
-        """
-        encoded = [self.encode(p) for p in payloads]
-        results: list[AddResult] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
-        return results
 
     def _add_encoded(
         self,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ReservationError
@@ -44,7 +44,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from . import catalog
 from .bucket import (
-    ENQUEUE_CHUNK,
+    BucketProducer,
     BucketStats,
     EnqueueResult,
     KeyStats,
@@ -54,7 +54,7 @@ from .bucket import (
     Reservation,
 )
 from .bucket_types import _check_key
-from .pool import ADD_CHUNK, AddResult, CappedPool, PoolBatch, PoolReapResult, PoolStats
+from .pool import AddResult, CappedPool, PoolBatch, PoolProducer, PoolReapResult, PoolStats
 from .sharding import Sharded, shard_names, split_id, stable_hash, sum_results, validate_shards
 
 __all__ = [
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 
-class ShardedPool(Sharded):
+class ShardedPool(Sharded, PoolProducer):
     """A capped pool spread over ``shards`` CappedPools; see the module docstring.
 
     Args:
@@ -119,30 +119,18 @@ class ShardedPool(Sharded):
 
     # Producing
 
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
-        """Offer one call to its shard; one round trip (see ``CappedPool.add``)."""
-        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[AddResult]:
-        """Offer many payloads: one round trip per shard touched per ``ADD_CHUNK`` of them."""
-        encoded = [self.encode(p) for p in payloads]
-        results: list[AddResult] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
-        return results
-
     def _add_encoded(
         self,
         encoded: Sequence[bytes],
         *,
+        delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-        **options: Any,
     ) -> list[AddResult]:
         ids = list(dedupe_ids or [None] * len(encoded))
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n], ids[n]),
-            lambda shard, data, ds: shard._add_encoded(data, dedupe_ids=ds, **options),
+            lambda shard, data, ds: shard._add_encoded(data, delay=delay, dedupe_ids=ds),
             ids,
         )
 
@@ -199,7 +187,7 @@ class ShardedPool(Sharded):
         return self.stats().depth
 
 
-class ShardedBucket(Sharded):
+class ShardedBucket(Sharded, BucketProducer):
     """A leaky bucket spread over ``shards`` LeakyBuckets, each key on one shard; see the
     module docstring. ``options`` are LeakyBucket's, applied to each shard."""
 
@@ -250,35 +238,17 @@ class ShardedBucket(Sharded):
 
     # Producing
 
-    def enqueue(
-        self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None
-    ) -> EnqueueResult:
-        """Append ``payload`` to ``key``'s queue on its shard; one round trip."""
-        encoded = [(_check_key(key), self.encode(payload))]
-        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def enqueue_many(
-        self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
-    ) -> list[EnqueueResult]:
-        """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
-        encoded = [(_check_key(k), self.encode(p)) for k, p in items]
-        results: list[EnqueueResult] = []
-        for start in range(0, len(encoded), ENQUEUE_CHUNK):
-            chunk = encoded[start : start + ENQUEUE_CHUNK]
-            results.extend(self._enqueue_encoded(chunk, delay=delay))
-        return results
-
     def _enqueue_encoded(
         self,
         encoded: list[tuple[str, bytes]],
         *,
+        delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-        **options: Any,
     ) -> list[EnqueueResult]:
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n][0]),
-            lambda shard, items, ds: shard._enqueue_encoded(items, dedupe_ids=ds, **options),
+            lambda shard, items, ds: shard._enqueue_encoded(items, delay=delay, dedupe_ids=ds),
             dedupe_ids,
         )
 

@@ -39,9 +39,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
-from ..structures.bucket import ENQUEUE_CHUNK, LeakyBucket
-from ..structures.pool import ADD_CHUNK, CappedPool
-from ..structures.sharded import ShardedBucket, ShardedPool
+from ..structures.bucket import ENQUEUE_CHUNK, BucketProducer
+from ..structures.pool import ADD_CHUNK, PoolProducer
 
 #: Open buffers of this thread or asyncio task, innermost last.
 _open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
@@ -129,9 +128,7 @@ class CallBuffer:
         if self._closed or (self._names and task.name not in self._names):
             return False
         if task.name not in self._calls:
-            return isinstance(
-                task.structure, CappedPool | LeakyBucket | ShardedPool | ShardedBucket
-            )
+            return isinstance(task.structure, PoolProducer | BucketProducer)
         return True
 
     def __len__(self) -> int:
@@ -229,7 +226,7 @@ def buffered_call(task: Any, prepared: Any, delay: float, dedupe_id: str | None)
 
 
 def _chunk(task: Any) -> int:
-    return ADD_CHUNK if isinstance(task.structure, CappedPool | ShardedPool) else ENQUEUE_CHUNK
+    return ADD_CHUNK if isinstance(task.structure, PoolProducer) else ENQUEUE_CHUNK
 
 
 def _store_many(task: Any, chunk: list[tuple[Any, str | None, Any]], delay: float) -> list[Any]:
@@ -237,7 +234,7 @@ def _store_many(task: Any, chunk: list[tuple[Any, str | None, Any]], delay: floa
     prepared = [p for p, _, _ in chunk]
     dedupe_ids = [d for _, d, _ in chunk]
     structure = task.structure
-    if isinstance(structure, CappedPool | ShardedPool):
+    if isinstance(structure, PoolProducer):
         return list(structure._add_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
     return list(structure._enqueue_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
 

@@ -4,8 +4,6 @@ Everything runs on loopback; every wait is bounded."""
 
 import contextlib
 import functools
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -180,39 +178,9 @@ def split_app(redqueue_server_url, redqueue_prefix, broker_server):
 
 
 @pytest.fixture
-def spawn_worker(redqueue_server_url, redqueue_prefix, tmp_path):
+def spawn_worker(celery_procs):
     """Start `celery -A tests.faults.fault_app worker` subprocesses (stopped at teardown)."""
-    env = dict(os.environ)
-    env.update(
-        REDQUEUE_TEST_URL=redqueue_server_url,
-        REDQUEUE_TEST_PREFIX=redqueue_prefix,
-        PYTHONPATH=str(ROOT),
-    )
-    procs = []
-
-    def start(*args):
-        log = open(tmp_path / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 (closed below)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.faults.fault_app", "worker", *args],
-            env=env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append((proc, log))
-        return proc
-
-    yield start
-    for proc, log in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+    return functools.partial(celery_procs, "tests.faults.fault_app", "worker")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ logged with the figures last seen; eviction policies and persistence off are war
 worker start, in figures() and in the CLI; a Redis that refuses CONFIG is skipped quietly."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -113,36 +112,21 @@ def test_figures_warn_about_eviction_and_persistence_and_skip_a_refused_config(f
 
 
 @pytest.fixture
-def celery_process(tmp_path):
+def celery_process(celery_procs):
     """Run ``celery -A tests.integration.proc_app ...`` against a given server and prefix."""
-    procs = []
 
     def run(url, prefix, *args, wait=False):
-        env = dict(os.environ, REDQUEUE_TEST_URL=url, REDQUEUE_TEST_PREFIX=prefix)
-        env["PYTHONPATH"] = str(ROOT)
-        log = tmp_path / f"{args[0]}-{len(procs)}.log"
+        env = {"REDQUEUE_TEST_URL": url, "REDQUEUE_TEST_PREFIX": prefix}
         if wait:
             return subprocess.run(
                 [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
-                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+                env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT,
+                capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
-            env=env, cwd=tmp_path, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        procs.append(proc)
-        return proc, log
+        proc = celery_procs("tests.integration.proc_app", *args, env=env)
+        return proc, proc.log_path
 
-    yield run
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    return run
 
 
 @pytest.mark.timeout(120)

@@ -1,9 +1,5 @@
 import contextlib
 import functools
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -40,41 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def proc_env(redqueue_server_url, redqueue_prefix, tmp_path):
-    env = dict(os.environ)
-    env.update(
-        REDQUEUE_TEST_URL=redqueue_server_url,
-        REDQUEUE_TEST_PREFIX=redqueue_prefix,
-        REDQUEUE_TEST_BEAT_FILE=str(tmp_path / "beat-schedule"),
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
-@pytest.fixture
-def spawn(proc_env, tmp_path):
-    procs = []
-
-    def start(*args):
-        log = open(tmp_path / f"{args[0]}.log", "wb")  # noqa: SIM115 (closed at teardown)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.integration.proc_app", *args],
-            env=proc_env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append((proc, log))
-        return proc
-
-    yield start
-    for proc, log in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+def spawn(celery_procs):
+    """``spawn(*args)``: ``celery -A tests.integration.proc_app *args`` (see celery_procs)."""
+    return functools.partial(celery_procs, "tests.integration.proc_app")

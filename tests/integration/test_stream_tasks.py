@@ -1,6 +1,8 @@
+
 """StreamTask with real Celery workers on a real Redis broker, and a `celery worker` subprocess
 killed with SIGKILL."""
 
+import functools
 import json
 import os
 import re
@@ -321,32 +323,8 @@ def test_stream_tasks_on_a_cluster(app, cluster_url, wait_for):
 
 
 @pytest.fixture
-def spawn_stream(proc_env, tmp_path):
-    procs = []
-
-    def start(*args):
-        log = open(tmp_path / f"{args[0]}-{len(procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", PROC_APP, *args],
-            env=proc_env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append((proc, log))
-        return proc
-
-    yield start
-    for proc, log in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+def spawn_stream(celery_procs):
+    return functools.partial(celery_procs, PROC_APP)
 
 
 @pytest.mark.timeout(240)

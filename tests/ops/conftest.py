@@ -7,7 +7,7 @@ import pytest
 
 from celery_redqueue.ops.reading import Operations
 from celery_redqueue.ops.web import Dashboard, make_dashboard_server
-from tests.integration.conftest import proc_env, running_worker  # noqa: F401 (a fixture)
+from tests.integration.conftest import running_worker  # noqa: F401 (a fixture)
 
 from .browser import Browser, find_chromium
 
