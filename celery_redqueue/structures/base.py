@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
-from ..redis.lua import script
+from ..redis.lua import BoundScript, script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import DeadLetterTools
@@ -56,6 +56,7 @@ class Structure(DeadLetterTools):
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
         self._registered = False
+        self._bound_scripts: dict[str, BoundScript] = {}
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this structure (the registry keeps it)."""
@@ -76,6 +77,20 @@ class Structure(DeadLetterTools):
         return script(name)(
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
+
+    def _bound(self, name: str, keys: Sequence[str]) -> BoundScript:
+        """Script ``name`` bound to this structure's client, ``keys`` and common head, for a
+        hot path that calls it with its own arguments only (made once per structure; the
+        settings in the head do not change after construction)."""
+        bound = self._bound_scripts.get(name)
+        if bound is None:
+            if not self._registered:
+                catalog.register(self.client, self.keys, self.settings())
+                self._registered = True
+            bound = self._bound_scripts[name] = script(name).bind(
+                self.client, keys, self._script_head()
+            )
+        return bound
 
     def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
         """Clear the drain flag (and/or the scheduled wake-up) when the drain job it announced

@@ -1,9 +1,10 @@
 """Backpressure figures: how deep a structure is, how fast work comes and goes, and what it
 would take to keep up. One call, bounded Redis work (a few hash reads, no scan of the items).
 
-Rates come from per-second counters kept in a ring of 60 slots by the structure's scripts, so
-"per second" means "averaged over the last minute". The same scripts keep a ring of 60
-per-minute counters, read in the same call as :class:`History`: the last hour, minute by minute.
+Rates come from per-second counters kept by the structure's scripts (flow.lua: one field per
+second, pruned after two minutes), so "per second" means "averaged over the last minute". The
+same scripts keep per-minute counters for an hour, read in the same call as :class:`History`:
+the last hour, minute by minute.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..redis.lua import script
 from .health import server_warnings
 
 WINDOW = 60
-#: Minutes of history kept by the per-minute ring.
+#: Minutes of history kept by the per-minute counters.
 HOUR = 60
 
 
@@ -86,13 +87,28 @@ class Figures:
 
 
 def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
-    """Each ring slot as (kind, is_minute_slot, stamp, value)."""
+    """Each flow field as (kind, is_minute, stamp, value): "<kind>:<second>" and
+    "<kind>:m<minute>" (flow.lua). Fields of another shape are skipped."""
     slots = []
     for name, value in flow.items():
-        kind, _, slot = name.decode().partition(":")
-        stamp, _, amount = value.decode().partition(" ")
-        slots.append((kind, slot.startswith("m"), int(stamp), float(amount)))
+        kind, _, slot = name.decode(errors="replace").partition(":")
+        minute = slot.startswith("m")
+        try:
+            stamp, amount = int(slot[1:] if minute else slot), float(value)
+        except ValueError:
+            continue
+        slots.append((kind, minute, stamp, amount))
     return slots
+
+
+def unfold(counters: Mapping[str, int]) -> dict[str, int]:
+    """Counters with each folded field added to every counter it names: the hot scripts bump
+    one field "offered+accepted+queued" where three HINCRBYs would say the same thing."""
+    out: dict[str, int] = {}
+    for name, value in counters.items():
+        for part in name.split("+"):
+            out[part] = out.get(part, 0) + value
+    return out
 
 
 def ring_sums(flow: Mapping[bytes, bytes], now_ms: float) -> dict[str, float]:
@@ -106,14 +122,18 @@ def ring_sums(flow: Mapping[bytes, bytes], now_ms: float) -> dict[str, float]:
 
 
 def ring_history(flow: Mapping[bytes, bytes], now_ms: float) -> History:
-    """Lay the rings out as series ending at the current second and minute (stale slots, which
-    belong to an earlier lap of the ring, read as zero)."""
+    """Lay the flow fields out as series ending at the current second and minute (fields
+    outside the window, not yet pruned, are not shown). A minute counts its minute field plus
+    its second fields not yet rolled into it (flow.lua)."""
     now_sec = int(now_ms // 1000)
     now_min = now_sec // 60
     per_second: dict[tuple[str, int], float] = {}
     per_minute: dict[tuple[str, int], float] = {}
     for kind, minute, stamp, amount in _slots(flow):
-        (per_minute if minute else per_second)[kind, stamp] = amount
+        if not minute:
+            per_second[kind, stamp] = amount
+            stamp //= 60
+        per_minute[kind, stamp] = per_minute.get((kind, stamp), 0.0) + amount
     seconds = list(range(now_sec - WINDOW + 1, now_sec + 1))
     minutes = list(range(now_min - HOUR + 1, now_min + 1))
     return History(
@@ -136,7 +156,7 @@ def read_flow(
     stats, flow, oldest, now = script("read_flow")(
         client, [stats_key, flow_key, ages_key], [depth_field]
     )
-    counters = {stats[i].decode(): int(stats[i + 1]) for i in range(0, len(stats), 2)}
+    counters = unfold({stats[i].decode(): int(stats[i + 1]) for i in range(0, len(stats), 2)})
     flow_map = {flow[i]: flow[i + 1] for i in range(0, len(flow), 2)}
     return counters, flow_map, (float(oldest) if oldest else None), float(now)
 

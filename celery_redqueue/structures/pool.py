@@ -55,7 +55,7 @@ from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
-from .figures import Figures, structure_figures
+from .figures import Figures, structure_figures, unfold
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -250,7 +250,7 @@ class CappedPool(Structure, PoolProducer):
 
     def _add_plain(self, data: bytes) -> AddResult:
         """One call with no dedupe id and no delay: the smaller script, fewer arguments."""
-        reply = self._run("pool_add_plain", [repr(random.random()), data], keys=self._plain_keys)
+        reply = self._bound("pool_add_plain", self._plain_keys)(repr(random.random()), data)
         if reply[0] == 1:
             return _add_result(reply[2], True)
         result: AddResult = _QUIET_RESULTS[reply[2]]
@@ -394,7 +394,7 @@ class CappedPool(Structure, PoolProducer):
                     ("GET", self.keys("drains"), ()),
                 ],
             )
-        counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
+        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("queued", 0),

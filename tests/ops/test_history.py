@@ -37,21 +37,45 @@ def test_depth_slot_keeps_the_deepest_reading_of_the_minute(make_pool, redqueue_
     assert pool.figures().history.minutes_depth[-1] == 50  # the minute's deepest, not the last
 
 
-def test_stale_slots_of_an_earlier_lap_read_as_zero(make_pool, redqueue_redis):
+def test_minute_fields_outside_the_hour_are_not_shown(make_pool, redqueue_redis):
     pool = make_pool(capacity=10)
+    away_from_a_minute_turn(redqueue_redis)
     pool.add(1)
-    now_min = int(time.time() // 60)
-    # A slot written exactly one lap (60 minutes) ago sits in the field this minute would use
-    # next lap; one written 2 minutes ago is still in range.
-    redqueue_redis.hset(pool.keys("flow"), f"in:m{(now_min - 2) % 60}", f"{now_min - 2} 7")
-    redqueue_redis.hset(pool.keys("flow"), f"out:m{(now_min + 1) % 60}", f"{now_min - 59} 5")
-    redqueue_redis.hset(pool.keys("flow"), f"in:m{(now_min + 3) % 60}", f"{now_min - 117} 9")
+    now_min = int(redqueue_redis.time()[0] // 60)
+    flow = pool.keys("flow")
+    redqueue_redis.hset(flow, f"in:m{now_min - 2}", 7)
+    redqueue_redis.hset(flow, f"out:m{now_min - 59}", 5)
+    redqueue_redis.hset(flow, f"in:m{now_min - 117}", 9)
+    # A second field of two minutes ago (not rolled yet) counts in its minute.
+    redqueue_redis.hset(flow, f"in:{(now_min - 2) * 60 + 5}", 3)
     history = pool.figures().history
-    assert history.minutes_in[-3] == 7
-    assert history.minutes_out[0] == 5  # 59 minutes ago: the oldest slot shown
-    assert sum(history.minutes_in) == 1 + 7  # the 117-minute-old slot is not shown
-    # The per-second ring and the per-minute ring do not mix: rates use seconds only.
+    assert history.minutes_in[-3] == 7 + 3
+    assert history.minutes_out[0] == 5  # 59 minutes ago: the oldest minute shown
+    assert sum(history.minutes_in) == 1 + 7 + 3  # the 117-minute-old field is not shown
+    # Minute fields are history only: rates use the seconds of the last minute.
     assert pool.figures().rate_in == 1 / 60
+
+
+def test_seconds_roll_into_minutes_and_old_fields_are_dropped(make_pool, redqueue_redis):
+    pool = make_pool(capacity=10_000)
+    away_from_a_minute_turn(redqueue_redis)
+    now_sec = int(redqueue_redis.time()[0])
+    now_min = now_sec // 60
+    flow = pool.keys("flow")
+    old_seconds = [(now_min - 3) * 60 + s for s in (1, 2, 59)]
+    for sec in old_seconds:
+        redqueue_redis.hset(flow, f"in:{sec}", 4)
+    redqueue_redis.hset(flow, f"in:m{now_min - 3}", 1)  # already rolled earlier: added to
+    redqueue_redis.hset(flow, f"in:m{now_min - 61}", 8)  # over an hour old
+    redqueue_redis.hset(flow, "in:3", "1000 5")  # the old ring's shape
+    redqueue_redis.hset(flow, f"in:{now_sec - 1}", 2)  # the last minute: kept as it is
+    pool.add(1)  # the first tick of this second rolls
+    fields = {k.decode(): float(v) for k, v in redqueue_redis.hgetall(flow).items()}
+    assert fields[f"in:m{now_min - 3}"] == 1 + 3 * 4
+    assert not any(f"in:{sec}" in fields for sec in old_seconds)
+    assert f"in:m{now_min - 61}" not in fields and "in:3" not in fields
+    assert fields[f"in:{now_sec - 1}"] == 2
+    assert sum(pool.figures().history.minutes_in) == 1 + 12 + 2 + 1
 
 
 def test_bucket_history_and_ring_bound(make_bucket, redqueue_redis):

@@ -101,6 +101,6 @@ def test_every_lua_include_exists():
         (p.name, line.split()[1])
         for p in lua.glob("*.lua")
         for line in p.read_text().splitlines()
-        if line.startswith("--#include ") and line.split()[1] not in names
+        if line.lstrip().startswith("--#include ") and line.split()[1] not in names
     ]
     assert not missing

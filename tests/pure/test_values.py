@@ -7,7 +7,7 @@ from celery import Celery
 
 from celery_redqueue import ConfigurationError, parse_rate
 from celery_redqueue.redis.keys import StructureKeys, normalize_prefix, validate_name
-from celery_redqueue.structures.figures import compute, ring_sums
+from celery_redqueue.structures.figures import compute, ring_sums, unfold
 from celery_redqueue.tasks.config import load_config
 from celery_redqueue.validation import count, one_of, optional_seconds, positive_int, seconds
 
@@ -36,12 +36,20 @@ def test_parse_rate_refuses(rate):
 def test_ring_sums_keep_only_the_last_minute():
     now_ms = 1_000_000.0  # second 1000
     flow = {
-        b"in:0": b"1000 5",  # this second
-        b"in:1": b"941 2",  # 59 s ago: inside
-        b"in:2": b"940 7",  # 60 s ago: outside
-        b"out:0": b"999 3",
+        b"in:1000": b"5",  # this second
+        b"in:941": b"2",  # 59 s ago: inside
+        b"in:940": b"7",  # 60 s ago: outside
+        b"in:m15": b"40",  # a minute field: history, not rates
+        b"out:999": b"3",
+        b"in:3": b"1000 5",  # the old ring's "stamp value" shape: skipped
+        b"busy:1000": b"0.25",
     }
-    assert ring_sums(flow, now_ms) == {"in": 7.0, "out": 3.0}
+    assert ring_sums(flow, now_ms) == {"in": 7.0, "out": 3.0, "busy": 0.25}
+
+
+def test_unfold_adds_a_folded_counter_to_each_counter_it_names():
+    counters = {"offered+accepted+queued": 5, "offered": 2, "rejected": 2, "seq": 7}
+    assert unfold(counters) == {"offered": 7, "accepted": 5, "queued": 5, "rejected": 2, "seq": 7}
 
 
 def test_compute_figures():

@@ -14,19 +14,19 @@ def assert_identities(stats):
 
 
 def ring_totals(client, flow_key, kind):
-    """Sum of the per-second and of the per-minute ring slots of ``kind``; every slot must read
-    "<stamp> <value>"."""
+    """Sum of the per-second fields and of the per-minute fields (rolled seconds included) of
+    ``kind``; every field must be a number."""
     per_second = per_minute = 0
     for field, value in client.hgetall(flow_key).items():
         name, text = field.decode(), value.decode()
         if not name.startswith(kind + ":"):
             continue
-        assert re.fullmatch(r"\d+ \d+", text), (name, text)
+        assert re.fullmatch(r"\d+", text), (name, text)
         if name.startswith(kind + ":m"):
-            per_minute += int(text.split()[1])
+            per_minute += int(text)
         else:
-            per_second += int(text.split()[1])
-    return per_second, per_minute
+            per_second += int(text)
+    return per_second, per_second + per_minute
 
 
 def test_a_batch_that_fits_is_kept_whole_with_ages_and_flow(make_pool, redqueue_redis):
