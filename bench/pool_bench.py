@@ -40,7 +40,6 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from celery_redqueue import CappedPool, PoolTask
-from celery_redqueue.redis.lua import script
 from celery_redqueue.testing import celery_test_config, delete_prefix
 from celery_redqueue.testing.embedded import EmbeddedRedis
 
@@ -445,13 +444,12 @@ class Bench:
         payload = pooled.pool.encode([[0, "page_view"], {}])
         # The bare script writes into a twin pool, so the task's pool holds exactly n calls.
         twin = CappedPool(client, f"{POOLED}.twin", POOL_SIZE, prefix=pooled.pool.keys.prefix)
-        # A call with no dedupe id and no delay runs pool_add_plain (pool.py's _add_plain).
-        twin_keys = twin._plain_keys
-        twin_head = twin._script_head()
-        pool_add = script("pool_add_plain")
+        # A call with no dedupe id and no delay runs pool_add_plain (pool.py's _add_plain),
+        # through the same bound script (keys and head packed once) as the task's calls.
+        bare = twin._bound("pool_add_plain", twin._plain_keys)
 
         def same_script(i: int) -> Any:
-            return pool_add(client, twin_keys, [*twin_head, repr(random.random()), payload])
+            return bare(repr(random.random()), payload)
 
         sides = measure_sides(
             client,

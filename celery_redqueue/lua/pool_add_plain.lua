@@ -1,52 +1,68 @@
--- Offer one plain call to a capped pool (no dedupe id, no delay: the common .delay()), and plan
--- the drain job it needs. pool_add does the same for batches, dedupe ids and delays; this one
--- receives less and does less, because it runs on every call: a pool with room keeps the call
--- in eight commands, and the helpers a full or coalescing pool needs (pool_common's) are only
--- defined on that path (defining them costs more than the whole common case, measured).
+-- Offer plain calls to a capped pool (no dedupe id, no delay: the common .delay(), and the
+-- batches of add_many and buffer()), and plan the drain job they need. pool_add does the same
+-- for dedupe ids and delays; this one receives less and does less, because it runs on every
+-- call: a pool with room keeps a call in eight commands, and the helpers a full or coalescing
+-- pool needs (pool_common's) are only defined on that path (defining them costs more than the
+-- whole common case, measured).
 -- KEYS: the first seven of pool_common.lua's (items .. flow). ARGV[1..4]: common (capacity,
 -- policy, coalesce, drain lease ms).
--- ARGV[5] random score in [0, 1)
--- ARGV[6] payload
--- Returns {send_drain, -1, status} as pool_add does (wake_in_ms is always -1: nothing waits).
--- Bounded: O(log N), about eight commands.
+-- ARGV[5], ARGV[6], ... pairs: random score in [0, 1), payload
+-- Returns {send_drain, -1, status...} as pool_add does (wake_in_ms is always -1: nothing
+-- waits). Bounded: O(calls * log N).
 --#include clock
 --#include flow
 local K_ITEMS, K_STATS, K_DRAINS, K_AGES, K_FLOW = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
-local capacity, coalesce, lease = tonumber(ARGV[1]), ARGV[3] == '1', ARGV[4]
-local score, payload = tonumber(ARGV[5]), ARGV[6]
-if not score or not payload or not capacity then
-  return redis.error_reply('ERR pool_add_plain: a bad capacity or score, or no payload')
+local capacity, sample, coalesce = tonumber(ARGV[1]), ARGV[2] == 'sample', ARGV[3] == '1'
+local lease, calls = ARGV[4], (#ARGV - 4) / 2
+if not capacity or calls < 1 or calls ~= math.floor(calls) then
+  return redis.error_reply('ERR pool_add_plain: a bad capacity, or no (score, payload) pairs')
+end
+for i = 5, #ARGV, 2 do
+  if not tonumber(ARGV[i]) then
+    return redis.error_reply('ERR pool_add_plain: call ' .. (i - 3) / 2 .. ' has a bad score')
+  end
 end
 
 local now = math.floor(now_ms())
--- Ids need only be unique; FIFO policies order by them too.
-local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
-local member = payload
-if not coalesce then member = string.format('%x:%s', seq, payload) end
-if ARGV[2] ~= 'sample' then score = seq end
-
-local status
-if not coalesce and redis.call('ZCARD', K_ITEMS) < capacity then
-  redis.call('ZADD', K_ITEMS, score, member)
-  redis.call('ZADD', K_AGES, now, member)
-  -- One folded counter for offered, accepted and queued (figures.unfold reads it).
-  redis.call('HINCRBY', K_STATS, 'offered+accepted+queued', 1)
-  status = 1
-else
-  -- Full, or coalescing: the policy decides, as for pool_add.
-  --#include pool_common
-  local out
-  status, out = admit(member, score, 1, 0, now)
-  if status > 0 then
-    add_counts(K_STATS, {offered = 1, accepted = 1, queued = 1 - out, evicted = out})
-  else
-    add_counts(K_STATS, {offered = 1, rejected = 1})
+-- Ids need only be unique; FIFO policies order by them too. One HINCRBY for the batch.
+local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
+local result = {0, -1}
+if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
+  local entries, ages, at = {}, {}, string.format('%d', now)
+  for i = 5, #ARGV, 2 do
+    seq = seq + 1
+    local member = string.format('%x:%s', seq, ARGV[i + 1])
+    entries[#entries + 1] = sample and ARGV[i] or seq
+    entries[#entries + 1] = member
+    ages[#ages + 1] = at
+    ages[#ages + 1] = member
+    result[#result + 1] = 1
   end
+  redis.call('ZADD', K_ITEMS, unpack(entries))
+  redis.call('ZADD', K_AGES, unpack(ages))
+  -- One folded counter for offered, accepted and queued (figures.unfold reads it).
+  redis.call('HINCRBY', K_STATS, 'offered+accepted+queued', calls)
+else
+  -- Full, or coalescing: the policy decides for each call, as in pool_add.
+  --#include pool_common
+  local c = {offered = calls, accepted = 0, rejected = 0, queued = 0, evicted = 0}
+  for i = 5, #ARGV, 2 do
+    seq = seq + 1
+    local member = ARGV[i + 1]
+    if not COALESCE then member = string.format('%x:%s', seq, member) end
+    local status, out = admit(member, sample and tonumber(ARGV[i]) or seq, 1, 0, now)
+    if status > 0 then
+      c.accepted, c.queued, c.evicted = c.accepted + 1, c.queued + 1 - out, c.evicted + out
+    else
+      c.rejected = c.rejected + 1
+    end
+    result[#result + 1] = status
+  end
+  add_counts(K_STATS, c)
 end
-tick(K_FLOW, 'in', 1, now)
+tick(K_FLOW, 'in', calls, now)
 
 -- A refused call found the pool full, so entries wait either way: a drain job is needed now
 -- unless one holds the flag (plan_drain in drain_lease.lua; the wake key is not touched).
-local send = 0
-if redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then send = 1 end
-return {send, -1, status}
+if redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then result[1] = 1 end
+return result

@@ -93,7 +93,7 @@ PARTS = (
 # fmt: on
 #: How many of PARTS pool_add receives.
 ADD_PARTS = 10
-#: How many of PARTS pool_add_plain (one call, no dedupe id, no delay) receives.
+#: How many of PARTS pool_add_plain (calls with no dedupe id and no delay) receives.
 PLAIN_PARTS = 7
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
@@ -225,12 +225,10 @@ class CappedPool(Structure, PoolProducer):
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
-        if (
-            delay_ms == 0
-            and len(encoded) == 1
-            and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+        if delay_ms == 0 and (
+            dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):
-            return [self._add_plain(encoded[0])]
+            return self._add_plain(encoded)
         args: list[Any] = [self.dedupe_window_ms]
         score = random.random
         if dedupe_ids is None:
@@ -248,13 +246,23 @@ class CappedPool(Structure, PoolProducer):
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
 
-    def _add_plain(self, data: bytes) -> AddResult:
-        """One call with no dedupe id and no delay: the smaller script, fewer arguments."""
-        reply = self._bound("pool_add_plain", self._plain_keys)(repr(random.random()), data)
+    def _add_plain(self, encoded: Sequence[bytes]) -> list[AddResult]:
+        """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
+        flush): the smaller script, two arguments per call, packed by the bound script."""
+        score = random.random
+        if len(encoded) == 1:
+            reply = self._bound("pool_add_plain", self._plain_keys)(repr(score()), encoded[0])
+        else:
+            tail: list[Any] = []
+            for data in encoded:
+                tail += (repr(score()), data)
+            reply = self._bound("pool_add_plain", self._plain_keys)(*tail)
+        statuses = reply[2:]
+        results = [_QUIET_RESULTS[status] for status in statuses]
         if reply[0] == 1:
-            return _add_result(reply[2], True)
-        result: AddResult = _QUIET_RESULTS[reply[2]]
-        return result
+            # Only the first result carries the drain the call asked for.
+            results[0] = _add_result(statuses[0], True)
+        return results
 
     # Consuming
 

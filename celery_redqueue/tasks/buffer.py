@@ -137,8 +137,13 @@ class CallBuffer:
     def add(self, task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
         """Hold one checked, serialized call; returns its pending receipt."""
         receipt = BufferedReceipt(task.name)
-        _, groups = self._calls.setdefault(task.name, (task, {}))
-        groups.setdefault(delay, []).append((prepared, dedupe_id, receipt))
+        held = self._calls.get(task.name)
+        if held is None:  # (not setdefault: this runs per call, and would build a tuple each)
+            held = self._calls[task.name] = (task, {})
+        calls = held[1].get(delay)
+        if calls is None:
+            calls = held[1][delay] = []
+        calls.append((prepared, dedupe_id, receipt))
         return receipt
 
     def flush(self) -> None:

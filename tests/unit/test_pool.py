@@ -297,24 +297,31 @@ def test_keys_share_one_hash_tag(make_pool, redqueue_redis, redqueue_prefix):
 @pytest.mark.parametrize("policy", ["reject", "newest", "sample"])
 @pytest.mark.parametrize("coalesce", [False, True])
 def test_single_calls_count_as_a_batch_does(make_pool, assert_identities, policy, coalesce):
-    # A single call with no dedupe id and no delay runs pool_add_plain; a batch runs pool_add.
-    # Both must keep, evict, merge, refuse and count alike, and ask for one drain job.
+    # Calls with no dedupe id and no delay run pool_add_plain, one by one or as a batch; a
+    # call with a dedupe id runs pool_add. All must keep, evict, merge, refuse and count alike,
+    # and ask for one drain job.
     single = make_pool("single", capacity=3, policy=policy, coalesce=coalesce)
     batch = make_pool("batch", capacity=3, policy=policy, coalesce=coalesce)
+    general = make_pool("general", capacity=3, policy=policy, coalesce=coalesce, dedupe_window=60)
     payloads = [i % 4 for i in range(10)]
     one_by_one = [single.add(p) for p in payloads]
     together = batch.add_many(payloads)
-    assert sum(r.drain_needed for r in one_by_one) == 1 and one_by_one[0].drain_needed
+    through_pool_add = [general.add(p, dedupe_id=f"id-{i}") for i, p in enumerate(payloads)]
+    pools = (single, batch, general)
+    for results in (one_by_one, together, through_pool_add):
+        assert sum(r.drain_needed for r in results) == 1 and results[0].drain_needed
     if policy != "sample":  # sample keeps by random score: the same counts, not the same calls
-        assert [(r.kept, r.evicted, r.merged) for r in one_by_one] == [
-            (r.kept, r.evicted, r.merged) for r in together
+        outcomes = [
+            [(r.kept, r.evicted, r.merged) for r in rs] for rs in (together, through_pool_add)
         ]
-        assert sorted(drain_all(single)) == sorted(drain_all(batch))
-    a, b = single.stats(), batch.stats()
+        assert outcomes[0] == outcomes[1] == [(r.kept, r.evicted, r.merged) for r in one_by_one]
+        assert sorted(drain_all(single)) == sorted(drain_all(batch)) == sorted(drain_all(general))
     names = ("offered", "accepted", "rejected", "evicted", "depth", "processed")
     if policy == "sample":  # which calls a random score keeps or evicts differs run to run
         names = ("offered", "processed")
+    a, b, c = (pool.stats() for pool in pools)
     assert {n: getattr(a, n) for n in names} == {n: getattr(b, n) for n in names}
+    assert {n: getattr(a, n) for n in names} == {n: getattr(c, n) for n in names}
     assert a.offered == 10 and a.accepted + a.rejected == 10
-    assert_identities(a)
-    assert_identities(b)
+    for stats in (a, b, c):
+        assert_identities(stats)

@@ -1,0 +1,98 @@
+"""The producer's hot path (redis/lua.py's BoundScript): a call runs on a connection its thread
+keeps, and every way that connection can go wrong ends as redis-py's own path would."""
+
+import multiprocessing
+import threading
+
+import pytest
+import redis
+
+from celery_redqueue.errors import RedisCommandError
+from celery_redqueue.redis.lua import script
+
+
+@pytest.fixture
+def client(redqueue_server_url):
+    """A client of its own, so the connection counts below are this test's alone."""
+    client = redis.Redis.from_url(redqueue_server_url)
+    yield client
+    client.close()
+
+
+def in_use(client):
+    return len(client.connection_pool._in_use_connections)
+
+
+def test_a_thread_keeps_one_connection_and_gives_it_back_when_it_ends(make_pool, client):
+    pool = make_pool(capacity=100)
+    pool.client = client
+    outcome = []
+
+    def produce():
+        for i in range(5):
+            outcome.append(pool.add(i).kept)
+        outcome.append(in_use(client))
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome == [True] * 5 + [1]  # five calls, one connection held
+    assert in_use(client) == 0  # the thread ended: its connection is back in the pool
+    assert pool.stats().depth == 5
+
+
+def test_a_restarted_script_cache_and_a_killed_connection_cost_nothing(
+    make_pool, client, redqueue_server_url
+):
+    pool = make_pool(capacity=100)
+    pool.client = client
+    assert pool.add("a").kept
+    client.script_flush()  # as after a restart: NOSCRIPT, then the script is loaded
+    assert pool.add("b").kept
+    killer = redis.Redis.from_url(redqueue_server_url)
+    assert killer.client_kill_filter(_type="normal", skipme=True) >= 1  # the held connection
+    killer.close()
+    assert pool.add("c").kept  # the broken connection is dropped; the call is stored once
+    stats = pool.stats()
+    assert (stats.offered, stats.depth) == (3, 3)
+    assert sorted(item.payload for item in pool.pop(10).items) == ["a", "b", "c"]
+
+
+def test_an_error_reply_leaves_the_connection_usable(make_pool, redqueue_redis, client):
+    broken = make_pool("broken", capacity=100)
+    broken.client = client
+    redqueue_redis.set(broken.keys("items"), "not a zset")
+    with pytest.raises(RedisCommandError, match="WRONGTYPE"):
+        broken.add(1)
+    good = make_pool("good", capacity=100)
+    good.client = client
+    assert good.add(1).kept and good.stats().depth == 1
+
+
+def test_a_forked_child_uses_its_own_connection(make_pool, client):
+    pool = make_pool("forked", capacity=100)
+    pool.client = client
+    assert pool.add("before the fork").kept  # the parent holds a connection now
+    parent_end, child_end = multiprocessing.Pipe()
+    context = multiprocessing.get_context("fork")
+
+    def child():
+        # The inherited pool is the parent's: the child must open its own connection, and
+        # must not close or read from the parent's socket.
+        child_end.send(pool.add("inherited pool").kept)
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(timeout=30)
+    assert process.exitcode == 0 and parent_end.recv() is True
+    assert pool.add("after the fork").kept  # the parent's connection still works
+    payloads = sorted(item.payload for item in pool.pop(10).items)
+    assert payloads == ["after the fork", "before the fork", "inherited pool"]
+
+
+def test_clients_without_a_connection_pool_take_the_general_path(redqueue_server_url):
+    single = redis.Redis.from_url(redqueue_server_url, single_connection_client=True)
+    bound = script("read_atomic").bind(single, ["{t}:k"], [])
+    assert bound._pool is None  # a single-connection client is not shared by threads
+    assert bound("GET", 1, 0) == [None]
+    single.close()
