@@ -24,12 +24,7 @@ then per structure ``<kind>_common`` and the files it includes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import inspect
-import os
-import threading
-import weakref
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -37,6 +32,7 @@ from typing import Any
 
 import redis
 
+from .bound import BoundScript
 from .client import translate_error
 
 KeyOrArg = str | bytes | int | float
@@ -71,109 +67,8 @@ class LuaScript:
 
     def bind(self, client: Any, keys: Sequence[KeyOrArg], head: Sequence[KeyOrArg]) -> BoundScript:
         """This script with ``keys`` and the leading arguments ``head`` fixed (see
-        :class:`BoundScript`)."""
+        :class:`~.bound.BoundScript`)."""
         return BoundScript(self, client, keys, head)
-
-
-def _needs_command_name(pool: Any) -> bool:
-    """redis-py < 6 wants a command name for ``get_connection``; later versions deprecate it."""
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    return parameter is not None and parameter.default is inspect.Parameter.empty
-
-
-class _HeldConnection:
-    """A connection of ``pool`` that one thread (or greenlet) keeps for its hot-path calls,
-    given back to the pool when the thread ends (CPython then drops its thread-local values)."""
-
-    __slots__ = ("conn", "pid", "pool")
-
-    def __init__(self, pool: Any, name_args: tuple[str, ...]) -> None:
-        self.pool = pool
-        self.pid = os.getpid()
-        self.conn = pool.get_connection(*name_args)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
-            self.pool.release(self.conn)  # a pool reset by a fork ignores its parent's
-
-
-#: Per connection pool, the thread-local holder of each thread's connection.
-_held: weakref.WeakKeyDictionary[Any, threading.local] = weakref.WeakKeyDictionary()
-_held_lock = threading.Lock()
-
-
-def _holder(pool: Any) -> threading.local:
-    with _held_lock:
-        local = _held.get(pool)
-        if local is None:
-            local = _held[pool] = threading.local()
-        return local
-
-
-class BoundScript:
-    """A script whose keys and leading arguments are fixed, packed into protocol bytes once:
-    the producer's hot path (``pool_add_plain``), where one call is one round trip and
-    everything around it shows.
-
-    A call packs only its own arguments and runs EVALSHA on a connection the calling thread
-    keeps from the client's pool. redis-py's general command path (taking a connection from the
-    pool and giving it back, its retry wrapper and observability hooks, re-packing every
-    argument) costs more per call than the whole script does inside Redis (measured by
-    ``bench/pool_bench.py``'s producer table). What that path does for us is kept: the
-    connection belongs to the same pool (a fork gets fresh ones, Sentinel rediscovers the master
-    on reconnect), errors are translated the same way, NOSCRIPT loads the script, and a broken
-    connection (a restarted Redis, a failover) is dropped and the call handed to the general
-    path, which reconnects as it always did. A timeout is not retried: the script may have run.
-    Clients without a connection pool (Redis Cluster, a single-connection client) always take
-    the general path.
-    """
-
-    def __init__(
-        self, script: LuaScript, client: Any, keys: Sequence[KeyOrArg], head: Sequence[KeyOrArg]
-    ) -> None:
-        self.script = script
-        self.client = client
-        self.keys = list(keys)
-        self.head = list(head)
-        pool = getattr(client, "connection_pool", None)
-        if pool is None or getattr(client, "connection", None) is not None:
-            self._pool = None
-            return
-        self._pool = pool
-        self._local = _holder(pool)
-        self._name_args: tuple[str, ...] = ("EVALSHA",) if _needs_command_name(pool) else ()
-        self._encode = pool.get_encoder().encode
-        fixed = [b"EVALSHA", script.sha.encode(), b"%d" % len(self.keys)]
-        fixed += [self._encode(part) for part in (*self.keys, *self.head)]
-        self._fixed = len(fixed)
-        self._prefix = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in fixed)
-
-    def __call__(self, *tail: KeyOrArg) -> Any:
-        if self._pool is None:
-            return self.script(self.client, self.keys, [*self.head, *tail])
-        parts = [b"*%d\r\n" % (self._fixed + len(tail)), self._prefix]
-        for arg in tail:
-            data = arg if isinstance(arg, bytes) else self._encode(arg)
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        held = getattr(self._local, "held", None)
-        if held is None or held.pid != os.getpid():
-            held = self._local.held = _HeldConnection(self._pool, self._name_args)
-        conn = held.conn
-        try:
-            conn.send_packed_command([b"".join(parts)])
-            return conn.read_response()
-        except redis.exceptions.NoScriptError:
-            pass  # a restarted or new server: the general path loads it
-        except redis.exceptions.ResponseError as exc:
-            raise translate_error(exc, f"running {self.script.name}") from exc
-        except redis.exceptions.ConnectionError:
-            conn.disconnect()  # stale (Redis restarted, a failover): reconnect as redis-py does
-        except BaseException as exc:
-            conn.disconnect()  # a timeout or an interrupted read: the reply may still come
-            if isinstance(exc, redis.exceptions.RedisError):
-                raise translate_error(exc, f"running {self.script.name}") from exc
-            raise
-        return self.script(self.client, self.keys, [*self.head, *tail])
 
 
 INCLUDE = "--#include "

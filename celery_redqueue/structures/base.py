@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ..redis.bound import BoundScript
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
-from ..redis.lua import BoundScript, script
+from ..redis.lua import script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import DeadLetterTools

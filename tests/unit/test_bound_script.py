@@ -96,3 +96,44 @@ def test_clients_without_a_connection_pool_take_the_general_path(redqueue_server
     assert bound._pool is None  # a single-connection client is not shared by threads
     assert bound("GET", 1, 0) == [None]
     single.close()
+
+
+def test_a_pool_with_a_small_connection_limit_gets_each_connection_back(
+    make_pool, redqueue_server_url
+):
+    limited = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool.from_url(
+            redqueue_server_url, max_connections=1, timeout=5
+        )
+    )
+    pool = make_pool(capacity=100)
+    pool.client = limited
+    assert pool.add(1).kept
+    # Not kept by the thread: its next command needs the only connection (a kept one would
+    # make this wait 5 s and fail with "No connection available").
+    assert pool.stats().depth == 1 and pool.add(2).kept
+    limited.close()
+
+
+def test_threads_keep_at_most_half_of_the_connection_limit(make_pool, redqueue_server_url):
+    client = redis.Redis.from_url(redqueue_server_url, max_connections=4)
+    pool = make_pool(capacity=100)
+    pool.client = client
+    produced, done = threading.Barrier(4), threading.Event()
+
+    def produce(i):
+        pool.add(i)
+        produced.wait(timeout=30)
+        done.wait(timeout=30)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    produced.wait(timeout=30)  # every thread has produced and is still alive
+    assert in_use(client) == 2  # two threads keep one each; the third gave its back
+    assert pool.stats().depth == 3  # and the other commands still find connections
+    done.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert in_use(client) == 0
+    client.close()
