@@ -37,6 +37,11 @@ def command_calls(client: Any, command: str) -> int:
     return int(stats.get("calls", 0))
 
 
+def command_usec(client: Any, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("usec", 0))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400, help="requests per side")
@@ -89,21 +94,22 @@ def main(argv: list[str] | None = None) -> int:
             run(per)
         seconds = dict.fromkeys(sides, 0.0)
         trips = dict.fromkeys(sides, 0)
+        script_usec = dict.fromkeys(sides, 0)
         chunk = max(1, args.requests // ROUNDS)
         done = 0
         while done < args.requests:
             todo = min(chunk, args.requests - done)
             order = list(sides) if (done // chunk) % 2 == 0 else list(reversed(sides))
             for name in order:
-                before = command_calls(client, "evalsha") + command_calls(client, "lpush")
-                before += command_calls(client, "ping")
+                before = sum(command_calls(client, c) for c in ("evalsha", "lpush", "ping"))
+                usec_before = command_usec(client, "evalsha")
                 began = time.perf_counter()
                 for _ in range(todo):
                     sides[name](per)
                 seconds[name] += time.perf_counter() - began
-                after = command_calls(client, "evalsha") + command_calls(client, "lpush")
-                after += command_calls(client, "ping")
+                after = sum(command_calls(client, c) for c in ("evalsha", "lpush", "ping"))
                 trips[name] += after - before
+                script_usec[name] += command_usec(client, "evalsha") - usec_before
             done += todo
             print(f"  {done}/{args.requests} requests", file=sys.stderr)
 
@@ -112,19 +118,34 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"{args.requests} requests of {per} calls per side, interleaved, no worker")
         print()
-        print(f"| {'producer':<42} | {'calls/s':>9} | {'vs single':>9} | {'trips/request':>13} |")
-        print(f"|{'-' * 44}|{'-' * 11}|{'-' * 11}|{'-' * 15}|")
+        print(
+            f"| {'producer':<42} | {'calls/s':>9} | {'us/call':>7} | {'vs single':>9} |"
+            f" {'trips/request':>13} | {'Redis us/call':>13} |"
+        )
+        print(f"|{'-' * 44}|{'-' * 11}|{'-' * 9}|{'-' * 11}|{'-' * 15}|{'-' * 15}|")
         for name in sides:
             rate = calls / seconds[name]
+            redis_time = f"{script_usec[name] / calls:.1f}" if script_usec[name] else "-"
             print(
-                f"| {name:<42} | {rate:>9,.0f} | {rate / base:>8.1f}x |"
-                f" {trips[name] / args.requests:>13.2f} |"
+                f"| {name:<42} | {rate:>9,.0f} | {1e6 / rate:>7.1f} | {rate / base:>8.1f}x |"
+                f" {trips[name] / args.requests:>13.2f} | {redis_time:>13} |"
             )
         print()
         print(
             "trips/request: EVALSHA + LPUSH + PING commands the server counted per request "
             "(one command = one round trip here; the drain message a buffered flush sends is "
-            "an LPUSH and counted too)."
+            "an LPUSH and counted too). Redis us/call: time inside the pool's scripts "
+            "(INFO commandstats, cmdstat_evalsha) per call."
+        )
+        single = 1e6 * seconds["pooled .delay(), one call at a time"] / calls
+        held = 1e6 * seconds["pooled .delay() in `with task.buffer()`"] / calls
+        trip = 1e6 * seconds["raw PING round trips (one per call)"] / calls
+        print(
+            f"A buffered call costs {held:.1f} us: 1/{per} of a round trip "
+            f"({trip / per:.1f} us of the {trip:.0f} us PING) plus what every call costs anyway "
+            f"(checking, encoding and storing it: {held - trip / per:.1f} us). A single call "
+            f"costs {single:.0f} us, so the ratio grows with the round trip: about "
+            f"(RTT + {single - trip:.0f}) / (RTT/{per} + {held - trip / per:.1f})."
         )
         print(f"pool depth after the run: {pooled.pool.stats().depth}")
         delete_prefix(client, prefix)

@@ -28,15 +28,13 @@ local now = math.floor(now_ms())
 local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
 local result = {0, -1}
 if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
-  local entries, ages, at = {}, {}, string.format('%d', now)
+  local entries, ages, at, n = {}, {}, string.format('%d', now), 0
   for i = 5, #ARGV, 2 do
-    seq = seq + 1
+    seq, n = seq + 1, n + 2
     local member = string.format('%x:%s', seq, ARGV[i + 1])
-    entries[#entries + 1] = sample and ARGV[i] or seq
-    entries[#entries + 1] = member
-    ages[#ages + 1] = at
-    ages[#ages + 1] = member
-    result[#result + 1] = 1
+    entries[n - 1], entries[n] = sample and ARGV[i] or seq, member
+    ages[n - 1], ages[n] = at, member
+    result[n / 2 + 2] = 1
   end
   redis.call('ZADD', K_ITEMS, unpack(entries))
   redis.call('ZADD', K_AGES, unpack(ages))
