@@ -2,16 +2,17 @@
 -- per second and per minute, read by read_flow.lua and the figures (figures.py's _slots).
 -- A tick is one HINCRBY of the field named by its absolute second, "<kind>:<second>": every
 -- producer call ticks, so nothing is read first (a ring of "stamp value" slots, ticked per
--- second and per minute, cost three times as much, measured). On a kind's first tick in a
--- second, the seconds of minutes that ended over a minute ago are rolled into per-minute
--- fields, "<kind>:m<minute>", and minutes older than an hour are dropped, so the hash stays
--- bounded (at most ~120 second fields and 61 minute fields per kind). A minute's count is its
--- minute field plus its second fields not rolled yet: the reader adds both.
+-- second and per minute, cost three times as much, measured). Once a minute (the first tick
+-- of a kind in a second finds the field "rolled" older than this minute), the seconds of
+-- minutes that ended over a minute ago are rolled into per-minute fields, "<kind>:m<minute>",
+-- and minutes older than an hour are dropped: the hash stays bounded (about 120 second
+-- fields and 61 minute fields per kind). A minute's count is its minute field plus its second
+-- fields not rolled yet: the reader adds both.
 
 local FLOW_MINUTES = 60
 
 -- Roll second fields of minutes before `before_minute` into their minute fields; drop minute
--- fields (and stray fields) older than the hour. O(fields), at most once a second per kind.
+-- fields (and stray fields) older than the hour. O(fields), about once a minute.
 local function roll_flow(flow, before_minute)
   local sums, order, old = {}, {}, {}
   local fields = redis.call('HGETALL', flow)
@@ -19,7 +20,8 @@ local function roll_flow(flow, before_minute)
     local field = fields[i]
     local kind, is_minute, stamp = string.match(field, '^([^:]*):(m?)(%d+)$')
     stamp = tonumber(stamp)
-    if not stamp then
+    if field == 'rolled' then  -- the marker of the last roll stays
+    elseif not stamp then
       old[#old + 1] = field
     elseif is_minute == 'm' then
       if stamp <= before_minute - FLOW_MINUTES then old[#old + 1] = field end
@@ -48,6 +50,12 @@ local function tick(flow, kind, n, now)
   local command = n == math.floor(n) and 'HINCRBY' or 'HINCRBYFLOAT'
   -- The field holds exactly n only after the kind's first tick in this second.
   if tonumber(redis.call(command, flow, kind .. ':' .. sec, n)) == n then
-    roll_flow(flow, math.floor(sec / 60) - 1)
+    -- Rolling reads the whole hash, so it runs once a minute (the field "rolled" says when it
+    -- last ran), not on every kind's first tick of every second.
+    local minute = math.floor(sec / 60)
+    if tonumber(redis.call('HGET', flow, 'rolled')) ~= minute then
+      redis.call('HSET', flow, 'rolled', minute)
+      roll_flow(flow, minute - 1)
+    end
   end
 end

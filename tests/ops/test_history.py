@@ -88,3 +88,20 @@ def test_bucket_history_and_ring_bound(make_bucket, redqueue_redis):
     assert history.minutes_depth[-1] == 39
     # Bounded: per kind at most 60 per-second and 60 per-minute slots.
     assert redqueue_redis.hlen(bucket.keys("flow")) <= 4 * (WINDOW + HOUR) + HOUR
+
+
+def test_rolling_runs_once_a_minute(make_pool, redqueue_redis):
+    pool = make_pool(capacity=10_000)
+    away_from_a_minute_turn(redqueue_redis)
+    now_min = int(redqueue_redis.time()[0]) // 60
+    flow = pool.keys("flow")
+    old_second = f"in:{(now_min - 5) * 60}"
+    redqueue_redis.hset(flow, mapping={old_second: 3, "rolled": now_min})
+    pool.add(1)  # this minute was rolled already: the hash is not read again
+    assert redqueue_redis.hget(flow, old_second) == b"3"
+    redqueue_redis.hset(flow, "rolled", now_min - 1)
+    redqueue_redis.hdel(flow, f"in:{int(redqueue_redis.time()[0])}")  # a new second's first tick
+    pool.add(2)
+    assert not redqueue_redis.hexists(flow, old_second)
+    assert float(redqueue_redis.hget(flow, f"in:m{now_min - 5}")) == 3
+    assert int(redqueue_redis.hget(flow, "rolled")) == now_min
