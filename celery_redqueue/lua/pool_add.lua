@@ -8,8 +8,8 @@
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status: 0 refused, 1 kept, 2 kept and an older entry evicted, 3 merged into an equal entry,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log N).
--- The hot path (one call, no dedupe id, no delay, a pool with room) is ~10 commands: what a
--- call does not use (dedupe, the delayed set, the wake key) costs nothing.
+-- Calls with no dedupe id and no delay run pool_add_plain instead (pool.py's _add_plain); here
+-- what a call does not use (dedupe, the delayed set, the wake key) still costs nothing.
 --#include pool_common
 --#include pool_offer
 local window = tonumber(ARGV[5])
@@ -34,12 +34,7 @@ if dedupe then forget_expired(K_DEDUPE, now) end
 local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
 local c = {accepted = 0, rejected = 0, evicted = 0, queued = 0, duplicates = 0, delayed = 0}
 local result = {0, -1}
-if not dedupe and not any_delay and not COALESCE
-    and redis.call('ZCARD', K_ITEMS) + calls <= CAPACITY then
-  offer_plain(seq, now, result, c)
-else
-  offer_each(seq, now, dedupe, window, result, c)
-end
+offer_each(seq, now, dedupe, window, result, c)
 
 -- One HINCRBY per counter that moved (add_counts skips zeros).
 c.offered = c.accepted + c.rejected

@@ -1,25 +1,7 @@
 -- Offering calls to a pool (spliced in by pool_add.lua after pool_common): the calls are
 -- ARGV[6], ARGV[7], ... in groups of 4 (score, payload, dedupe id, delay ms); each appends its
--- status to `result` and adds to the counters in `c`.
-
--- The common case in one ZADD per zset: plain calls (no dedupe id, no delay) that all fit in a
--- pool that does not coalesce are each kept as they come (status 1): nothing is evicted or
--- merged, so the per-call admission of offer_each would only repeat ZCARD.
-local function offer_plain(seq, now, result, c)
-  local entries, ages = {}, {}
-  for i = 6, #ARGV, 4 do
-    seq = seq + 1
-    local member = string.format('%x:%s', seq, ARGV[i + 1])
-    entries[#entries + 1] = POLICY == 'sample' and ARGV[i] or seq
-    entries[#entries + 1] = member
-    ages[#ages + 1] = now
-    ages[#ages + 1] = member
-    result[#result + 1] = 1
-  end
-  redis.call('ZADD', K_ITEMS, unpack(entries))
-  redis.call('ZADD', K_AGES, unpack(ages))
-  c.accepted, c.queued = c.accepted + (#ARGV - 5) / 4, c.queued + (#ARGV - 5) / 4
-end
+-- status to `result` and adds to the counters in `c`. (Calls with no dedupe id and no delay
+-- never come here: pool_add_plain keeps them.)
 
 -- Every call on its own: refused as a duplicate, held until due, or admitted under the policy.
 local function offer_each(seq, now, dedupe, window, result, c)
