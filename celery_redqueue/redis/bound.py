@@ -130,10 +130,15 @@ class BoundScript:
             data = arg if isinstance(arg, bytes) else self._encode(arg)
             parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
         packed = b"".join(parts)
-        held = self._held()
+        try:
+            held = self._held()
+            conn = held.conn if held is not None else pool.get_connection(*self._name_args)
+        except redis.exceptions.RedisError:
+            # No connection to be had (Redis down): the general path tries as it always did
+            # and raises the translated error.
+            return self.script(self.client, self.keys, [*self.head, *tail])
         if held is not None:
-            return self._send(held.conn, packed, tail)
-        conn = pool.get_connection(*self._name_args)
+            return self._send(conn, packed, tail)
         try:
             return self._send(conn, packed, tail)
         finally:

@@ -137,3 +137,25 @@ def test_threads_keep_at_most_half_of_the_connection_limit(make_pool, redqueue_s
         thread.join(timeout=30)
     assert in_use(client) == 0
     client.close()
+
+
+def test_a_thread_that_finds_redis_down_gets_the_packages_error(make_pool, client):
+    from celery_redqueue.errors import RedisUnavailableError
+
+    pool = make_pool(capacity=100)
+    pool.client = client
+    assert pool.add(1).kept  # registered, and this thread keeps a connection
+    client.connection_pool.connection_kwargs["port"] = 1  # new connections go nowhere
+    errors = []
+
+    def produce():
+        try:
+            pool.add(2)
+        except Exception as exc:  # the type is what is checked
+            errors.append(exc)
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    worker.join(timeout=60)
+    assert len(errors) == 1 and isinstance(errors[0], RedisUnavailableError), errors
+    assert pool.add(3).kept  # this thread's kept connection is still up
