@@ -8,7 +8,7 @@
 -- KEYS[4] drains          string: number of drain jobs pending; absent when none is
 -- KEYS[5] receives        hash: member -> times handed out so far (returned entries only)
 -- KEYS[6] ages            zset: member -> when (ms) it was first offered
--- KEYS[7] flow            hash: per-second ring counters for the last minute
+-- KEYS[7] flow            hash: per-second and per-minute flow counters (flow.lua)
 -- KEYS[8] scheduled       zset: "id:score:payload" -> due time (ms)
 -- KEYS[9] dedupe          zset: dedupe id -> end of its window (ms)
 -- KEYS[10] wake           string: when (ms) a sleeping drain job wakes up

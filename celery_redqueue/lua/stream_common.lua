@@ -4,13 +4,13 @@
 -- KEYS[1] events  stream: entries with fields d (payload), n (sequence number), k (partition
 --                 key, optional), to (the one group a requeued dead letter is for, optional)
 -- KEYS[2] stats   hash: seq (last sequence number given), published, requeued, trimmed
--- KEYS[3] flow    hash: per-second ring counters ("in") for the last minute
+-- KEYS[3] flow    hash: flow counters ("in"; flow.lua)
 -- KEYS[4] groups  hash: group -> when (ms) it was created
 -- KEYS[5] dead    list: dead letters, "json NL payload"
 -- Scripts that act for one group receive that group's keys next (streams.GROUP_PARTS):
 -- KEYS[6] gstats  hash: last_seq (sequence number of the last entry read), delivered,
 --                 redelivered, processed, retried, dead, missed, lost, guard_skipped, cursor
--- KEYS[7] gflow   hash: per-second ring counters ("out", "busy", "done")
+-- KEYS[7] gflow   hash: flow counters ("out", "busy", "done"; flow.lua)
 -- KEYS[8] drain   string: the drain lease; present while a drain job is pending or running
 -- KEYS[9] done    zset: entry id -> end of its processed-guard window (ms)
 -- KEYS[10] busy   hash: "k:" key -> entry id in flight, "i:" id -> key (ordered groups)

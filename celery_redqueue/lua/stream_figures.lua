@@ -3,8 +3,8 @@
 -- ARGV[1] group.
 -- Reply: {stream stats flat, group stats flat, stream flow flat, group flow flat,
 -- pending count, oldest pending id or '', sequence number of the oldest kept entry or '',
--- stream length, now ms, group exists (1|0)}. Bounded: hashes of a few dozen fields, rings of
--- 60 slots, XPENDING's summary form.
+-- stream length, now ms, group exists (1|0)}. Bounded: hashes of a few dozen fields, flow hashes of
+-- ~180 fields per kind, XPENDING's summary form.
 --#include stream_common
 local group = ARGV[1]
 local exists = redis.call('HEXISTS', K_GROUPS, group)

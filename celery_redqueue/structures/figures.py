@@ -150,7 +150,7 @@ def ring_history(flow: Mapping[bytes, bytes], now_ms: float) -> History:
 def read_flow(
     client: Any, stats_key: str, flow_key: str, ages_key: str, depth_field: str = ""
 ) -> tuple[dict[str, int], dict[bytes, bytes], float | None, float]:
-    """Counters, the flow rings, oldest offer time (ms) and the server time (ms), read in one
+    """Counters, the flow fields, oldest offer time (ms) and the server time (ms), read in one
     script on the structure's node so they agree with each other. With ``depth_field``, the
     script also records the depth it saw in this minute's history slot."""
     stats, flow, oldest, now = script("read_flow")(
