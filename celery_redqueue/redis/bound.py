@@ -24,6 +24,14 @@ from .client import translate_error
 if TYPE_CHECKING:
     from .lua import KeyOrArg, LuaScript
 
+#: Replies that mean "ask another node" (or "not now") on Redis Cluster.
+_REDIRECTED: tuple[type[Exception], ...] = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
 #: A thread keeps a connection only while fewer than this share of the pool's connection limit
 #: is kept by threads: the rest stays free for every other command (redis-py 8's pools allow
 #: 100 connections by default, BlockingConnectionPool 50; a limit of 1 keeps none).
@@ -96,8 +104,11 @@ class BoundScript:
     rediscovers the master on reconnect), errors are translated the same way, NOSCRIPT loads the
     script, and a broken connection (a restarted Redis, a failover) is dropped and the call
     handed to the general path, which reconnects as it always did. A timeout is not retried:
-    the script may have run. Clients without a connection pool (Redis Cluster, a
-    single-connection client) always take the general path.
+    the script may have run. On Redis Cluster the call goes to the master serving the keys'
+    slot (every script's keys share one hash tag), from the cluster client's slot table; a
+    redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) hands the call to the cluster client, which
+    follows it, and the next call binds again. A single-connection client always takes the
+    general path.
     """
 
     def __init__(
@@ -107,21 +118,36 @@ class BoundScript:
         self.client = client
         self.keys = list(keys)
         self.head = list(head)
-        pool = getattr(client, "connection_pool", None)
+        self._cluster = hasattr(client, "get_node_from_key")
+        self._bind()
+
+    def _bind(self) -> None:
+        """Pack the fixed part for the connection pool the calls will use: the client's own, or
+        on Redis Cluster that of the master serving the keys' slot (from the client's slot
+        table; rebound after a redirection). None: every call takes the general path."""
+        self._stale = False
+        target = self.client
+        if self._cluster:
+            target = None
+            with contextlib.suppress(Exception):  # an uncovered slot: the general path says so
+                target = self.client.get_node_from_key(self.keys[0]).redis_connection
+        pool = getattr(target, "connection_pool", None)
         self._pool: Any = pool
-        if pool is None or getattr(client, "connection", None) is not None:
+        if pool is None or getattr(target, "connection", None) is not None:
             self._pool = None
             return
         self._holders = _holders_of(pool)
         self._name_args: tuple[str, ...] = ("EVALSHA",) if _needs_command_name(pool) else ()
         self._encode = pool.get_encoder().encode
-        fixed = [b"EVALSHA", script.sha.encode(), b"%d" % len(self.keys)]
+        fixed = [b"EVALSHA", self.script.sha.encode(), b"%d" % len(self.keys)]
         fixed += [self._encode(part) for part in (*self.keys, *self.head)]
         self._fixed = len(fixed)
         self._prefix = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in fixed)
 
     def __call__(self, *tail: KeyOrArg) -> Any:
         """Run the script with ``tail`` after the fixed arguments; returns its reply."""
+        if self._stale:
+            self._bind()
         pool = self._pool
         if pool is None:
             return self.script(self.client, self.keys, [*self.head, *tail])
@@ -171,10 +197,15 @@ class BoundScript:
             return conn.read_response()
         except redis.exceptions.NoScriptError:
             pass  # a restarted or new server: the general path loads it
+        except _REDIRECTED:
+            # The slot moved, or the cluster is changing: the general path follows the
+            # redirection and updates the slot table, and the next call binds again.
+            self._stale = self._cluster
         except redis.exceptions.ResponseError as exc:
             raise translate_error(exc, f"running {self.script.name}") from exc
         except redis.exceptions.ConnectionError:
             conn.disconnect()  # stale (Redis restarted, a failover): reconnect as redis-py does
+            self._stale = self._cluster  # a cluster may have a new master for the slot
         except BaseException as exc:
             conn.disconnect()  # a timeout or an interrupted read: the reply may still come
             if isinstance(exc, redis.exceptions.RedisError):

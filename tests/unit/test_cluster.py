@@ -75,3 +75,39 @@ def test_bucket_works_across_cluster_nodes(cluster_client, redqueue_prefix):
         figures = bucket.figures()
         assert figures.depth + figures.in_flight + figures.delayed >= 1
         assert bucket.key_stats("a").interval == pytest.approx(0.002)
+
+
+def _move_slot(client, slot, source, target):
+    """Move ``slot`` (with its keys) from the master ``source`` to ``target`` as redis-cli
+    --cluster reshard does: IMPORTING/MIGRATING, MIGRATE the keys, then SETSLOT NODE on every
+    master."""
+    masters = {n.name: n.redis_connection for n in client.get_primaries()}
+    ids = {name: conn.execute_command("CLUSTER MYID").decode() for name, conn in masters.items()}
+    masters[target].execute_command("CLUSTER SETSLOT", slot, "IMPORTING", ids[source])
+    masters[source].execute_command("CLUSTER SETSLOT", slot, "MIGRATING", ids[target])
+    host, port = target.rsplit(":", 1)
+    while keys := masters[source].execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+        masters[source].execute_command("MIGRATE", host, port, "", 0, 5000, "KEYS", *keys)
+    for conn in masters.values():
+        conn.execute_command("CLUSTER SETSLOT", slot, "NODE", ids[target])
+
+
+def test_the_bound_producer_follows_a_slot_that_moved(cluster_client, redqueue_prefix):
+    pool = CappedPool(cluster_client, "moving", 1000, prefix=redqueue_prefix)
+    assert all(r.kept for r in (pool.add(i) for i in range(10)))
+    bound = pool._bound("pool_add_plain", pool._plain_keys)
+    slot = cluster_client.keyslot(pool.keys("items"))
+    first = cluster_client.nodes_manager.slots_cache[slot][0]
+    assert bound._pool is first.redis_connection.connection_pool  # bound to the slot's master
+    target = next(n.name for n in cluster_client.get_primaries() if n.name != first.name)
+    _move_slot(cluster_client, slot, first.name, target)
+    try:
+        # The first call meets MOVED and is handed to the cluster client; later ones bind
+        # to the new master.
+        assert all(r.kept for r in (pool.add(i) for i in range(10, 20)))
+        assert bound._pool.connection_kwargs["port"] == int(target.rsplit(":", 1)[1])
+        stats = pool.stats()
+        assert (stats.offered, stats.depth) == (20, 20)
+        assert sorted(item.payload for item in pool.pop(100).items) == list(range(20))
+    finally:
+        _move_slot(cluster_client, slot, target, first.name)  # the cluster is shared
