@@ -57,7 +57,7 @@ class Structure(DeadLetterTools):
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
         self._registered = False
-        self._bound_scripts: dict[str, BoundScript] = {}
+        self._bound_scripts: dict[tuple[str, Any], BoundScript] = {}
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this structure (the registry keeps it)."""
@@ -79,17 +79,20 @@ class Structure(DeadLetterTools):
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
 
-    def _bound(self, name: str, keys: Sequence[str]) -> BoundScript:
-        """Script ``name`` bound to this structure's client, ``keys`` and common head, for a
-        hot path that calls it with its own arguments only (made once per structure; the
-        settings in the head do not change after construction)."""
-        bound = self._bound_scripts.get(name)
+    def _bound(
+        self, name: str, keys: Sequence[str], head: Sequence[Any] = (), variant: Any = None
+    ) -> BoundScript:
+        """Script ``name`` bound to this structure's client, ``keys``, common head and then
+        ``head``, for a hot path that calls it with its own arguments only. Made once per
+        structure and ``variant`` (what ``keys`` and ``head`` depend on, such as a stream's
+        groups; the settings in the common head do not change after construction)."""
+        bound = self._bound_scripts.get((name, variant))
         if bound is None:
             if not self._registered:
                 catalog.register(self.client, self.keys, self.settings())
                 self._registered = True
-            bound = self._bound_scripts[name] = script(name).bind(
-                self.client, keys, self._script_head()
+            bound = self._bound_scripts[name, variant] = script(name).bind(
+                self.client, keys, [*self._script_head(), *head]
             )
         return bound
 

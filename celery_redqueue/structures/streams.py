@@ -171,14 +171,18 @@ class EventStream(Structure):
     def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
         # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
-        groups = self.declared
-        keys = list(self._keys)
-        for group in groups:
-            keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
-        args: list[Any] = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
+        groups = tuple(self.declared)
+        publish = self._bound_scripts.get(("stream_publish", groups))
+        if publish is None:
+            keys = list(self._keys)
+            for group in groups:
+                keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
+            head = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
+            publish = self._bound("stream_publish", keys, head, variant=groups)
+        args: list[Any] = []
         for data, key in prepared:
             args += [data, key, ""]
-        ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
+        ids, trimmed, armed = publish(*args)
         woken = [g.decode() for g in armed]
         if woken and self.on_wake is not None:
             self.on_wake(woken)
