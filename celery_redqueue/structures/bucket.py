@@ -58,7 +58,7 @@ from .bucket_types import (
     parse_rate,
     validate_bucket_options,
 )
-from .figures import Figures, structure_figures
+from .figures import Figures, structure_figures, unfold
 
 __all__ = [
     "OVERFLOWS",
@@ -236,6 +236,12 @@ class LeakyBucket(Structure, BucketProducer):
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
+        if (
+            len(encoded) == 1
+            and delay_ms == 0
+            and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+        ):
+            return [self._enqueue_plain(*encoded[0])]
         args: list[Any] = [self.dedupe_window_ms]
         if dedupe_ids is None:
             for key, data in encoded:
@@ -253,6 +259,15 @@ class LeakyBucket(Structure, BucketProducer):
                 statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None
             )
         return results
+
+    def _enqueue_plain(self, key: str, data: bytes) -> EnqueueResult:
+        """One item with no dedupe id and no delay: the smaller script, run bound (its keys
+        and settings packed once)."""
+        send, wake_ms, status = self._bound("bucket_enqueue_plain", self._keys)(key, data)
+        if send == 1 or wake_ms >= 0:
+            return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
+        result: EnqueueResult = _QUIET_RESULTS[status]
+        return result
 
     # Consuming
 
@@ -361,7 +376,7 @@ class LeakyBucket(Structure, BucketProducer):
                 self.client,
                 [("HGETALL", self.keys("stats"), ()), ("ZCARD", self.keys("ready"), ())],
             )
-        counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
+        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
         extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
         return BucketStats(
