@@ -46,6 +46,7 @@ from ..redis.serializers import Serializer
 from ..validation import renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .bucket_types import (
+    _QUIET_RESULTS,
     OVERFLOWS,
     BucketStats,
     EnqueueResult,
@@ -55,6 +56,7 @@ from .bucket_types import (
     Reservation,
     _check_burst,
     _check_key,
+    _enqueue_result,
     parse_rate,
     validate_bucket_options,
 )
@@ -73,7 +75,7 @@ __all__ = [
     "validate_bucket_options",
 ]
 
-#: The keys every bucket script receives, in this order (see lua/bucket_enqueue.lua).
+#: The keys every bucket script receives, in this order (lua/bucket_common.lua names them).
 # fmt: off
 PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
@@ -430,21 +432,3 @@ class LeakyBucket(Structure, BucketProducer):
             interval=interval_ms / 1000.0,
             burst=burst,
         )
-
-
-def _enqueue_result(
-    status: int, drain_needed: bool = False, wake_in: float | None = None
-) -> EnqueueResult:
-    return EnqueueResult(
-        queued=status in (1, 2),
-        dropped_oldest=status == 2,
-        drain_needed=drain_needed,
-        duplicate=status == 4,
-        delayed=status == 5,
-        wake_in=wake_in,
-    )
-
-
-#: The result of each status when the item asks for no drain job: results are frozen, so the
-#: producer path hands out these instead of building one per item.
-_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))
