@@ -2,8 +2,8 @@
 -- the key eligible, and plan the drain job it needs. bucket_enqueue does the same for batches,
 -- dedupe ids and delays; this one receives less and does less, because it runs on every call:
 -- an item for a key with room is kept in about nine commands, and the helpers a full key needs
--- (bucket_common's) are only defined on that path (defining them costs more than the whole
--- common case, measured).
+-- (bucket_common's) are only defined on that path (defining them on every call added 4-5 us to
+-- a call of about 20 us inside Redis 6.2, measured).
 -- KEYS and ARGV[1..7]: see bucket_common.lua.
 -- ARGV[8] key
 -- ARGV[9] payload
@@ -51,7 +51,8 @@ local now = now_ms()
 local at = math.floor(now)
 -- Ids need only be unique (the batch path takes them from the same field).
 local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
--- The new tail, less one, is the item's position (an empty key has no head or tail field).
+-- HINCRBY answers the new tail; the item goes at the old one (a key that emptied has no head or
+-- tail field: both start again at 0).
 local position = redis.call('HINCRBY', K_TAILS, key, 1) - 1
 redis.call('HSET', K_ITEMS, key .. '\0' .. position, '0:' .. id .. ':' .. at .. ':' .. payload)
 -- One folded counter for enqueued and depth (figures.unfold and read_flow.lua read it).
