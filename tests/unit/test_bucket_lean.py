@@ -78,7 +78,7 @@ def scenario(bucket, enqueue):
     replies = [enqueue(bucket, "a", 1), enqueue(bucket, "a", 2), enqueue(bucket, "b", 3)]
     replies += [enqueue(bucket, "a", i) for i in range(4, 7)]  # past a cap of 3 on "a"
     first = bucket.poll().reservation  # "a" waits a minute now (rate 1/m)
-    replies.append(enqueue(bucket, "a", 7))  # an ordered key: one item in flight
+    replies.append(enqueue(bucket, "a", 7))  # ordered: "a" waits for its item in flight
     second = bucket.poll().reservation
     bucket.commit(second)
     # No drain job running, nothing eligible now: the next enqueue schedules a wake-up...
