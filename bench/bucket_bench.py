@@ -52,8 +52,10 @@ which leaves out the network and the Python client.
 
 Part 3, producer cost (``--producer-calls`` calls per side, no worker): a bucket task's
 ``.delay()`` (keys cycling over 100 users) beside plain Celery ``.delay()``, a raw PING round trip,
-a raw one-command EVALSHA and a bare ``bucket_enqueue`` call, with ``bucket_enqueue``'s server
-time per call (see ``producer_cost.py``).
+a raw one-command EVALSHA and a bare ``bucket_enqueue_plain`` call (the script a call with no
+dedupe id and no delay runs), with each script's server time per call (see ``producer_cost.py``);
+and a bare call of the batch script ``bucket_enqueue`` with one item, which every call ran
+before ``bucket_enqueue_plain``: its server time beside the plain script's, from the same run.
 """
 
 from __future__ import annotations
@@ -575,7 +577,8 @@ def run_cost(server: EmbeddedRedis, n: int, large: int, block: int) -> dict[str,
     return {"cost": ratio <= TARGET_COST_RATIO}
 
 
-BUCKET_SIDE = "bucket .delay() (bucket_enqueue)"
+BUCKET_SIDE = "bucket .delay() (bucket_enqueue_plain)"
+BATCH_SIDE = "raw EVALSHA of bucket_enqueue (the batch script, one item)"
 PLAIN_SIDE = "plain Celery .delay()"
 
 
@@ -599,12 +602,22 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
     bucket = bucketed.bucket
     client = bucket.client
     payload = bucket.encode([["user-0", "page_view"], {}])
+    # The bare scripts write into twin buckets, so the task's bucket holds exactly its calls.
+    # A call with no dedupe id and no delay runs bucket_enqueue_plain bound, as bucket.py's
+    # _enqueue_plain does (so the bare call differs from .delay() by redqueue's Python only);
+    # the batch script, which every call ran before (through redis-py's evalsha), beside it.
     twin = LeakyBucket(client, "bench.bucketed.twin", prefix=bucket.keys.prefix)
-    twin_head = [*twin._script_head(), bucket.dedupe_window_ms]
-    enqueue = script("bucket_enqueue")
+    batch_twin = LeakyBucket(client, "bench.bucketed.batch", prefix=bucket.keys.prefix)
+    plain_script = twin._bound("bucket_enqueue_plain", twin._keys)
+    batch_script = script("bucket_enqueue")
 
     def same_script(i: int) -> Any:
-        return enqueue(client, twin._keys, [*twin_head, users[i % 100], payload, "", 0])
+        return plain_script(users[i % 100], payload)
+
+    def batch_calls(chunk: range) -> None:
+        head = [*batch_twin._script_head(), batch_twin.dedupe_window_ms]
+        for i in chunk:
+            batch_script(client, batch_twin._keys, [*head, users[i % 100], payload, "", 0])
 
     def bucket_calls(chunk: range) -> None:
         for i in chunk:
@@ -625,6 +638,7 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
             BUCKET_SIDE: bucket_calls,
             PLAIN_SIDE: plain_calls,
             **raw_sides(client, raw_key, payload, same_script),
+            BATCH_SIDE: batch_calls,
         },
     )
     stats = bucket.stats()

@@ -20,7 +20,7 @@
 -- KEYS[16] scheduled zset: "id key NUL payload" -> due time (ms) of a delayed item
 -- KEYS[17] dedupe    zset: dedupe id -> end of its window (ms)
 -- KEYS[18] done      zset: item id -> end of its processed-guard window (ms)
--- KEYS[19] flow      hash: per-second ring counters for the last minute
+-- KEYS[19] flow      hash: per-second and per-minute counters (flow.lua)
 -- Common ARGV: [1] default interval ms, [2] default burst, [3] ordered (1|0),
 -- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),
 -- [6] drain lease ms (see drain_lease.lua), [7] max receives. Script-specific ARGV start at 8.

@@ -46,6 +46,7 @@ from ..redis.serializers import Serializer
 from ..validation import renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .bucket_types import (
+    _QUIET_RESULTS,
     OVERFLOWS,
     BucketStats,
     EnqueueResult,
@@ -55,10 +56,11 @@ from .bucket_types import (
     Reservation,
     _check_burst,
     _check_key,
+    _enqueue_result,
     parse_rate,
     validate_bucket_options,
 )
-from .figures import Figures, structure_figures
+from .figures import Figures, structure_figures, unfold
 
 __all__ = [
     "OVERFLOWS",
@@ -73,7 +75,7 @@ __all__ = [
     "validate_bucket_options",
 ]
 
-#: The keys every bucket script receives, in this order (see lua/bucket_enqueue.lua).
+#: The keys every bucket script receives, in this order (lua/bucket_common.lua names them).
 # fmt: off
 PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
@@ -236,6 +238,12 @@ class LeakyBucket(Structure, BucketProducer):
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
+        if (
+            len(encoded) == 1
+            and delay_ms == 0
+            and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+        ):
+            return [self._enqueue_plain(*encoded[0])]
         args: list[Any] = [self.dedupe_window_ms]
         if dedupe_ids is None:
             for key, data in encoded:
@@ -253,6 +261,15 @@ class LeakyBucket(Structure, BucketProducer):
                 statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None
             )
         return results
+
+    def _enqueue_plain(self, key: str, data: bytes) -> EnqueueResult:
+        """One item with no dedupe id and no delay: the smaller script, run bound (its keys
+        and settings packed once)."""
+        send, wake_ms, status = self._bound("bucket_enqueue_plain", self._keys)(key, data)
+        if send == 1 or wake_ms >= 0:
+            return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
+        result: EnqueueResult = _QUIET_RESULTS[status]
+        return result
 
     # Consuming
 
@@ -361,7 +378,7 @@ class LeakyBucket(Structure, BucketProducer):
                 self.client,
                 [("HGETALL", self.keys("stats"), ()), ("ZCARD", self.keys("ready"), ())],
             )
-        counters = {k.decode(): int(v) for k, v in pairs(flat).items()}
+        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
         extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
         return BucketStats(
@@ -415,21 +432,3 @@ class LeakyBucket(Structure, BucketProducer):
             interval=interval_ms / 1000.0,
             burst=burst,
         )
-
-
-def _enqueue_result(
-    status: int, drain_needed: bool = False, wake_in: float | None = None
-) -> EnqueueResult:
-    return EnqueueResult(
-        queued=status in (1, 2),
-        dropped_oldest=status == 2,
-        drain_needed=drain_needed,
-        duplicate=status == 4,
-        delayed=status == 5,
-        wake_in=wake_in,
-    )
-
-
-#: The result of each status when the item asks for no drain job: results are frozen, so the
-#: producer path hands out these instead of building one per item.
-_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))

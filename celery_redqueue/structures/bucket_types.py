@@ -204,3 +204,21 @@ def validate_bucket_options(
     positive_int(name("max_depth", "max_depth"), max_depth, optional=True)
     one_of(name("overflow", "overflow"), overflow, OVERFLOWS)
     positive_int(name("max_drains", "max_drains"), max_drains)
+
+
+def _enqueue_result(
+    status: int, drain_needed: bool = False, wake_in: float | None = None
+) -> EnqueueResult:
+    return EnqueueResult(
+        queued=status in (1, 2),
+        dropped_oldest=status == 2,
+        drain_needed=drain_needed,
+        duplicate=status == 4,
+        delayed=status == 5,
+        wake_in=wake_in,
+    )
+
+
+#: The result of each status when the item asks for no drain job: results are frozen, so the
+#: producer path hands out these instead of building one per item.
+_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))
