@@ -33,10 +33,18 @@ from types import TracebackType
 from typing import TypeVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ..errors import RedisServerNotFound
 
 MIN_VERSION = (6, 2)
+
+
+def no_retry() -> Retry:
+    """For probes of a server that may not listen yet: redis-py 8 retries a refused connection
+    with backoff by default, which turns each "not yet" into seconds of waiting."""
+    return Retry(NoBackoff(), 0)
 
 
 def _version(binary: str) -> tuple[int, ...]:
@@ -238,7 +246,7 @@ class EmbeddedRedis(_Running):
         )
 
     def _wait_ready(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, retry=no_retry())
         deadline = time.monotonic() + self.startup_timeout
         try:
             while time.monotonic() < deadline:

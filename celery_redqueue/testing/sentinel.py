@@ -22,7 +22,14 @@ from pathlib import Path
 import redis
 
 from ..errors import RedisServerNotFound
-from .embedded import EmbeddedRedis, _free_port, _Running, _terminate, find_server_binary
+from .embedded import (
+    EmbeddedRedis,
+    _free_port,
+    _Running,
+    _terminate,
+    find_server_binary,
+    no_retry,
+)
 
 
 class EmbeddedSentinel(_Running):
@@ -75,7 +82,7 @@ class EmbeddedSentinel(_Running):
         raise RedisServerNotFound(f"sentinel did not start; see {self._tmp.name}")
 
     def _wait_ready(self, timeout: float = 20.0) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, retry=no_retry())
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -209,7 +216,9 @@ class EmbeddedSentinelGroup(_Running):
             except RedisServerNotFound:
                 port = old_port
             if port != old_port:
-                client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+                client = redis.Redis(
+                    host="127.0.0.1", port=port, socket_timeout=1, retry=no_retry()
+                )
                 try:
                     if client.info("replication").get("role") == "master":
                         return host, port
