@@ -1,0 +1,260 @@
+"""Fault hunt on the lean producer path (issue 12): the bound script's held connection under
+timeouts and restarts, the flow counters (one HINCRBY per second, rolled once a minute) and the
+cached JSON encoder. Real Redis servers throughout; every wait is bounded."""
+
+import datetime
+import decimal
+import json
+import time
+import uuid
+
+import pytest
+import redis
+
+from celery_redqueue.errors import RedQueueError, SerializationError
+from celery_redqueue.redis.serializers import JSONSerializer
+from celery_redqueue.structures.bucket import LeakyBucket
+from celery_redqueue.structures.pool import CappedPool
+from celery_redqueue.testing.embedded import EmbeddedRedis
+
+
+def server_second(client):
+    seconds, _micros = client.time()
+    return int(seconds)
+
+
+# --- flow counters -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_whole_and_fractional_busy_seconds_in_one_second_both_count(make_pool, redqueue_redis):
+    """ack(seconds=0.5) then ack(seconds=1.0) in the same server second: the second tick must
+    add to the field the first one made a float, not fail the ack half-way."""
+    pool = make_pool(capacity=100)
+    for _attempt in range(10):
+        for i in range(2):
+            pool.add(i)
+        first, second = pool.pop(1), pool.pop(1)
+        before = server_second(redqueue_redis)
+        pool.ack(first, seconds=0.5)
+        pool.ack(second, seconds=1.0)  # failed with "hash value is not an integer"
+        if server_second(redqueue_redis) == before:
+            break
+    else:
+        pytest.skip("could not fit two acks into one server second")
+    busy = redqueue_redis.hget(pool.keys("flow"), f"busy:{before}")
+    assert float(busy) == 1.5
+    stats = pool.stats()
+    assert stats.processed == stats.offered == 2 * (_attempt + 1)
+
+
+@pytest.mark.timeout(60)
+def test_fractional_then_whole_busy_on_a_bucket_too(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", default_burst=1000)
+    for _attempt in range(10):
+        bucket.enqueue("k", 1)
+        bucket.enqueue("k", 2)
+        first, second = bucket.dequeue(), bucket.dequeue()
+        assert first is not None and second is not None
+        before = server_second(bucket.client)
+        assert bucket.commit(first, seconds=0.25)
+        assert bucket.commit(second, seconds=2.0)
+        if server_second(bucket.client) == before:
+            break
+    else:
+        pytest.skip("could not fit two commits into one server second")
+    assert float(bucket.client.hget(bucket.keys("flow"), f"busy:{before}")) == 2.25
+
+
+@pytest.mark.timeout(60)
+def test_old_minutes_roll_into_minute_fields_and_the_hash_stays_bounded(make_pool, redqueue_redis):
+    """Three hours of second fields written directly, then one tick (an 'out'-only one: a
+    consumer that never offers): the hour's minutes keep their exact sums (fractions too),
+    everything older is gone."""
+    pool = make_pool(capacity=100)
+    pool.add("x")  # 'in' ticks now; from here only 'out' ticks
+    batch = pool.pop(1)
+    assert len(batch.items) == 1
+    flow = pool.keys("flow")
+    now_min = server_second(redqueue_redis) // 60
+    fields = {}
+    for minute in range(now_min - 180, now_min - 1):
+        for second in (3, 17, 59):
+            fields[f"out:{minute * 60 + second}"] = 2
+            fields[f"busy:{minute * 60 + second}"] = 0.125
+    redqueue_redis.hset(flow, mapping=fields)
+    redqueue_redis.hset(flow, "rolled", now_min - 1)
+    redqueue_redis.hdel(flow, *[f for f in redqueue_redis.hkeys(flow) if f.startswith(b"in:")])
+    # One ack: the first 'out' tick of its second rolls.
+    assert pool.ack(batch, seconds=0.5)
+    names = [f.decode() for f in redqueue_redis.hkeys(flow)]
+    assert len(names) < 3 * 61 + 3 * 120 + 3
+    assert redqueue_redis.hget(flow, "rolled") is not None
+    now_min = server_second(redqueue_redis) // 60
+    for name in names:
+        _kind, _, slot = name.partition(":")
+        if slot.startswith("m"):
+            assert int(slot[1:]) > now_min - 61, name
+    history = pool.figures().history
+    assert history is not None
+    by_minute = dict(zip(history.minute_starts, history.minutes_out, strict=True))
+    # Every rolled minute of the last hour (not the two newest) holds exactly 3 ticks of 2.
+    for start in history.minute_starts[:-3]:
+        assert by_minute[start] == 6.0, start
+    busy = {
+        int(n.decode().split(":m")[1]): float(v)
+        for n, v in redqueue_redis.hgetall(flow).items()
+        if n.startswith(b"busy:m")
+    }
+    assert busy and all(v == 0.375 for v in busy.values())
+
+
+def test_figures_add_a_minute_field_to_its_unrolled_seconds(make_pool, redqueue_redis):
+    pool = make_pool(capacity=100)
+    now = server_second(redqueue_redis)
+    minute = now // 60 - 1  # last minute: never rolled yet (rolling keeps two minutes)
+    flow = pool.keys("flow")
+    redqueue_redis.hset(
+        flow,
+        mapping={f"in:m{minute}": 5, f"in:{minute * 60 + 1}": 2, "rolled": now // 60},
+    )
+    history = pool.figures().history
+    by_minute = dict(zip(history.minute_starts, history.minutes_in, strict=True))
+    if server_second(redqueue_redis) // 60 == now // 60:
+        assert by_minute[minute * 60] == 7.0
+
+
+# --- the held connection --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_call_does_not_leave_its_reply_for_the_next_call(redqueue_server_url):
+    """A call that times out while Redis is paused: its reply arrives later. The next calls on
+    the same thread (a pool's and a bucket's: replies of different shapes) get their own."""
+    prefix = f"rqfault-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redqueue_server_url, socket_timeout=0.3)
+    admin = redis.Redis.from_url(redqueue_server_url)
+    try:
+        pool = CappedPool(client, "p", 100, prefix=prefix)
+        bucket = LeakyBucket(client, "b", prefix=prefix, default_rate="1000/s", default_burst=1000)
+        assert pool.add("a").kept
+        assert bucket.enqueue("k", "a").queued
+        admin.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+        paused_at = time.monotonic()
+        with pytest.raises(RedQueueError):
+            pool.add("b")
+        with pytest.raises(RedQueueError):
+            bucket.enqueue("k", "b")
+        time.sleep(max(0.0, 1.8 - (time.monotonic() - paused_at)))
+        results = []
+        for i in range(5):
+            results.append(bucket.enqueue("k", f"c{i}"))
+            results.append(pool.add(f"c{i}"))
+        assert all(r.queued for r in results[0::2])
+        assert all(r.kept for r in results[1::2])
+        stats = pool.stats()
+        assert stats.offered == stats.depth
+        payloads = {item.payload for item in pool.pop(100).items}
+        assert (
+            {"a", *(f"c{i}" for i in range(5))}
+            <= payloads
+            <= {
+                "a",
+                "b",
+                *(f"c{i}" for i in range(5)),
+            }
+        )
+    finally:
+        for key in admin.scan_iter(f"{prefix}*"):
+            admin.delete(key)
+        client.close()
+        admin.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("appendonly", [False, True])
+@pytest.mark.parametrize("kill", [False, True])
+def test_a_restart_under_a_held_connection_stores_the_next_call_once(appendonly, kill):
+    with EmbeddedRedis(appendonly=appendonly) as server:
+        client = redis.Redis.from_url(server.url)
+        pool = CappedPool(client, "p", 100)
+        bucket = LeakyBucket(client, "b", default_rate="1000/s", default_burst=1000)
+        assert pool.add("a").kept and bucket.enqueue("k", "a").queued
+        if appendonly:
+            client.execute_command("CONFIG", "SET", "appendfsync", "always")
+        server.restart(kill=kill)
+        assert pool.add("b").kept
+        assert bucket.enqueue("k", "b").queued
+        survived = 1 if appendonly else 0
+        stats = pool.stats()
+        assert (stats.offered, stats.depth) == (1 + survived, 1 + survived)
+        payloads = sorted(item.payload for item in pool.pop(10).items)
+        assert payloads == (["a", "b"] if appendonly else ["b"])
+        bstats = bucket.stats()
+        assert bstats.enqueued == 1 + survived
+        client.close()
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+class Text(str):
+    pass
+
+
+VALUES = [
+    Text("sub"),
+    {"k": Text("v")},
+    [Text("a"), 1],
+    {1: "int key", 2: "int key"},
+    {True: 1},
+    {None: 1},
+    {1.5: "float key"},
+    1.0,
+    -0.0,
+    1e300,
+    float("inf"),
+    float("nan"),
+    2**100,
+    decimal.Decimal("1.10"),
+    datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+    datetime.date(2026, 1, 2),
+    uuid.UUID(int=5),
+    "é\u2028\ud800",
+    (1, 2),
+    {"b": 1, "a": {"d": 2, "c": [3]}},
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_the_cached_encoder_writes_what_the_rebuilt_one_wrote(value):
+    cached = JSONSerializer().dumps(value)
+    rebuilt = JSONSerializer._encoder.encode(value).encode()
+    assert cached == rebuilt
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"bytes", {"a": object()}, {("t",): 1}, {1: "a", "b": 2}],
+    ids=repr,
+)
+def test_what_neither_encoder_takes_is_a_serialization_error(value):
+    try:
+        JSONSerializer._encoder.encode(value)
+    except (TypeError, ValueError):
+        rebuilt_refused = True
+    else:
+        rebuilt_refused = False
+    if rebuilt_refused:
+        with pytest.raises(SerializationError):
+            JSONSerializer().dumps(value)
+    else:
+        assert JSONSerializer().dumps(value) == JSONSerializer._encoder.encode(value).encode()
+
+
+def test_a_cycle_is_a_serialization_error_and_the_encoder_still_works():
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises(SerializationError):
+        JSONSerializer().dumps(looped)
+    assert json.loads(JSONSerializer().dumps({"ok": [1]})) == {"ok": [1]}
