@@ -1,0 +1,61 @@
+"""Pooled ``.delay()`` from inside tasks of a real `celery worker` of each pool kind: the
+producer path's held connections (one per thread or greenlet; a forked child its own, after
+its parent produced) store every call exactly once."""
+
+import functools
+
+import pytest
+
+from celery_redqueue import CappedPool
+
+BATCHES, PER_BATCH = 8, 150
+
+
+@pytest.fixture
+def spawn(celery_procs):
+    return functools.partial(celery_procs, "tests.faults.producer_app")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "pool_args",
+    [
+        ("--pool=prefork", "--concurrency=2"),
+        ("--pool=threads", "--concurrency=4"),
+        ("--pool=gevent", "--concurrency=20"),
+    ],
+    ids=["prefork", "threads", "gevent"],
+)
+def test_calls_made_inside_tasks_are_stored_once(
+    pool_args, redqueue_celery_app, redqueue_redis, redqueue_prefix, spawn, wait_for
+):
+    if pool_args[0] == "--pool=gevent":
+        pytest.importorskip("gevent")
+    worker = spawn("worker", *pool_args, "--loglevel=INFO")
+    for batch in range(BATCHES):
+        redqueue_celery_app.send_task("tests.faults.producer_app.produce", args=[batch, PER_BATCH])
+    expected = {"parent"} | {f"{b}:{i}" for b in range(BATCHES) for i in range(PER_BATCH)}
+    sunk_key = f"{redqueue_prefix}:sunk"
+    try:
+        wait_for(
+            lambda: redqueue_redis.llen(sunk_key) >= len(expected) or worker.poll() is not None,
+            timeout=150,
+            message="every call run",
+        )
+        assert worker.poll() is None
+    except AssertionError:
+        print(worker.log_path.read_text()[-4000:])
+        raise
+    sunk = [x.decode() for x in redqueue_redis.lrange(sunk_key, 0, -1)]
+    assert sorted(sunk) == sorted(expected)  # each exactly once
+    pool = CappedPool(
+        redqueue_redis, "tests.faults.producer_app.sink", 100_000, prefix=redqueue_prefix
+    )
+    stats = pool.stats()
+    assert stats.offered == len(expected)
+    assert stats.offered == stats.processed + stats.depth + stats.in_flight
+    producers = {
+        x.decode().split(":")[0]
+        for x in redqueue_redis.lrange(f"{redqueue_prefix}:produced", 0, -1)
+    }
+    assert producers
