@@ -258,3 +258,93 @@ def test_a_cycle_is_a_serialization_error_and_the_encoder_still_works():
     with pytest.raises(SerializationError):
         JSONSerializer().dumps(looped)
     assert json.loads(JSONSerializer().dumps({"ok": [1]})) == {"ok": [1]}
+
+
+# --- accounting after mixes of the plain and the general scripts ---------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("policy", ["sample", "newest", "reject"])
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_pool_identities_hold_after_a_mix_of_calls(make_pool, policy, coalesce):
+    from celery_redqueue.ops.cli import identities
+
+    pool = make_pool(
+        f"mix-{policy}-{coalesce}", capacity=7, policy=policy, coalesce=coalesce, dedupe_window=60
+    )
+    for round_ in range(3):
+        for i in range(6):
+            pool.add(i % 4)  # plain; equal payloads coalesce where asked
+        pool.add("d", dedupe_id=f"id{round_ % 2}")  # dedupe: rounds 0 and 2 share an id
+        pool.add("late", delay=0.2)
+        pool.add_many([f"m{i}" for i in range(5)])
+        batch = pool.pop(3)
+        pool.ack(batch, failures={0: "boom"} if batch.items else None, seconds=0.25)
+    time.sleep(0.5)  # the delayed calls fall due and are offered by the next pops
+    while (batch := pool.pop(5)).items:
+        pool.ack(batch, seconds=1)
+    counters = pool.stats().as_dict()
+    for statement, left, right in identities("pool", counters):
+        assert left == right, (statement, counters)
+    assert counters["depth"] == counters["in_flight"] == 0
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("overflow", ["reject", "drop_oldest"])
+def test_bucket_identities_hold_after_a_mix_of_calls(make_bucket, overflow):
+    from celery_redqueue.ops.cli import identities
+
+    bucket = make_bucket(
+        f"mix-{overflow}",
+        default_rate="1000/s",
+        default_burst=1000,
+        max_depth=4,
+        overflow=overflow,
+        dedupe_window=60,
+    )
+    for round_ in range(3):
+        for i in range(6):
+            bucket.enqueue(f"k{i % 2}", i)
+        bucket.enqueue("k0", "d", dedupe_id=f"id{round_ % 2}")
+        bucket.enqueue("k1", "late", delay=0.2)
+        bucket.enqueue_many([(f"k{i % 3}", i) for i in range(5)])
+        reservation = bucket.dequeue()
+        assert reservation is not None
+        bucket.commit(reservation, seconds=0.5)
+    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while (reservation := bucket.dequeue()) is not None and time.monotonic() < deadline:
+        bucket.commit(reservation, seconds=2)
+    counters = bucket.stats().as_dict()
+    for statement, left, right in identities("bucket", counters):
+        assert left == right, (statement, counters)
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_the_server_closed_while_idle_costs_nothing(redqueue_server_url):
+    """Redis's `timeout` (hosted servers often set one) closes an idle held connection; the
+    next call finds it closed, and is stored exactly once."""
+    prefix = f"rqfault-{uuid.uuid4().hex[:8]}"
+    admin = redis.Redis.from_url(redqueue_server_url)
+    client = redis.Redis.from_url(redqueue_server_url)
+    old = admin.config_get("timeout")["timeout"]
+    try:
+        pool = CappedPool(client, "p", 100, prefix=prefix)
+        assert pool.add("a").kept
+        admin.config_set("timeout", 1)
+        deadline = time.monotonic() + 30
+        # Wait until the server has closed the idle held connection (it checks a few times a
+        # second): the only normal client left is this admin connection.
+        while len(admin.client_list(_type="normal")) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            admin.ping()
+        admin.config_set("timeout", old)
+        assert pool.add("b").kept
+        stats = pool.stats()
+        assert (stats.offered, stats.depth) == (2, 2)
+    finally:
+        admin.config_set("timeout", old)
+        for key in admin.scan_iter(f"{prefix}*"):
+            admin.delete(key)
+        client.close()
+        admin.close()
