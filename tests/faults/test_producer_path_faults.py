@@ -5,6 +5,7 @@ cached JSON encoder. Real Redis servers throughout; every wait is bounded."""
 import datetime
 import decimal
 import json
+import signal
 import threading
 import time
 import uuid
@@ -364,6 +365,40 @@ def test_a_connection_the_server_closed_while_idle_costs_nothing(redqueue_server
         assert (stats.offered, stats.depth) == (2, 2)
     finally:
         admin.config_set("timeout", old)
+        for key in admin.scan_iter(f"{prefix}*"):
+            admin.delete(key)
+        client.close()
+        admin.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_call_made_by_a_signal_handler_mid_call_gets_its_own_reply(redqueue_server_url):
+    """A signal handler (or a finalizer the garbage collector runs) that makes a call while
+    the same thread waits for another call's reply must not share the waiting connection:
+    it would read the other call's reply, and the other call its reply."""
+    prefix = f"rqfault-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redqueue_server_url, socket_timeout=30)
+    admin = redis.Redis.from_url(redqueue_server_url)
+    inner = []
+
+    def handler(signum, frame):
+        inner.append(pool.add("from the handler"))
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        pool = CappedPool(client, "p", 100, prefix=prefix)
+        assert pool.add("a").kept  # this thread holds a connection now
+        busy = stall(redqueue_server_url, 1.0)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # while add_many below waits for Redis
+        outer = pool.add_many(["x1", "x2", "x3"])
+        busy.join(timeout=30)
+        assert len(inner) == 1 and inner[0].kept
+        assert [r.kept for r in outer] == [True] * 3
+        stats = pool.stats()
+        assert (stats.offered, stats.depth) == (5, 5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
         for key in admin.scan_iter(f"{prefix}*"):
             admin.delete(key)
         client.close()
