@@ -3,6 +3,11 @@ producer path's held connections (one per thread or greenlet; a forked child its
 its parent produced) store every call exactly once."""
 
 import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +64,25 @@ def test_calls_made_inside_tasks_are_stored_once(
         for x in redqueue_redis.lrange(f"{redqueue_prefix}:produced", 0, -1)
     }
     assert producers
+
+
+@pytest.mark.timeout(120)
+def test_greenlets_sharing_a_thread_without_patched_threading_get_their_own_replies(
+    redqueue_server_url, redqueue_prefix
+):
+    """gevent with sockets patched and threading not: every greenlet of the thread sees the
+    same thread-local held connection; one waiting for its reply must not let another send
+    and read on it (each would get the other's reply)."""
+    pytest.importorskip("gevent")
+    script = Path(__file__).with_name("greenlets_sockets_only.py")
+    done = subprocess.run(
+        [sys.executable, str(script), redqueue_server_url, redqueue_prefix],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["wrong"] == []
+    assert report["offered"] == report["expected"]
