@@ -112,7 +112,9 @@ class BoundScript:
     slot (every script's keys share one hash tag), from the cluster client's slot table; a
     redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) hands the call to the cluster client, which
     follows it, and the next call binds again. A single-connection client always takes the
-    general path.
+    general path. A call made on a thread while its kept connection waits for a reply (from a
+    signal handler, a finalizer, or a greenlet when gevent patched sockets but not threads)
+    takes a connection and gives it back, as when the limit is reached.
     """
 
     def __init__(
