@@ -403,3 +403,30 @@ def test_a_call_made_by_a_signal_handler_mid_call_gets_its_own_reply(redqueue_se
             admin.delete(key)
         client.close()
         admin.close()
+
+
+@pytest.mark.timeout(120)
+def test_counts_and_rates_across_a_real_minute_boundary(make_pool, redqueue_redis):
+    """Calls late in one server minute and early in the next: each minute of the history has
+    its own, the last minute's seconds and the rate hold both (waits at most ~70 s)."""
+    pool = make_pool(capacity=10_000)
+
+    def wait_until(predicate):
+        deadline = time.monotonic() + 75
+        while not predicate(server_second(redqueue_redis)):
+            assert time.monotonic() < deadline, "the server clock did not move"
+            time.sleep(0.2)
+
+    wait_until(lambda s: s % 60 >= 50)
+    first = server_second(redqueue_redis)
+    assert all(r.kept for r in pool.add_many(range(4))) and pool.add("one more").kept
+    wait_until(lambda s: s // 60 > first // 60)
+    assert all(r.kept for r in pool.add_many(range(3)))
+    figures = pool.figures()
+    now = server_second(redqueue_redis)
+    assert now - first < 60, "too slow to check the rate"
+    history = figures.history
+    assert history.minutes_in[-1] == 3.0 and history.minutes_in[-2] == 5.0
+    assert sum(history.seconds_in) == 8.0
+    assert figures.rate_in == pytest.approx(8 / 60)
+    assert int(redqueue_redis.hget(pool.keys("flow"), "rolled")) == now // 60
