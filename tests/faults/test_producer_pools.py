@@ -28,14 +28,15 @@ def spawn(celery_procs):
         ("--pool=prefork", "--concurrency=2"),
         ("--pool=threads", "--concurrency=4"),
         ("--pool=gevent", "--concurrency=20"),
+        ("--pool=eventlet", "--concurrency=20"),
     ],
-    ids=["prefork", "threads", "gevent"],
+    ids=["prefork", "threads", "gevent", "eventlet"],
 )
 def test_calls_made_inside_tasks_are_stored_once(
     pool_args, redqueue_celery_app, redqueue_redis, redqueue_prefix, spawn, wait_for
 ):
-    if pool_args[0] == "--pool=gevent":
-        pytest.importorskip("gevent")
+    if pool_args[0] in ("--pool=gevent", "--pool=eventlet"):
+        pytest.importorskip(pool_args[0].split("=")[1])
     worker = spawn("worker", *pool_args, "--loglevel=INFO")
     for batch in range(BATCHES):
         redqueue_celery_app.send_task("tests.faults.producer_app.produce", args=[batch, PER_BATCH])
