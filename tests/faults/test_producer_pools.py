@@ -3,6 +3,7 @@ producer path's held connections (one per thread or greenlet; a forked child its
 its parent produced) store every call exactly once."""
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +15,12 @@ import pytest
 from celery_redqueue import CappedPool
 
 BATCHES, PER_BATCH = 8, 150
+
+
+def needs(module):
+    """Skip without ``module``, without importing it here (eventlet patches fork on import)."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
 
 
 @pytest.fixture
@@ -36,7 +43,7 @@ def test_calls_made_inside_tasks_are_stored_once(
     pool_args, redqueue_celery_app, redqueue_redis, redqueue_prefix, spawn, wait_for
 ):
     if pool_args[0] in ("--pool=gevent", "--pool=eventlet"):
-        pytest.importorskip(pool_args[0].split("=")[1])
+        needs(pool_args[0].split("=")[1])
     worker = spawn("worker", *pool_args, "--loglevel=INFO")
     for batch in range(BATCHES):
         redqueue_celery_app.send_task("tests.faults.producer_app.produce", args=[batch, PER_BATCH])
@@ -74,7 +81,7 @@ def test_greenlets_sharing_a_thread_without_patched_threading_get_their_own_repl
     """gevent with sockets patched and threading not: every greenlet of the thread sees the
     same thread-local held connection; one waiting for its reply must not let another send
     and read on it (each would get the other's reply)."""
-    pytest.importorskip("gevent")
+    needs("gevent")
     script = Path(__file__).with_name("greenlets_sockets_only.py")
     done = subprocess.run(
         [sys.executable, str(script), redqueue_server_url, redqueue_prefix],
