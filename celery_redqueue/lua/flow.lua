@@ -47,9 +47,18 @@ end
 local function tick(flow, kind, n, now)
   if n == 0 then return end
   local sec = math.floor(now / 1000)
-  local command = n == math.floor(n) and 'HINCRBY' or 'HINCRBYFLOAT'
+  local field = kind .. ':' .. sec
+  local value
+  if n == math.floor(n) then
+    -- A whole 'busy' tick can follow a fractional one in the same second: HINCRBY refuses a
+    -- field that holds a fraction, and failing here would fail the caller's script half-way.
+    value = redis.pcall('HINCRBY', flow, field, n)
+    if type(value) == 'table' then value = redis.call('HINCRBYFLOAT', flow, field, n) end
+  else
+    value = redis.call('HINCRBYFLOAT', flow, field, n)
+  end
   -- The field holds exactly n only after the kind's first tick in this second.
-  if tonumber(redis.call(command, flow, kind .. ':' .. sec, n)) == n then
+  if tonumber(value) == n then
     -- Rolling reads the whole hash, so it runs once a minute (the field "rolled" says when it
     -- last ran), not on every kind's first tick of every second.
     local minute = math.floor(sec / 60)

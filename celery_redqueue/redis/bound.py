@@ -65,13 +65,17 @@ class _HeldConnection:
     """A connection of ``pool`` that one thread (or greenlet) keeps for its hot-path calls,
     given back to the pool when the thread ends (CPython then drops its thread-local values)."""
 
-    __slots__ = ("conn", "holders", "pid", "pool")
+    __slots__ = ("busy", "conn", "holders", "pid", "pool")
 
     def __init__(self, pool: Any, holders: _Holders, conn: Any) -> None:
         self.pool = pool
         self.holders = holders
         self.pid = os.getpid()
         self.conn = conn
+        #: A call is between sending and reading its reply on ``conn``: a call made meanwhile
+        #: on the same thread (a signal handler, a finalizer run by the garbage collector)
+        #: takes a connection of its own, or each would read the other's reply.
+        self.busy = False
 
     def __del__(self) -> None:
         if self.pid == os.getpid() == self.holders.pid:  # not a parent's, dropped in a child
@@ -108,7 +112,9 @@ class BoundScript:
     slot (every script's keys share one hash tag), from the cluster client's slot table; a
     redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) hands the call to the cluster client, which
     follows it, and the next call binds again. A single-connection client always takes the
-    general path.
+    general path. A call made on a thread while its kept connection waits for a reply (from a
+    signal handler, a finalizer, or a greenlet when gevent patched sockets but not threads)
+    takes a connection and gives it back, as when the limit is reached.
     """
 
     def __init__(
@@ -158,13 +164,21 @@ class BoundScript:
         packed = b"".join(parts)
         try:
             held = self._held()
-            conn = held.conn if held is not None else pool.get_connection(*self._name_args)
+            if held is not None and not held.busy:
+                conn = held.conn
+            else:
+                held = None
+                conn = pool.get_connection(*self._name_args)
         except redis.exceptions.RedisError:
             # No connection to be had (Redis down): the general path tries as it always did
             # and raises the translated error.
             return self.script(self.client, self.keys, [*self.head, *tail])
         if held is not None:
-            return self._send(conn, packed, tail)
+            held.busy = True
+            try:
+                return self._send(conn, packed, tail)
+            finally:
+                held.busy = False
         try:
             return self._send(conn, packed, tail)
         finally:
