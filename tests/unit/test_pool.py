@@ -6,6 +6,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from celery_redqueue import (
     CappedPool,
@@ -277,7 +279,10 @@ def test_unserializable_payload_raises_and_stores_nothing(make_pool):
 
 
 def test_unreachable_redis_raises_a_package_error():
-    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    # No retries: redis-py 8 retries a refused connection with jittered backoff (6-19 s here).
+    client = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     pool = CappedPool(client, "p", 10)
     with pytest.raises(RedisUnavailableError):
         pool.add(1)
