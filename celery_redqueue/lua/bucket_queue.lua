@@ -1,16 +1,7 @@
 -- Each key's FIFO queue: slots, depth, head and tail, eligibility (spliced in by
 -- bucket_common.lua, after bucket_schedule).
 
--- A slot's parts; all nil when it is malformed (only corruption makes one).
-local function parse_slot(slot)
-  local receives, id, at, payload = string.match(slot or '', '^(%d+):(%d+):(%d+):(.*)$')
-  if not receives then return nil, nil, nil, nil end
-  return tonumber(receives), id, tonumber(at), payload
-end
-
-local function make_slot(receives, id, at, payload)
-  return receives .. ':' .. id .. ':' .. string.format('%d', at) .. ':' .. payload
-end
+--#include bucket_slot
 
 local function key_depth(key)
   return tonumber(redis.call('HGET', K_TAILS, key) or '0') - tonumber(redis.call('HGET', K_HEADS, key) or '0')

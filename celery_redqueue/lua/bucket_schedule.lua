@@ -14,13 +14,18 @@ local function rate_of(key)
   return DEFAULT_INTERVAL, DEFAULT_BURST, true
 end
 
--- When a key may release its next item: its GCRA schedule allows it, and not before `earliest`.
+-- When a key may release its next item: its GCRA schedule allows it, and not before `earliest`
+-- (scheduled_at: with the key's rate already read).
 -- The theoretical arrival time survives an empty queue, so a key that empties and refills
 -- keeps its place in its schedule instead of becoming "eligible now".
-local function eligible_at(key, earliest)
-  local interval, burst = rate_of(key)
+local function scheduled_at(key, interval, burst, earliest)
   local tat = tonumber(redis.call('HGET', K_TAT, key) or '0') or 0
   return math.max(tat - burst * interval, earliest)
+end
+
+local function eligible_at(key, earliest)
+  local interval, burst = rate_of(key)
+  return scheduled_at(key, interval, burst, earliest)
 end
 
 -- When the bucket next has work: the earliest of the first eligible key and the first due
