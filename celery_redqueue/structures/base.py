@@ -72,12 +72,16 @@ class Structure(DeadLetterTools):
 
         The first call of a process records the structure in the registry.
         """
-        if not self._registered:
-            catalog.register(self.client, self.keys, self.settings())
-            self._registered = True
+        self._register_once()
         return script(name)(
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
+
+    def _register_once(self) -> None:
+        """Record the structure in the registry on this process's first script call."""
+        if not self._registered:
+            catalog.register(self.client, self.keys, self.settings())
+            self._registered = True
 
     def _bound(
         self, name: str, keys: Sequence[str], head: Sequence[Any] = (), variant: Any = None
@@ -88,9 +92,7 @@ class Structure(DeadLetterTools):
         groups; the settings in the common head do not change after construction)."""
         bound = self._bound_scripts.get((name, variant))
         if bound is None:
-            if not self._registered:
-                catalog.register(self.client, self.keys, self.settings())
-                self._registered = True
+            self._register_once()
             bound = self._bound_scripts[name, variant] = script(name).bind(
                 self.client, keys, [*self._script_head(), *head]
             )

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,9 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_redqueue.testing import celery_test_config
 from celery_redqueue.testing.embedded import find_server_binary
+from tests.conftest import _wait_for  # the root conftest's wait_for fixture serves tests
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
-
-
-@pytest.fixture
-def wait_for():
-    """Poll a predicate until it is truthy (generous timeouts; never a timing assert)."""
-    return _wait_for
 
 
 @pytest.fixture

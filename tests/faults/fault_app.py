@@ -4,30 +4,13 @@ Configured from the environment (REDQUEUE_TEST_URL, REDQUEUE_TEST_PREFIX). Beat 
 fault suite checks that calls alone get their drain jobs sent.
 """
 
-import os
 import time
 
-import redis
-from celery import Celery
-
 from celery_redqueue import PoolTask
-from celery_redqueue.testing import celery_test_config
+from tests.process_app import PREFIX, client, make_app
 
-URL = os.environ["REDQUEUE_TEST_URL"]
-PREFIX = os.environ["REDQUEUE_TEST_PREFIX"]
-
-app = Celery("fault_app")
-app.conf.update(celery_test_config(URL, PREFIX))
+app = make_app("fault_app")
 app.conf.redqueue_beat = False
-
-_client = None
-
-
-def client():
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(URL)
-    return _client
 
 
 @app.task(base=PoolTask, shared=False, pool_size=1000, pool_batch_size=1, pool_drain_interval=None)

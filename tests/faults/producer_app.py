@@ -6,27 +6,12 @@ Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 
 import os
 
-import redis
-from celery import Celery
 from celery.signals import worker_init
 
 from celery_redqueue import PoolTask
-from celery_redqueue.testing import celery_test_config
+from tests.process_app import PREFIX, client, make_app
 
-URL = os.environ["REDQUEUE_TEST_URL"]
-PREFIX = os.environ["REDQUEUE_TEST_PREFIX"]
-
-app = Celery("producer_app")
-app.conf.update(celery_test_config(URL, PREFIX))
-
-_client = None
-
-
-def client():
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(URL)
-    return _client
+app = make_app("producer_app")
 
 
 @app.task(base=PoolTask, pool_size=100_000, pool_batch_size=100, pool_drain_interval=0.5)

@@ -6,27 +6,10 @@ Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 import os
 import time
 
-import redis
-from celery import Celery
-
 from celery_redqueue import BucketTask, PoolTask
-from celery_redqueue.testing import celery_test_config
+from tests.process_app import PREFIX, client, make_app
 
-URL = os.environ["REDQUEUE_TEST_URL"]
-PREFIX = os.environ["REDQUEUE_TEST_PREFIX"]
-
-app = Celery("proc_app")
-app.conf.update(celery_test_config(URL, PREFIX))
-app.conf.beat_schedule_filename = os.environ.get("REDQUEUE_TEST_BEAT_FILE", "celerybeat-schedule")
-
-_client = None
-
-
-def client():
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(URL)
-    return _client
+app = make_app("proc_app")
 
 
 @app.task(base=PoolTask, pool_size=1000, pool_batch_size=10, pool_drain_interval=1.0)

@@ -3,31 +3,13 @@ subprocesses (tests/integration/test_stream_tasks.py). Configured from the envir
 REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 """
 
-import os
 import time
 
-import redis
-from celery import Celery
-
 from celery_redqueue import StreamTask
-from celery_redqueue.testing import celery_test_config
+from tests.process_app import PREFIX, client, make_app
 
-URL = os.environ["REDQUEUE_TEST_URL"]
-PREFIX = os.environ["REDQUEUE_TEST_PREFIX"]
-
-app = Celery("stream_proc_app")
-app.conf.update(celery_test_config(URL, PREFIX))
-app.conf.beat_schedule_filename = os.environ.get("REDQUEUE_TEST_BEAT_FILE", "celerybeat-schedule")
+app = make_app("stream_proc_app")
 app.conf.redqueue_reaper_interval = 1.0
-
-_client = None
-
-
-def client():
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(URL)
-    return _client
 
 
 @app.task(
