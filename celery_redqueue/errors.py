@@ -30,6 +30,16 @@ class RedisUnavailableError(RedQueueError, ConnectionError):
     """
 
 
+class ReplyLostError(RedisUnavailableError):
+    """A script was sent but its reply never arrived (the connection broke, or Redis did not
+    answer in time): it **may have been applied**. Raised only by scripts that are not safe to
+    run twice (stores: ``add``, ``enqueue``, ``publish``, buffered flushes, ``add_many``); they
+    are never sent again behind the caller's back. Whether to call again (a possible duplicate)
+    or not (a possible loss) is the caller's choice; a pooled call's ``dedupe_id`` makes calling
+    again safe. docs/failure-modes.md lists what each script does with a lost reply.
+    """
+
+
 class RedisCommandError(RedQueueError):
     """Redis refused a command or a script failed (``WRONGTYPE`` on a key another program
     wrote, a script error, ...); the redis-py error is chained."""

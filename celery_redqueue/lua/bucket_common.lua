@@ -21,6 +21,8 @@
 -- KEYS[17] dedupe    zset: dedupe id -> end of its window (ms)
 -- KEYS[18] done      zset: item id -> end of its processed-guard window (ms)
 -- KEYS[19] flow      hash: per-second and per-minute counters (flow.lua)
+-- KEYS[20] calls     hash: call id -> what it did (call_records.lua: re-sent polls, settles)
+-- KEYS[21] calls_at  zset: call id -> when its record expires (ms)
 -- Common ARGV: [1] default interval ms, [2] default burst, [3] ordered (1|0),
 -- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),
 -- [6] drain lease ms (see drain_lease.lua), [7] max receives. Script-specific ARGV start at 8.
@@ -29,6 +31,7 @@ local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEY
 local K_INFLIGHT, K_RES_KEYS, K_RES_ITEMS, K_STATS, K_KEYSTATS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local K_DEAD, K_DRAINS, K_WAKE, K_AGES, K_SCHEDULED = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
+local K_CALLS, K_CALLS_AT = KEYS[20], KEYS[21]
 local ORDERED, MAX_DEPTH, OVERFLOW = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5]
 local DRAIN_TTL, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])

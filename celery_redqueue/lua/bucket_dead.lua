@@ -1,11 +1,13 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..21]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named
 -- ARGV[10], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[9]
 -- Requeued items go to the tail of their key's queue with their receive count reset.
 -- Reply: {items acted on, send_drain}. Bounded: O(entries * log K).
+-- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
+-- gone)
 --#include bucket_common
 --#include dead_letters
 local action, oldest = ARGV[8], tonumber(ARGV[9])

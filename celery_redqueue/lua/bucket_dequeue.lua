@@ -1,8 +1,9 @@
 -- Release the head item of the key that has been eligible longest, and reserve it.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..21]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms, ARGV[9] most drain jobs at once (fan-out limit),
--- ARGV[10] processed-guard (1|0): skip items whose id completed already.
+-- ARGV[10] processed-guard (1|0): skip items whose id completed already,
+-- ARGV[11] poll id (unique, chosen by the caller): the reservation is recorded under it.
 -- Reply: a status first (drain_lease.lua), malformed last (entries dead-lettered by this call
 -- because they could not be read):
 --   {EMPTY, malformed}                nothing queued or due (the drain flag was cleared here)
@@ -13,10 +14,21 @@
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
 -- (plus at most 100 due delayed items moved in, and at most 100 skipped items).
+-- Lost reply: safe to run twice: a poll whose id recorded a reservation still held replies that
+-- reservation again (no fan-out) and takes nothing.
 --#include bucket_common
 --#include bucket_entries
 local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
+local poll_id = 'poll:' .. ARGV[11]
 local now = now_ms()
+local taken = recorded(K_CALLS, poll_id)
+if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
+  -- A re-sent poll: its first run's reply was lost. The same reservation again.
+  local receives, _, _, payload = parse_slot(redis.call('HGET', K_RES_ITEMS, taken))
+  return {TAKEN, redis.call('HGET', K_RES_KEYS, taken), taken, payload, receives,
+          string.format('%.17g', tonumber(redis.call('ZSCORE', K_INFLIGHT, taken) or now)),
+          string.format('%.17g', now), 0, 0}
+end
 local malformed = offer_due_items(now)
 
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
@@ -57,6 +69,7 @@ for _ = 1, 100 do
   else
     local reservation, deadline = reserve(key, id, receives + 1, at, payload, remaining,
                                           timeout_ms, now)
+    record_call(K_CALLS, K_CALLS_AT, poll_id, reservation, now)
     -- One drain job per key eligible now, up to the fan-out limit.
     local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
     local fan_out = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, eligible)

@@ -7,6 +7,8 @@
 -- Status: 0 refused (key full), 1 queued, 2 queued and the key's oldest item dropped,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
 -- What a call does not use (dedupe, the delayed set) costs nothing.
+-- Lost reply: raises (a store: a second run would queue the items twice; pass dedupe ids to make
+-- calling again safe)
 --#include bucket_common
 local window = tonumber(ARGV[8])
 local count = (#ARGV - 8) / 4

@@ -11,6 +11,7 @@
 -- Returns {send_drain, wake_in_ms, status} as bucket_enqueue does for one item: status 0
 -- refused (key full), 1 queued, 2 queued and the key's oldest item dropped.
 -- Bounded: O(log K), about nine commands (twelve when the bucket has no work due now).
+-- Lost reply: raises (a store: a second run would queue the item twice)
 --#include clock
 --#include flow
 --#include drain_lease

@@ -1,10 +1,12 @@
 -- The worker's heartbeat for one bucket: push the deadline of reservations still held and
 -- renew the drain lease (drain_lease.lua's renew_inflight).
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..21]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms,
 -- ARGV[9], ... reservation ids held by the worker's process.
 -- Reply: the ids no longer held (the reaper took them back). Bounded: O(ids * log K).
+-- Lost reply: safe to run twice (pushes deadlines of ids still held; a second run pushes them
+-- again)
 --#include bucket_common
 local timeout = tonumber(ARGV[8])
 local ids = {}

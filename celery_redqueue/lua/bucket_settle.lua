@@ -1,13 +1,15 @@
 -- Settle one reservation: commit it, put it back to retry later (after a delay), or bury it.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..21]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation id, ARGV[9] action: commit | retry | dead
 -- ARGV[10] retry: delay ms before the key may release again; dead: the error text
 -- ARGV[11] processed-guard window ms (commit; 0: off), ARGV[12] seconds the body took
 -- Reply: {held, send_drain}. held 0: the reservation is not (or no longer) held (a late commit
--- is counted as `late`); send_drain 1: the drain flag was armed here, the caller should send a
+-- is counted as `late`); 2: this settle was applied already (a re-send); send_drain 1: the drain flag was armed here, the caller should send a
 -- drain job. A commit of a reservation the reaper took back still records the item's id for
 -- the processed-guard, so its returned copy is skipped rather than applied twice.
+-- Lost reply: safe to run twice: the settle is recorded (call_records.lua) under the reservation
+-- id, and a second run replies "already done" (held 2) and changes nothing.
 --#include bucket_common
 local reservation, action, detail = ARGV[8], ARGV[9], ARGV[10]
 local guard_window, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
@@ -22,10 +24,12 @@ end
 
 local key, slot = take_reservation(reservation)
 if not key then
+  if recorded(K_CALLS, 'settle:' .. reservation) then return {2, 0} end
   -- A late commit: the reaper took the item back (it may run again); counted, not applied.
   if action == 'commit' then redis.call('HINCRBY', K_STATS, 'late', 1) end
   return {0, 0}
 end
+record_call(K_CALLS, K_CALLS_AT, 'settle:' .. reservation, 1, now)
 tick(K_FLOW, 'busy', busy, now)
 
 local send = 0

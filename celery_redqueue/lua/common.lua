@@ -1,8 +1,9 @@
 -- Shared by every structure's scripts (spliced in by the loader at "--#include common"): the
--- server clock, flow counters, the drain lease, expiring ids and counter updates.
+-- server clock, flow counters, the drain lease, call records, expiring ids and counter updates.
 --#include clock
 --#include flow
 --#include drain_lease
+--#include call_records
 
 -- Forget up to 100 ids whose window ended (dedupe ids, processed-guard ids): bounded work per
 -- call, and the zset cannot grow without limit.

@@ -1,14 +1,22 @@
 -- Reclaim expired leases, then lease the least recently used free resource.
--- KEYS[1..8]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] lease time to live, ms
 -- ARGV[2] token of the new holder (unique, chosen by the caller)
 -- ARGV[3] most expired leases this call reclaims
 -- Reply: {1, resource, expiry_ms, fencing token} when a resource was leased, or
 -- {0, ms until the earliest lease expires (-1: no lease), number of resources} when none is free.
 -- Bounded: O((reclaimed + 1) * log N).
+-- Lost reply: safe to run twice: an acquire whose token holds a lease already replies that
+-- lease again (same resource, expiry and fencing token) and takes nothing.
 --#include lease_common
+--#include call_records
 local ttl_ms, token, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local now = lease_now()
+local mine = recorded(K_CALLS, 'acquire:' .. token)
+if mine and redis.call('HGET', K_TOKENS, mine) == token then
+  -- A re-sent acquire: its first run's reply was lost. The same lease again.
+  return {1, mine, tonumber(redis.call('ZSCORE', K_LEASED, mine)), redis.call('HGET', K_FENCES, mine)}
+end
 local _, returned = reclaim(limit, now)
 
 local head = redis.call('ZPOPMIN', K_FREE)
@@ -26,6 +34,7 @@ local resource = head[1]
 local expiry = now + ttl_ms
 redis.call('ZADD', K_LEASED, expiry, resource)
 redis.call('HSET', K_TOKENS, resource, token)
+record_call(K_CALLS, K_CALLS_AT, 'acquire:' .. token, resource, now)
 redis.call('HINCRBY', K_STATS, 'acquired', 1)
 local fence = next_fence(resource, now)
 redis.call('HINCRBY', K_USES, resource, 1)

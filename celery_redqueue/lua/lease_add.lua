@@ -1,9 +1,10 @@
 -- Add resources to a pool; new ones are free at once (score 0: the never-used go first) and
 -- wake waiting clients.
--- KEYS[1..8]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_common.lua names each).
 -- ARGV[1..n] resource names
 -- Reply: how many were new. A name removed while leased and added again stays with its
 -- holder and becomes free on release. Bounded: O(n log N).
+-- Lost reply: safe to run twice (a set: resources already there are left as they are)
 --#include lease_common
 local added, freed = 0, 0
 for _, resource in ipairs(ARGV) do

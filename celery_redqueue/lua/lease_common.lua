@@ -9,8 +9,10 @@
 -- KEYS[6] notify     list: one entry per resource freed while clients may be waiting
 -- KEYS[7] fences     hash: resource -> fencing token of its latest lease (never decreases)
 -- KEYS[8] uses       hash: resource -> leases granted on it (one field per resource)
+-- KEYS[9] calls      hash: call id -> what it did (call_records.lua: re-sent acquires, releases)
+-- KEYS[10] calls_at  zset: call id -> when its record expires (ms)
 local K_RESOURCES, K_FREE, K_LEASED, K_TOKENS, K_STATS, K_NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_FENCES, K_USES = KEYS[7], KEYS[8]
+local K_FENCES, K_USES, K_CALLS, K_CALLS_AT = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 
 --#include clock
 

@@ -1,10 +1,12 @@
 -- Extend a lease the caller still holds.
--- KEYS[1..8]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_common.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
 -- ARGV[3] new time to live, ms from now
 -- Reply: the new expiry (ms), or 0 when the token does not hold the resource or the lease has
 -- already run out (the next acquire or reclaim takes it back). Bounded: O(log N).
+-- Lost reply: safe to run twice (a second run sets the same expiry again, counted as one more
+-- renewal)
 --#include lease_common
 local resource, token, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HGET', K_TOKENS, resource) ~= token then

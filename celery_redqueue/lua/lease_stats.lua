@@ -1,8 +1,9 @@
 -- Read a pool's figures in one consistent step.
--- KEYS[1..8]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_common.lua names each).
 -- No ARGV.
 -- Reply: {resources, free, leased and valid, leased but expired, counter, value, ...}.
 -- Read-only. Bounded: O(log N + number of counters).
+-- Lost reply: safe to run twice (read-only)
 --#include lease_common
 local now = lease_now()
 local result = {

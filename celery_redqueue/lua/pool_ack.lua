@@ -1,13 +1,16 @@
 -- Finish an in-flight batch: count what succeeded; retry (at least once) or count what failed;
 -- dead-letter at once what can never succeed (a payload the worker could not decode).
--- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..17]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id, ARGV[6] at least once (1|0), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,
 -- ARGV[10], ... groups of 4 per delivered entry: id, calls it stands for, error text ('' = ok),
 -- '' or '!' followed by the raw payload to dead-letter now with that error.
 -- Reply: {held, send_drain}. held 0: the batch was no longer in flight (the reaper had taken it
--- back: counted as `late`); send_drain 1: retried calls need a drain job the caller should send.
+-- back: counted as `late`); 2: this ack was applied already (a re-send); send_drain 1: retried
+-- calls need a drain job the caller should send.
+-- Lost reply: safe to run twice: the ack is recorded (call_records.lua) under its batch id, and
+-- a second run replies "already done" (held 2) and changes nothing.
 -- Ids that succeeded are recorded by the guard either way, so their returned copies are skipped.
 --#include pool_common
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
@@ -29,6 +32,7 @@ if guard_window > 0 then
 end
 local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch_id) or '-1') or -1
 if calls < 0 then
+  if recorded(K_CALLS, 'ack:' .. batch_id) then return {2, 0} end
   if named > 0 then redis.call('HINCRBY', K_STATS, 'late', named) end
   return {0, 0}
 end
@@ -47,6 +51,7 @@ end
 redis.call('HDEL', K_INFLIGHT_CALLS, batch_id)
 redis.call('HDEL', K_INFLIGHT_ITEMS, batch_id)
 redis.call('ZREM', K_INFLIGHT, batch_id)
+record_call(K_CALLS, K_CALLS_AT, 'ack:' .. batch_id, 1, now)
 
 local processed, failed, retried, buried, evicted = 0, 0, 0, 0, 0
 for i = 10, #ARGV, 4 do

@@ -1,6 +1,7 @@
 -- Offer calls to a capped pool (or hold them until due), and plan the drain job they need.
--- KEYS: the first ten of pool_common.lua's. ARGV[1..4]: common (capacity, policy, coalesce,
--- drain lease ms).
+-- KEYS: the first ten of pool_common.lua's, as this line names them:
+-- Parts: items counts stats drains receives ages flow scheduled dedupe wake
+-- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
 -- delay ms (0: now)
@@ -10,6 +11,8 @@
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log N).
 -- Calls with no dedupe id and no delay run pool_add_plain instead (pool.py's _add_plain); here
 -- what a call does not use (dedupe, the delayed set, the wake key) still costs nothing.
+-- Lost reply: raises (a store: a second run would keep the calls twice; pass dedupe ids to make
+-- calling again safe)
 --#include pool_common
 --#include pool_offer
 local window = tonumber(ARGV[5])

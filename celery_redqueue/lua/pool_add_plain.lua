@@ -4,11 +4,13 @@
 -- call: a pool with room keeps a call in eight commands, and the helpers a full or coalescing
 -- pool needs (pool_common's) are only defined on that path (defining them costs more than the
 -- whole common case, measured).
--- KEYS: the first seven of pool_common.lua's (items .. flow). ARGV[1..4]: common (capacity,
--- policy, coalesce, drain lease ms).
+-- KEYS: the first seven of pool_common.lua's, as this line names them:
+-- Parts: items counts stats drains receives ages flow
+-- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5], ARGV[6], ... pairs: random score in [0, 1), payload
 -- Returns {send_drain, -1, status...} as pool_add does (wake_in_ms is always -1: nothing
 -- waits). Bounded: O(calls * log N).
+-- Lost reply: raises (a store: a second run would keep the calls twice)
 --#include clock
 --#include flow
 local K_ITEMS, K_STATS, K_DRAINS, K_AGES, K_FLOW = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7]

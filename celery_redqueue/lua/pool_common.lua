@@ -17,12 +17,14 @@
 -- KEYS[13] inflight_items hash: batch id -> cjson list of entries (at-least-once pools)
 -- KEYS[14] dead           list: dead letters, "json NL payload"
 -- KEYS[15] done           zset: entry id -> end of its processed-guard window (ms)
+-- KEYS[16] calls          hash: call id -> what it did (call_records.lua: re-sent acks)
+-- KEYS[17] calls_at       zset: call id -> when its record expires (ms)
 -- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
 -- [4] drain lease ms (see drain_lease.lua).
 local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RECEIVES, K_AGES, K_FLOW, K_SCHEDULED, K_DEDUPE, K_WAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[11], KEYS[12], KEYS[13]
-local K_DEAD, K_DONE = KEYS[14], KEYS[15]
+local K_DEAD, K_DONE, K_CALLS, K_CALLS_AT = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local CAPACITY, POLICY, COALESCE, DRAIN_TTL = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
 --#include common
 --#include pool_members

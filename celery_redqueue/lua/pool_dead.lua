@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..17]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)
@@ -7,6 +7,8 @@
 -- Requeued calls re-enter the pool with their receive count reset (competing for room; what
 -- does not fit counts as evicted). Reply: {calls acted on, send_drain}.
 -- Bounded: O(entries * log N); "all" is done by the caller in chunks.
+-- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
+-- gone)
 --#include pool_common
 --#include dead_letters
 local action, limit = ARGV[5], tonumber(ARGV[6])

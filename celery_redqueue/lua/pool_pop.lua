@@ -1,21 +1,33 @@
 -- Move due delayed calls in, pop up to n entries as one in-flight batch, plan the drain jobs.
--- KEYS[1..15]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..17]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
--- ARGV[9] at least once (1|0): keep the entries so the reaper can return them,
--- ARGV[10] processed-guard (1|0): skip entries whose id completed already,
--- ARGV[11] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon).
+-- ARGV[9] processed-guard (1|0): skip entries whose id completed already,
+-- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon).
 -- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then per entry: payload,
 -- count, receives, id}; status (drain_lease.lua): TAKEN, EMPTY (flag cleared in this step),
 -- LINGER, AGAIN (only guard-skipped entries were popped), LATER (only delayed calls remain,
 -- the first due in wait_ms; the flag was released, and schedule = 1 asks the caller for a
 -- drain job with that countdown). malformed: entries dead-lettered here.
+-- Lost reply: safe to run twice: a pop whose batch id is in flight already replies that batch
+-- again (TAKEN, no fan-out) and pops nothing, in both delivery modes (the entries are kept with
+-- the batch either way; the reaper returns them only at least once).
 --#include pool_common
 --#include pool_entries
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local max_drains, at_least_once = tonumber(ARGV[8]), ARGV[9] == '1'
-local guard, linger = ARGV[10] == '1', ARGV[11] == '1'
+local max_drains = tonumber(ARGV[8])
+local guard, linger = ARGV[9] == '1', ARGV[10] == '1'
 local now = pool_now()
+if redis.call('HEXISTS', K_INFLIGHT_CALLS, batch_id) == 1 then
+  -- A re-sent pop: its first run's reply was lost. The same batch, its deadline pushed.
+  local ok, kept = pcall(cjson.decode, redis.call('HGET', K_INFLIGHT_ITEMS, batch_id) or '[]')
+  local again = {TAKEN, 0, redis.call('ZCARD', K_ITEMS), -1, 0, 0}
+  for _, e in ipairs(ok and type(kept) == 'table' and kept or {}) do
+    for _, v in ipairs({payload_of(e[1]), e[3], e[4], e[6]}) do again[#again + 1] = v end
+  end
+  redis.call('ZADD', K_INFLIGHT, 'XX', now + timeout_ms, batch_id)
+  return again
+end
 local malformed = offer_due(n, now)
 
 local result = {TAKEN, 0, 0, -1, 0, 0}
@@ -73,7 +85,9 @@ end
 
 redis.call('ZADD', K_INFLIGHT, now + timeout_ms, batch_id)
 redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
-if at_least_once then redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept)) end
+-- Kept at most once too, so that a re-sent pop can reply them (only the reaper of an
+-- at-least-once pool returns them).
+redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept))
 redis.call('HINCRBY', K_STATS, 'in_flight', calls)
 local remaining = redis.call('ZCARD', K_ITEMS)
 -- One drain job per batch still waiting, up to the fan-out limit.

@@ -6,6 +6,7 @@
 --           never writes).
 -- Reply: one reply per command, in order (nil replies as false). Bounded: the callers read a
 -- few fields, cardinalities and counter hashes of a few dozen fields.
+-- Lost reply: safe to run twice (read-only)
 local READS = {HGETALL = true, HGET = true, HMGET = true, ZCARD = true, ZSCORE = true, GET = true,
   LLEN = true, SCARD = true}
 local replies, i = {}, 1

@@ -13,6 +13,7 @@
 -- ("offered+accepted+queued": one HINCRBY that stands for several counters). That HSET is
 -- the only write, and it is optional: at maxmemory (noeviction) Redis refuses it, and the
 -- figures must still be readable then, so its error is ignored.
+-- Lost reply: safe to run twice (reads; rolling old seconds into minutes is the same done twice)
 --#include clock
 --#include flow
 local depth_field = ARGV[1]

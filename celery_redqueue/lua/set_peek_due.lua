@@ -2,6 +2,7 @@
 -- KEYS[1] items  zset: member -> due time, Unix seconds
 -- ARGV[1] position among the due members, 0 first
 -- Reply: {member} or {} when fewer members are due. Read-only. Bounded: O(log N + position).
+-- Lost reply: safe to run twice (read-only)
 --#include clock
 local position = tonumber(ARGV[1])
 local due = string.format('%.6f', now_ms() / 1000)

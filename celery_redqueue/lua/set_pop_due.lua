@@ -3,6 +3,8 @@
 -- ARGV[1] n, the most members to pop
 -- Reply: the popped members, earliest due first. One atomic step, so concurrent consumers
 -- each receive a member exactly once. Bounded: O(log N + n log N).
+-- Lost reply: raises (a second run would pop other members; the first run's are gone with the
+-- reply)
 --#include clock
 local n = tonumber(ARGV[1])
 local due = string.format('%.6f', now_ms() / 1000)

@@ -8,6 +8,8 @@
 -- Reply: {processed, retried, dead, stale, send_drain}: stale counts entries that were no
 -- longer pending for the group (claimed and settled by another consumer, or trimmed);
 -- send_drain is 1 when held entries came free and this call armed the drain lease.
+-- Lost reply: safe to run twice (XACK of an acknowledged entry does nothing: a second run counts
+-- those entries as stale in its reply, not in the figures)
 --#include stream_common
 local group, guard_window = ARGV[1], tonumber(ARGV[2])
 local max_deliveries, visibility = tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -8,6 +8,8 @@
 -- A letter that cannot be parsed (no metadata, or no group) stays listed when requeued and is
 -- deleted when purged. Every letter is read and checked before any is removed.
 -- Reply: {letters acted on, trimmed by the cap, groups requeued to (names)}.
+-- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
+-- gone)
 --#include stream_common
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then

@@ -5,6 +5,7 @@
 -- pending count, oldest pending id or '', sequence number of the oldest kept entry or '',
 -- stream length, now ms, group exists (1|0)}. Bounded: hashes of a few dozen fields, flow hashes of
 -- ~180 fields per kind, XPENDING's summary form.
+-- Lost reply: safe to run twice (read-only)
 --#include stream_common
 local group = ARGV[1]
 local exists = redis.call('HEXISTS', K_GROUPS, group)

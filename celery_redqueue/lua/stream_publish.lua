@@ -5,6 +5,7 @@
 -- ARGV[4 .. 3+G] their names, then per event: payload, partition key ('' none), target group
 -- ('' every group; a requeued dead letter names its group).
 -- Reply: {ids, trimmed, armed group names}.
+-- Lost reply: raises (a store: a second run would append the events twice)
 --#include stream_common
 local maxlen, lease_ms, n_groups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first_event = 4 + n_groups

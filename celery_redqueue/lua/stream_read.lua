@@ -11,6 +11,9 @@
 -- out yet, but every pass skipped entries (guard, other groups' letters, held keys) and more
 -- wait: read again at once (lease renewed).
 -- Bounded: O(n) entries looked at per pass, at most 10 passes.
+-- Lost reply: safe to run twice (a second run hands out other entries; those the lost reply
+-- carried stay pending for this consumer and are claimed again after the visibility timeout, one
+-- more delivery)
 --#include stream_deliver
 --#include stream_read_new
 local r = {

@@ -4,6 +4,8 @@
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] drain lease ms, ARGV[4 ..] entry ids.
 -- Reply: how many entries were renewed.
+-- Lost reply: safe to run twice (restarts the idle time of entries still held; again does the
+-- same)
 --#include stream_common
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end

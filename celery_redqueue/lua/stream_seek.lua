@@ -5,6 +5,7 @@
 -- ARGV[1] group, ARGV[2] kind: start | end | id, ARGV[3] entry id (kind id; a time is passed
 -- as "<ms>-0").
 -- Reply: {last delivered id now set, entries the group will read from there}.
+-- Lost reply: safe to run twice (sets the same position again)
 --#include stream_common
 local group, kind, target = ARGV[1], ARGV[2], ARGV[3]
 if kind ~= 'start' and kind ~= 'end' and kind ~= 'id' then

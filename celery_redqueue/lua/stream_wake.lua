@@ -8,6 +8,8 @@
 -- one that comes back is simply created again).
 -- Reply: {armed (1|0), claimable entries seen (at most 100), unread entries, consumers
 -- forgotten}. Bounded: O(consumers of the group), at most 100 forgotten per call.
+-- Lost reply: safe to run twice (a second run finds the lease armed and reports it not armed:
+-- that group's drain waits one drain lease for the next reaper run)
 --#include stream_common
 local group, visibility, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local arm, forget_after = ARGV[4] == '1', tonumber(ARGV[5])

@@ -16,6 +16,13 @@ Every script in ``lua/`` follows one contract:
   :data:`LATER` (``drain_lease.lua`` names the same values). Times with a fraction of a
   millisecond travel as ``"%.17g"`` strings (Lua's ``tostring`` keeps 14 digits).
 * **Errors**: a malformed argument is an error reply ``ERR <script>: <what>``, before any write.
+* **Lost reply**: a header line ``-- Lost reply: safe to run twice (why)`` or
+  ``-- Lost reply: raises (why)`` says what a second run would do, and is what the call path
+  does when a reply is lost (:mod:`.call`): send it again, or raise ``ReplyLostError``.
+  Every script has one; docs/failure-modes.md tabulates them.
+* **Keys**: a script that receives only some of its structure's keys names them, in order, on
+  a header line ``-- Parts: items stats ...``; the structure passes exactly those (see
+  :attr:`LuaScript.parts`). Without it a script receives all of them.
 
 Helpers shared by several scripts live in included files (``--#include name``, see
 :func:`script`): ``common`` (``clock``, ``flow``, ``drain_lease``, expiring ids, counters),
@@ -30,10 +37,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import redis
-
-from .bound import BoundScript
-from .client import translate_error
+from .call import run_script
 
 KeyOrArg = str | bytes | int | float
 
@@ -44,31 +48,44 @@ KeyOrArg = str | bytes | int | float
 EMPTY, TAKEN, LINGER, AGAIN, LATER = 0, 1, 2, 3, 4
 
 
+#: The header line that says what a lost reply means for a script (see the module docstring).
+LOST_REPLY = "-- Lost reply:"
+#: The header line naming the keys a script receives, when not all of its structure's.
+PARTS = "-- Parts:"
+
+
 class LuaScript:
-    """One script: its SHA is computed locally; the server loads it on the first NOSCRIPT."""
+    """One script: its SHA is computed locally; the server loads it on the first NOSCRIPT.
+
+    ``resend`` is True when the header says the script is safe to run twice (a lost reply is
+    sent again), False when it says ``raises``; ``parts`` the key parts it receives, in order,
+    or None for all of its structure's.
+    """
 
     def __init__(self, name: str, source: str) -> None:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self.resend = _lost_reply_kind(name, source) == "safe"
+        self.parts: tuple[str, ...] | None = None
+        for line in source.splitlines():
+            if line.startswith(PARTS):
+                self.parts = tuple(line[len(PARTS) :].split())
+                break
 
     def __call__(self, client: Any, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
-        # try/except rather than redis_errors(): this runs on every producer call, and the
-        # context manager costs more than the except clause.
-        try:
-            try:
-                return client.evalsha(self.sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:
-                # A restarted or new server (or another cluster node) has not seen it yet.
-                client.script_load(self.source)
-                return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.RedisError as exc:
-            raise translate_error(exc, f"running {self.name}") from exc
+        return run_script(client, self, keys, args)
 
-    def bind(self, client: Any, keys: Sequence[KeyOrArg], head: Sequence[KeyOrArg]) -> BoundScript:
-        """This script with ``keys`` and the leading arguments ``head`` fixed (see
-        :class:`~.bound.BoundScript`)."""
-        return BoundScript(self, client, keys, head)
+
+def _lost_reply_kind(name: str, source: str) -> str:
+    """ "safe" or "raises", from the script's own ``-- Lost reply:`` line (it must have one)."""
+    for line in source.splitlines():
+        if line.startswith(LOST_REPLY):
+            kind = line[len(LOST_REPLY) :].split(maxsplit=1)
+            if kind and kind[0] in ("safe", "raises"):
+                return kind[0]
+            break
+    raise ValueError(f"lua/{name}.lua: no '{LOST_REPLY} safe ...' or '... raises ...' line")
 
 
 INCLUDE = "--#include "

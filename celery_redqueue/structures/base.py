@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ..redis.bound import BoundScript
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
 from ..redis.lua import script
@@ -57,7 +56,8 @@ class Structure(DeadLetterTools):
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
         self._registered = False
-        self._bound_scripts: dict[tuple[str, Any], BoundScript] = {}
+        #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
+        self._keys_of: dict[str, list[str]] = {}
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this structure (the registry keeps it)."""
@@ -70,33 +70,30 @@ class Structure(DeadLetterTools):
     def _run(self, name: str, args: list[Any], keys: Sequence[str] | None = None) -> Any:
         """Run script ``name`` with this structure's keys (or ``keys``) and the common head.
 
-        The first call of a process records the structure in the registry.
+        A script whose header names the key parts it receives (``-- Parts:``) gets exactly
+        those; any other all of :attr:`parts`. The first call of a process records the
+        structure in the registry.
         """
         self._register_once()
-        return script(name)(
-            self.client, self._keys if keys is None else keys, self._script_head() + args
-        )
+        lua = script(name)
+        if keys is None:
+            keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)
+        return lua(self.client, keys, self._script_head() + args)
+
+    def _named_keys(self, name: str, parts: Sequence[str]) -> list[str]:
+        keys = self._keys_of.get(name)
+        if keys is None:
+            unknown = [part for part in parts if part not in self.parts]
+            if unknown:
+                raise ValueError(f"lua/{name}.lua names parts {self.kind} has not: {unknown}")
+            keys = self._keys_of[name] = [self.keys(part) for part in parts]
+        return keys
 
     def _register_once(self) -> None:
         """Record the structure in the registry on this process's first script call."""
         if not self._registered:
             catalog.register(self.client, self.keys, self.settings())
             self._registered = True
-
-    def _bound(
-        self, name: str, keys: Sequence[str], head: Sequence[Any] = (), variant: Any = None
-    ) -> BoundScript:
-        """Script ``name`` bound to this structure's client, ``keys``, common head and then
-        ``head``, for a hot path that calls it with its own arguments only. Made once per
-        structure and ``variant`` (what ``keys`` and ``head`` depend on, such as a stream's
-        groups; the settings in the common head do not change after construction)."""
-        bound = self._bound_scripts.get((name, variant))
-        if bound is None:
-            self._register_once()
-            bound = self._bound_scripts[name, variant] = script(name).bind(
-                self.client, keys, [*self._script_head(), *head]
-            )
-        return bound
 
     def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
         """Clear the drain flag (and/or the scheduled wake-up) when the drain job it announced

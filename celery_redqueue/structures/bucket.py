@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import uuid
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -80,7 +81,7 @@ __all__ = [
 PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
     "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
-    "flow",
+    "flow", "calls", "calls_at",
 )
 # fmt: on
 ENQUEUE_CHUNK = 1000
@@ -263,9 +264,8 @@ class LeakyBucket(Structure, BucketProducer):
         return results
 
     def _enqueue_plain(self, key: str, data: bytes) -> EnqueueResult:
-        """One item with no dedupe id and no delay: the smaller script, run bound (its keys
-        and settings packed once)."""
-        send, wake_ms, status = self._bound("bucket_enqueue_plain", self._keys)(key, data)
+        """One item with no dedupe id and no delay: the smaller script."""
+        send, wake_ms, status = self._run("bucket_enqueue_plain", [key, data])
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
         result: EnqueueResult = _QUIET_RESULTS[status]
@@ -281,9 +281,15 @@ class LeakyBucket(Structure, BucketProducer):
         """
         malformed = 0
         for _ in range(MAX_UNDECODABLE_PER_POLL):
+            # The poll id: a re-send of this call (its reply lost) gets the same reservation.
             reply = self._run(
                 "bucket_dequeue",
-                [self.reservation_timeout_ms, self.max_drains, int(self.guard_window_ms > 0)],
+                [
+                    self.reservation_timeout_ms,
+                    self.max_drains,
+                    int(self.guard_window_ms > 0),
+                    uuid.uuid4().hex,
+                ],
             )
             malformed += int(reply[-1])
             if reply[0] == EMPTY:
@@ -320,7 +326,9 @@ class LeakyBucket(Structure, BucketProducer):
 
     def commit(self, reservation: Reservation | str, *, seconds: float = 0.0) -> bool:
         """Finish an item. False when it is no longer held (the reaper took it back); with the
-        processed-guard on, its id is recorded either way, so a returned copy is skipped.
+        processed-guard on, its id is recorded either way, so a returned copy is skipped. True
+        when it was settled already by this reservation (a second commit within a minute, such
+        as a re-send after a lost reply: "already done", not counted as late).
         ``seconds`` (the time the body took) feeds the workers-needed figure."""
         return self._settle(reservation, "commit", "", seconds)
 

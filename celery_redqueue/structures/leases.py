@@ -60,7 +60,12 @@ from .lease_types import LeaseStats as LeaseStats
 from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
 
 #: The keys every lease script receives, in this order (see lua/lease_common.lua).
-PARTS = ("resources", "free", "leased", "tokens", "stats", "notify", "fences", "uses")
+# fmt: off
+PARTS = (
+    "resources", "free", "leased", "tokens", "stats", "notify", "fences", "uses", "calls",
+    "calls_at",
+)
+# fmt: on
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +246,9 @@ class ResourcePool:
                 raise
 
     def release(self, lease: Lease) -> bool:
-        """Give the resource back. False (and nothing changed) when ``lease`` is no longer held.
+        """Give the resource back. False (and nothing changed) when ``lease`` is no longer held;
+        True when it was released already by this lease (a second release within a minute,
+        such as a re-send after a lost reply: "already done").
 
         A lease is no longer held once it ran out, even if nobody took the resource since: its
         resource is then reclaimed (returned to the free set) by this call.
@@ -251,7 +258,7 @@ class ResourcePool:
             "lease_release",
             [lease.resource, lease.token],
         )
-        return bool(released)
+        return bool(released)  # 2: released by an earlier send of this same call
 
     def renew(self, lease: Lease, ttl: float) -> Lease | None:
         """Extend a held lease to ``ttl`` seconds from now; returns the updated lease.

@@ -85,16 +85,13 @@ __all__ = [
 #: The keys every pool script receives, in this order (see lua/pool_common.lua).
 # fmt: off
 PARTS = (
-    # What pool_add touches comes first: it receives only these (fewer arguments on the hot
-    # path), the other scripts receive them all.
+    # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
+    # on the hot path); the other scripts receive them all.
     "items", "counts", "stats", "drains", "receives", "ages", "flow", "scheduled", "dedupe",
-    "wake", "inflight", "inflight_calls", "inflight_items", "dead", "done",
+    "wake", "inflight", "inflight_calls", "inflight_items", "dead", "done", "calls",
+    "calls_at",
 )
 # fmt: on
-#: How many of PARTS pool_add receives.
-ADD_PARTS = 10
-#: How many of PARTS pool_add_plain (calls with no dedupe id and no delay) receives.
-PLAIN_PARTS = 7
 
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
@@ -184,8 +181,6 @@ class CappedPool(Structure, PoolProducer):
         self.capacity = capacity
         self.policy = policy
         self.coalesce = coalesce
-        self._add_keys = self._keys[:ADD_PARTS]
-        self._plain_keys = self._keys[:PLAIN_PARTS]
         self.drain_lease_ms = max(int(drain_lease * 1000), 1)
         self.batch_timeout_ms = int(batch_timeout * 1000)
         self.max_drains = max_drains
@@ -237,7 +232,7 @@ class CappedPool(Structure, PoolProducer):
         else:
             for data, dedupe_id in zip(encoded, dedupe_ids, strict=True):
                 args += (repr(score()), data, dedupe_id or "", delay_ms)
-        reply = self._run("pool_add", args, keys=self._add_keys)
+        reply = self._run("pool_add", args)
         send, wake_ms = reply[0] == 1, int(reply[1])
         statuses = reply[2:]
         results = [_QUIET_RESULTS[status] for status in statuses]
@@ -248,15 +243,15 @@ class CappedPool(Structure, PoolProducer):
 
     def _add_plain(self, encoded: Sequence[bytes]) -> list[AddResult]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
-        flush): the smaller script, two arguments per call, packed by the bound script."""
+        flush): the smaller script, two arguments per call, sent as one script call."""
         score = random.random
         if len(encoded) == 1:
-            reply = self._bound("pool_add_plain", self._plain_keys)(repr(score()), encoded[0])
+            reply = self._run("pool_add_plain", [repr(score()), encoded[0]])
         else:
             tail: list[Any] = []
             for data in encoded:
                 tail += (repr(score()), data)
-            reply = self._bound("pool_add_plain", self._plain_keys)(*tail)
+            reply = self._run("pool_add_plain", tail)
         statuses = reply[2:]
         results = [_QUIET_RESULTS[status] for status in statuses]
         if reply[0] == 1:
@@ -266,7 +261,7 @@ class CappedPool(Structure, PoolProducer):
 
     # Consuming
 
-    def pop(self, n: int = 100, *, linger: bool = False) -> PoolBatch:
+    def pop(self, n: int = 100, *, linger: bool = False, batch_id: str | None = None) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
         enter the pool).
 
@@ -279,10 +274,14 @@ class CappedPool(Structure, PoolProducer):
         are listed in ``undecodable`` and dead-lettered by :meth:`ack`. With ``linger=True``
         an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
         soon, so calls arriving meanwhile send no drain job.
+
+        ``batch_id`` (default: a new one) names the batch: a pop with the id of a batch still
+        in flight pops nothing and returns that batch again, which is what makes a pop whose
+        reply was lost safe to send again (the call path does, once).
         """
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
-        batch_id = uuid.uuid4().hex
+        batch_id = batch_id or uuid.uuid4().hex
         reply = self._run(
             "pool_pop",
             [
@@ -290,7 +289,6 @@ class CappedPool(Structure, PoolProducer):
                 batch_id,
                 self.batch_timeout_ms,
                 self.max_drains,
-                int(self.at_least_once),
                 int(self.guard_window_ms > 0),
                 int(linger),
             ],
@@ -343,6 +341,8 @@ class CappedPool(Structure, PoolProducer):
         the pool to be retried, or to the dead-letter list once received ``max_receives`` times.
         ``seconds`` (the time the bodies took) feeds the workers-needed figure. Returns False
         when the batch had already been taken back by the reaper; nothing is counted twice.
+        Returns True, changing nothing, when this batch was acked already (a second ack within
+        a minute, such as a re-send after a lost reply: "already done", not counted as late).
         Retried calls that need a drain job nobody holds set ``batch.drain_needed``.
         """
         failures = failures or {}

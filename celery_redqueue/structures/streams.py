@@ -101,6 +101,8 @@ class EventStream(Structure):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]
         self._setup(client, name, prefix, serializer)
+        #: stream_publish's keys per set of declared groups (their stats and drain keys too).
+        self._publish_keys: dict[tuple[str, ...], list[str]] = {}
         self.maxlen = maxlen
         self.key = key
         self.max_deliveries = max_deliveries
@@ -172,17 +174,16 @@ class EventStream(Structure):
         # Only declared groups are created and woken here: a group some other app consumes is
         # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
         groups = tuple(self.declared)
-        publish = self._bound_scripts.get(("stream_publish", groups))
-        if publish is None:
+        keys = self._publish_keys.get(groups)
+        if keys is None:
             keys = list(self._keys)
             for group in groups:
                 keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
-            head = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
-            publish = self._bound("stream_publish", keys, head, variant=groups)
-        args: list[Any] = []
+            self._publish_keys[groups] = keys
+        args: list[Any] = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
         for data, key in prepared:
             args += [data, key, ""]
-        ids, trimmed, armed = publish(*args)
+        ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
         woken = [g.decode() for g in armed]
         if woken and self.on_wake is not None:
             self.on_wake(woken)

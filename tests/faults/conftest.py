@@ -189,3 +189,34 @@ def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
     yield module
     module.app.close()
     sys.modules.pop("tests.faults.fault_app", None)
+
+
+@pytest.fixture
+def reply_proxy(redqueue_server_url):
+    """A :class:`~celery_redqueue.testing.proxy.ReplyDroppingProxy` in front of the test
+    server: ``reply_proxy.drop(marker)`` loses the next reply to a command containing it."""
+    from urllib.parse import urlparse
+
+    from celery_redqueue.testing.proxy import ReplyDroppingProxy
+
+    parsed = urlparse(redqueue_server_url)
+    with ReplyDroppingProxy((parsed.hostname, parsed.port)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def retrying_client(reply_proxy):
+    """A client through the proxy that retries everything redis-py can retry (as a user's
+    ``redqueue_redis_options`` may configure): five retries on connection errors and timeouts,
+    no backoff. Nothing of the package may be re-sent by it."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis.Redis.from_url(
+        reply_proxy.url,
+        retry=Retry(NoBackoff(), 5),
+        retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+        socket_timeout=5,
+    )
+    yield client
+    client.close()

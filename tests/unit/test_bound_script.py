@@ -1,5 +1,5 @@
-"""The producer's hot path (redis/lua.py's BoundScript): a call runs on a connection its thread
-keeps, and every way that connection can go wrong ends as redis-py's own path would."""
+"""The script call path (redis/call.py): a call runs on a connection its thread keeps, and
+every way that connection can go wrong ends as redis-py's own path would."""
 
 import multiprocessing
 import threading
@@ -90,11 +90,10 @@ def test_a_forked_child_uses_its_own_connection(make_pool, client):
     assert payloads == ["after the fork", "before the fork", "inherited pool"]
 
 
-def test_clients_without_a_connection_pool_take_the_general_path(redqueue_server_url):
+def test_a_single_connection_client_runs_scripts_on_its_connection(redqueue_server_url):
     single = redis.Redis.from_url(redqueue_server_url, single_connection_client=True)
-    bound = script("read_atomic").bind(single, ["{t}:k"], [])
-    assert bound._pool is None  # a single-connection client is not shared by threads
-    assert bound("GET", 1, 0) == [None]
+    assert script("read_atomic")(single, ["{t}:k"], ["GET", 1, 0]) == [None]
+    assert in_use(single) == 1  # its one connection, no other taken from the pool
     single.close()
 
 

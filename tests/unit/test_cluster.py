@@ -92,20 +92,18 @@ def _move_slot(client, slot, source, target):
         conn.execute_command("CLUSTER SETSLOT", slot, "NODE", ids[target])
 
 
-def test_the_bound_producer_follows_a_slot_that_moved(cluster_client, redqueue_prefix):
+def test_the_script_path_follows_a_slot_that_moved(cluster_client, redqueue_prefix):
     pool = CappedPool(cluster_client, "moving", 1000, prefix=redqueue_prefix)
     assert all(r.kept for r in (pool.add(i) for i in range(10)))
-    bound = pool._bound("pool_add_plain", pool._plain_keys)
     slot = cluster_client.keyslot(pool.keys("items"))
     first = cluster_client.nodes_manager.slots_cache[slot][0]
-    assert bound._pool is first.redis_connection.connection_pool  # bound to the slot's master
     target = next(n.name for n in cluster_client.get_primaries() if n.name != first.name)
     _move_slot(cluster_client, slot, first.name, target)
     try:
-        # The first call meets MOVED and is handed to the cluster client; later ones bind
-        # to the new master.
+        # The first call meets MOVED, which updates the slot table; it and later ones go to
+        # the new master.
         assert all(r.kept for r in (pool.add(i) for i in range(10, 20)))
-        assert bound._pool.connection_kwargs["port"] == int(target.rsplit(":", 1)[1])
+        assert cluster_client.nodes_manager.slots_cache[slot][0].name == target
         stats = pool.stats()
         assert (stats.offered, stats.depth) == (20, 20)
         assert sorted(item.payload for item in pool.pop(100).items) == list(range(20))
