@@ -247,11 +247,14 @@ def run_script(
 
 
 def _lost_error(script: LuaScript, cause: Exception) -> ReplyLostError:
-    how = "timed out" if isinstance(cause, redis.exceptions.TimeoutError) else "was lost"
-    again = "safe to run again" if script.resend else "not sent again"
+    how = (
+        "Redis did not answer in time (stalled or overloaded)"
+        if isinstance(cause, redis.exceptions.TimeoutError)
+        else "the connection broke before the reply arrived"
+    )
+    again = "it is safe to run again" if script.resend else "it was not sent again"
     return ReplyLostError(
-        f"running {script.name}: the reply {how} after the script was sent, so it may have "
-        f"been applied ({again}): {cause}"
+        f"running {script.name}: {how}, so it may have been applied ({again}): {cause}"
     )
 
 
