@@ -16,6 +16,8 @@ Where things are (arrows point down: each layer uses only the layers below it):
 
 from .errors import (
     ConfigurationError,
+    InvalidArgumentError,
+    KeyBackoff,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -24,6 +26,7 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    retry_after,
 )
 from .structures.bucket import (
     BucketStats,
@@ -74,6 +77,8 @@ __all__ = [
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
+    "KeyBackoff",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -115,5 +120,6 @@ __all__ = [
     "pool_task",
     "publish",
     "resource_pool",
+    "retry_after",
     "stream_task",
 ]

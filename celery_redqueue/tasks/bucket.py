@@ -12,9 +12,10 @@ from typing import Any
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
-from ..errors import ConfigurationError, RedQueueError
+from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
+from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import function_option, optional_seconds, seconds
 from .base import RedQueueTask, error_text
@@ -22,6 +23,7 @@ from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
+from .metered import call_cost, check_metered_options, limit_options, report_cost
 from .options import check_key_parameter, check_structure_name
 
 logger = logging.getLogger(__name__)
@@ -97,6 +99,23 @@ class BucketTask(RedQueueTask):
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
     #: See "Sharded pools and buckets" in the README.
     bucket_shards: int = 1
+    #: A call's cost in units (tokens, points): the name of one of the body's arguments, or a
+    #: callable on the call's arguments. Needs bucket_cost_rate.
+    bucket_cost: Callable[..., float] | str | None = None
+    #: Units per key per period ("90000/m"), metered beside bucket_rate: a call goes only when
+    #: both allow it. A call costing more than one period allows is refused at the call site.
+    bucket_cost_rate: str | float | None = None
+    #: Units a key may use beyond its cost rate after a pause (GCRA burst allowance).
+    bucket_cost_burst: float = 0
+    #: Calls per period over all keys together ("1000/s"), each key still fair below it; a
+    #: sharded bucket splits it evenly between its shards.
+    bucket_total_rate: str | float | None = None
+    #: Calls over all keys beyond the total rate after a pause.
+    bucket_total_burst: float = 0
+    #: Most calls of one key in flight at once across all workers (reservations count; a dead
+    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. Set
+    #: bucket_drain_concurrency to at least this for one key to reach it.
+    bucket_concurrency: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -131,6 +150,7 @@ class BucketTask(RedQueueTask):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         check_structure_name(cls, "bucket_name")
         validate_shards("bucket_shards", cls.bucket_shards)
+        check_metered_options(cls)
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -167,7 +187,7 @@ class BucketTask(RedQueueTask):
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
-        return make_bucket(
+        bucket = make_bucket(
             self.bucket_shards,
             config.client(),
             self.bucket_name or self.name,
@@ -184,7 +204,10 @@ class BucketTask(RedQueueTask):
             drain_lease=self.bucket_drain_lease,
             dedupe_window=self.bucket_dedupe_window,
             processed_guard=self.bucket_processed_guard,
+            **limit_options(self),
         )
+        bucket.drain_sender = self.send_drain_or_release  # resume() needs a drain job
+        return bucket
 
     def key_for(self, args: Any, kwargs: Any) -> str:
         """The bucket key of a call; a key function that fails is an error at the call site."""
@@ -218,7 +241,9 @@ class BucketTask(RedQueueTask):
         call is bound in full, which raises for arguments the body cannot take.
         """
         body = self._body()
-        cached = self.__dict__.get("_redqueue_key_signature")
+        # One entry per parameter name read (bucket_key, bucket_cost).
+        signatures = self.__dict__.setdefault("_redqueue_signatures", {})
+        cached = signatures.get(name)
         if cached is None or cached[0] != body:  # bound methods are equal, not identical
             signature = inspect.signature(body)
             names = list(signature.parameters)
@@ -228,8 +253,7 @@ class BucketTask(RedQueueTask):
                 if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD
                 else None
             )
-            cached = (body, signature, index, param)
-            self.__dict__["_redqueue_key_signature"] = cached
+            cached = signatures[name] = (body, signature, index, param)
         _, signature, index, param = cached
         if checked and index is not None and param is not None:
             if index < len(args):
@@ -244,14 +268,16 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
+    def _prepare_call(self, args: Any, kwargs: Any) -> EncodedCall:
         """Check a call, compute its key and serialize it; raises, storing nothing."""
         self.check_call(args, kwargs)
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
-        return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
+        data = self.bucket.encode([list(args or ()), dict(kwargs or {})])
+        cost = call_cost(self, args, kwargs)
+        return (key, data) if cost is None else (key, data, cost)
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -293,16 +319,23 @@ class BucketTask(RedQueueTask):
                 ok = self._run_reservation(reservation)
             if ok:
                 processed += 1
-            else:
+            elif ok is not None:  # None: backed off, neither done nor failed
                 failed += 1
             if time.monotonic() >= deadline:
                 self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)
 
-    def _run_reservation(self, reservation: Reservation) -> bool:
-        """Run the body on one item; commit, retry later (release) or dead-letter it."""
+    def report_cost(self, units: float) -> None:
+        """Inside the body: the call's actual cost (tokens used, known only from the response);
+        its key's budget is corrected by the difference from the estimate at its commit."""
+        report_cost(self, units)
+
+    def _run_reservation(self, reservation: Reservation) -> bool | None:
+        """Run the body on one item; commit, retry later (release), back its key off (None)
+        or dead-letter it."""
         bucket = self.bucket
         self._local.reservation = reservation
+        self._local.reported_cost = None
         started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
@@ -316,6 +349,11 @@ class BucketTask(RedQueueTask):
             else:
                 bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
             return False
+        except KeyBackoff as exc:
+            cost = exc.cost if exc.cost is not None else self._local.reported_cost
+            logger.info("%s: key %r backs off for %.1fs", self.name, reservation.key, exc.seconds)
+            bucket.backoff(reservation, exc.seconds, cost=cost)
+            return None
         except SoftTimeLimitExceeded:
             bucket.retry_later(reservation)
             self.send_drain_or_release()  # this job ends here; the released item needs one
@@ -342,7 +380,8 @@ class BucketTask(RedQueueTask):
             return False
         finally:
             self._local.reservation = None
-        if not bucket.commit(reservation, seconds=time.monotonic() - started):
+        cost, self._local.reported_cost = self._local.reported_cost, None
+        if not bucket.commit(reservation, seconds=time.monotonic() - started, cost=cost):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",
                 self.name,
