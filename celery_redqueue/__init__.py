@@ -25,6 +25,7 @@ from .errors import (
     SerializationError,
     UndecodableItemsError,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     EnqueueResult,
@@ -98,6 +99,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",
