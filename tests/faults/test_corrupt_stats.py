@@ -4,7 +4,7 @@ from int()."""
 
 import pytest
 
-from celery_redqueue import CorruptDataError, EventStream, ResourcePool, RedQueueError
+from celery_redqueue import CorruptDataError, EventStream, RedQueueError, ResourcePool
 
 
 @pytest.fixture
