@@ -306,7 +306,11 @@ class BucketTask(RedQueueTask):
         started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
-            self._run_call(*call_args, **call_kwargs)
+            try:
+                self._run_call(*call_args, **call_kwargs)
+            finally:
+                # Whatever the body did, a commit, release or dead letter follows at once.
+                heartbeat().settling(bucket, reservation.id)
         except Retry as exc:
             # self.retry() inside the body: the drain's request knows nothing of this item's
             # retries, so the item's own receive count decides.
