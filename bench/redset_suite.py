@@ -91,7 +91,7 @@ EXPECTED = {
     "ScheduledSetTest::test_peek": "str default (JSON here)",
     # SerializerTest.setUp builds a set with serializer=object(), which redset ignores
     # (falling back to str) and these sets refuse as a configuration error.
-    "SerializerTest::test_bad_serializer": "serializer=object() refused (redset: falls back to str)",
+    "SerializerTest::test_bad_serializer": "object() refused (redset falls back to str)",
     "SerializerTest::test_add_and_pop": "serializer=object() refused in setUp",
     "SerializerTest::test_cant_deserialize": "object() refused; undecodable items raise",
 }
