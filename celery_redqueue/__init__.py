@@ -16,6 +16,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 
 from .errors import (
     ConfigurationError,
+    CorruptDataError,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -68,6 +69,7 @@ __all__ = [
     "CallBuffer",
     "CappedPool",
     "ConfigurationError",
+    "CorruptDataError",
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",

@@ -40,7 +40,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import positive_int, seconds
 from .base import Structure
-from .figures import Figures, compute
+from .figures import Figures, compute, parse_counters
 from .stream_types import (
     AckResult,
     GroupFigures,
@@ -381,7 +381,7 @@ class EventStream(Structure):
             pipe.xlen(self.keys("events"))
             pipe.hlen(self.keys("groups"))
             raw, length, groups = pipe.execute()
-        counters = {k.decode(): int(v) for k, v in raw.items()}
+        counters = parse_counters(self.keys("stats"), raw)
         return {
             **{n: counters.get(n, 0) for n in ("published", "requeued", "trimmed", "purged")},
             "length": int(length),

@@ -310,16 +310,20 @@ class BucketTask(RedQueueTask):
         started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
-            with tracing.processing(  # tracing hook
-                self,
-                [tracing.call_context(reservation.payload)],
-                destination=self.bucket_name or self.name,
-                kind="bucket",
-                key=reservation.key,
-                receives=reservation.receives,
-                message_id=reservation.id,
-            ):
-                self._run_call(*call_args, **call_kwargs)
+            try:
+                with tracing.processing(  # tracing hook
+                    self,
+                    [tracing.call_context(reservation.payload)],
+                    destination=self.bucket_name or self.name,
+                    kind="bucket",
+                    key=reservation.key,
+                    receives=reservation.receives,
+                    message_id=reservation.id,
+                ):
+                    self._run_call(*call_args, **call_kwargs)
+            finally:
+                # Whatever the body did, a commit, release or dead letter follows at once.
+                heartbeat().settling(bucket, reservation.id)
         except Retry as exc:
             # self.retry() inside the body: the drain's request knows nothing of this item's
             # retries, so the item's own receive count decides.

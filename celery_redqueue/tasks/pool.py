@@ -277,6 +277,7 @@ class PoolTask(RedQueueTask):
             with heartbeat().holding(pool, batch.id):
                 failures = self._run_batch(batch)
                 last_work = time.monotonic()  # linger is counted from when the work ended
+                heartbeat().settling(pool, batch.id)
                 acked = pool.ack(batch, failures=failures, seconds=last_work - started)
             if not acked:
                 logger.warning(
