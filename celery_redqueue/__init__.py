@@ -16,6 +16,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 
 from .errors import (
     ConfigurationError,
+    CorruptDataError,
     InvalidArgumentError,
     KeyBackoff,
     NoFreeResourceError,
@@ -28,6 +29,7 @@ from .errors import (
     UndecodableItemsError,
     retry_after,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     EnqueueResult,
@@ -71,6 +73,7 @@ __all__ = [
     "CallBuffer",
     "CappedPool",
     "ConfigurationError",
+    "CorruptDataError",
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",
@@ -103,6 +106,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",

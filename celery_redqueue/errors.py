@@ -77,6 +77,11 @@ class ReceiptNotReadyError(RedQueueError):
     """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""
 
 
+class CorruptDataError(RedQueueError, ValueError):
+    """A structure's stored field cannot be read (another program wrote it, or it was
+    corrupted); the message names the structure's key and the field."""
+
+
 class KeyBackoff(RedQueueError):
     """Raised by a bucket task's body (an upstream answered 429): pause this call's key for
     ``seconds`` in every worker, and put the call back at the head of its key without counting
