@@ -12,7 +12,8 @@ from pathlib import Path
 folder = Path(sys.argv[1])
 (wheel,) = folder.glob("*.whl")
 (sdist,) = folder.glob("*.tar.gz")
-names = zipfile.ZipFile(wheel).namelist()
+with zipfile.ZipFile(wheel) as archive:
+    names = archive.namelist()
 lua = [n for n in names if n.startswith("celery_redqueue/lua/") and n.endswith(".lua")]
 source_lua = list(Path("celery_redqueue/lua").glob("*.lua"))
 problems = []
@@ -26,7 +27,8 @@ if "celery_redqueue/py.typed" not in names:
 strays = [n for n in names if not n.startswith(("celery_redqueue/", "celery_redqueue-"))]
 if strays:
     problems.append(f"the wheel holds more than the package: {strays[:5]}")
-members = tarfile.open(sdist).getnames()
+with tarfile.open(sdist) as archive:
+    members = archive.getnames()
 for part in ["tests/conftest.py", "docs/index.md", "LICENSE", "CHANGELOG.md"]:
     if not any(m.endswith("/" + part) for m in members):
         problems.append(f"the sdist lacks {part}")

@@ -17,7 +17,7 @@ import celery_redqueue
 from celery_redqueue import CappedPool
 from celery_redqueue.embedded import EmbeddedRedis
 
-APP = '''
+APP = """
 import os
 import redis
 from celery import Celery
@@ -29,7 +29,7 @@ app.conf.redqueue_key_prefix = "smoke"
 @pool_task(app=app, pool_size=1000, pool_coalesce=True)
 def hit(page, count=1):
     redis.Redis.from_url(os.environ["SMOKE_URL"]).hincrby("smoke:seen", page, count)
-'''
+"""
 
 
 def main() -> int:
@@ -48,7 +48,7 @@ def main() -> int:
         receipts = [hit.delay("home") for _ in range(20)] + [hit.delay("about")]
         assert all(r.kept for r in receipts), receipts
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "smoke_app", "worker", "-P", "solo",
+            [sys.executable, "-m", "celery", "-A", "smoke_app", "--quiet", "worker", "-P", "solo",
              "--without-mingle", "--without-gossip", "-l", "warning"],
             cwd=work, env=env,
         )  # fmt: skip
@@ -67,7 +67,7 @@ def main() -> int:
             worker.terminate()
             worker.wait(30)
         stats = hit.pool.stats()
-        assert stats.offered == 21 and stats.processed == 2, stats  # coalesced into 2 entries
+        assert stats.offered == 21 and stats.processed == 21, stats  # in two coalesced entries
         assert isinstance(hit.pool, CappedPool)
     print(f"smoke: {package.parent} from {here}: 21 calls, drained by a worker as {seen}")
     return 0
