@@ -98,7 +98,7 @@ class BucketTask(RedQueueTask):
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
-    #: See "Sharded pools and buckets" in the README.
+    #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
     #: A call's cost in units (tokens, points): the name of one of the body's arguments, or a
     #: callable on the call's arguments. Needs bucket_cost_rate.
