@@ -15,7 +15,9 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
+    InvalidArgumentError,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -67,7 +69,9 @@ __all__ = [
     "BufferedReceipt",
     "CallBuffer",
     "CappedPool",
+    "CallRefusedError",
     "ConfigurationError",
+    "InvalidArgumentError",
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",

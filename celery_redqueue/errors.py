@@ -75,3 +75,8 @@ class RedisServerNotFound(RedQueueError):
 
 class ReceiptNotReadyError(RedQueueError):
     """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""
+
+
+class CallRefusedError(RedQueueError):
+    """The structure refused a call (a full ``reject`` pool or bucket key, a duplicate): with
+    per-call results on, this is the call's result, so whoever waits on its id learns it."""
