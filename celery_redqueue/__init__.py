@@ -17,6 +17,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 from .errors import (
     CallRefusedError,
     ConfigurationError,
+    CorruptDataError,
     InvalidArgumentError,
     NoFreeResourceError,
     PickleWarning,
@@ -27,6 +28,7 @@ from .errors import (
     SerializationError,
     UndecodableItemsError,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     EnqueueResult,
@@ -71,6 +73,7 @@ __all__ = [
     "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
+    "CorruptDataError",
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",
@@ -102,6 +105,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",

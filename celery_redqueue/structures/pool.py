@@ -55,7 +55,7 @@ from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
-from .figures import Figures, structure_figures, unfold
+from .figures import Figures, parse_counters, structure_figures, unfold
 from .pool_gather import PoolGathering
 from .pool_types import (
     COUNTERS,
@@ -404,7 +404,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
                     ("GET", self.keys("drains"), ()),
                 ],
             )
-        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
+        counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("queued", 0),

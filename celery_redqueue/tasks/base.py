@@ -28,7 +28,7 @@ from .buffer import CallBuffer, buffered_call
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
-from .options import check_option_names, drain_options, warn_if_task_cls_dropped
+from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
 from .results import new_call_id, outcome_reader, store_refusal
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         if (
             not isinstance(payload, list | tuple)
-            or len(payload) not in (2, 3)
+            or not 2 <= len(payload) <= 3  # a third element: its metadata: trace context, call id
             or not isinstance(payload[0], list | tuple)
             or not isinstance(payload[1], dict)
             or (len(payload) == 3 and not isinstance(payload[2], dict))
@@ -184,9 +184,9 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
         Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
         does an argument-less call of a body that needs arguments made by a scheduler or tool
-        (:func:`_is_trigger`: beat, django-celery-beat, Flower); from anything else (``delay()``
-        with the arguments forgotten) it is refused with InvalidArgumentError. ``task_id=``
-        names the call (the receipt's ``id``).
+        (:func:`.options.is_trigger`: beat, django-celery-beat, Flower); from anything else
+        (``delay()`` with the arguments forgotten) it is refused with InvalidArgumentError.
+        ``task_id=`` names the call (the receipt's ``id``).
         Every other option has a meaning for the call or is refused, naming it
         (:mod:`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
         arguments as a worker would see them.
@@ -204,7 +204,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             # The lean path (a call with arguments and no options) skips what cannot apply.
             drain = bool((options.get("headers") or {}).get(DRAIN_HEADER))
             if drain or (not args and not kwargs and self._needs_arguments()):
-                if not drain and not _is_trigger(args, producer, options):
+                if not drain and not is_trigger(args, producer, options):
                     raise InvalidArgumentError(self._missing_arguments())
                 return self.send_drain(
                     producer=producer,
@@ -440,12 +440,3 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
 
 RedQueueTask.__call__ = entry_point(RedQueueTask, None)  # type: ignore[method-assign]
-
-
-def _is_trigger(args: Any, producer: Any, options: dict[str, Any]) -> bool:
-    """An argument-less call made by a scheduler or tool, meant as a drain trigger: Celery
-    beat's scheduler (it passes ``producer=``, and decoded arguments, ``[]``), django-celery-beat
-    (``periodic_task_name`` header) and Flower's apply endpoints (JSON-decoded ``args=[]``).
-    A ``delay()``/``apply_async()`` in code passes a tuple or nothing."""
-    headers = options.get("headers") or {}
-    return isinstance(args, list) or producer is not None or "periodic_task_name" in headers

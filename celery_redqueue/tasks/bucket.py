@@ -17,13 +17,14 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_key_parameter, check_structure_name
-from .results import call_id_of, envelope, store_failure, store_success
+from .results import call_id_of, store_failure, store_success, with_id
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +261,10 @@ class BucketTask(RedQueueTask):
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
-        return key, self.bucket.encode(envelope(args, kwargs, call_id))
+        call = [list(args or ()), dict(kwargs or {})]
+        if get_config(self.app).tracing:
+            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
+        return key, self.bucket.encode(with_id(call, call_id))
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -316,7 +320,20 @@ class BucketTask(RedQueueTask):
         call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
-            value = self._run_call(*call_args, **call_kwargs)
+            try:
+                with tracing.processing(  # tracing hook
+                    self,
+                    [tracing.call_context(reservation.payload)],
+                    destination=self.bucket_name or self.name,
+                    kind="bucket",
+                    key=reservation.key,
+                    receives=reservation.receives,
+                    message_id=reservation.id,
+                ):
+                    value = self._run_call(*call_args, **call_kwargs)
+            finally:
+                # Whatever the body did, a commit, release or dead letter follows at once.
+                heartbeat().settling(bucket, reservation.id)
         except Retry as exc:
             # self.retry() inside the body: the drain's request knows nothing of this item's
             # retries, so the item's own receive count decides.

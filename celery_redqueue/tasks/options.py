@@ -226,3 +226,12 @@ def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
         UserWarning,
         stacklevel=2,
     )
+
+
+def is_trigger(args: Any, producer: Any, options: dict[str, Any]) -> bool:
+    """An argument-less call made by a scheduler or tool, meant as a drain trigger: Celery
+    beat's scheduler (it passes ``producer=``, and decoded arguments, ``[]``), django-celery-beat
+    (``periodic_task_name`` header) and Flower's apply endpoints (JSON-decoded ``args=[]``).
+    A ``delay()``/``apply_async()`` in code passes a tuple or nothing."""
+    headers = options.get("headers") or {}
+    return isinstance(args, list) or producer is not None or "periodic_task_name" in headers

@@ -30,13 +30,14 @@ from ..validation import (
     positive_int,
     seconds,
 )
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_structure_name
-from .results import call_id_of, envelope, new_call_id, store_failure, store_success
+from .results import call_id_of, new_call_id, store_failure, store_success, with_id
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,11 @@ class PoolTask(RedQueueTask):
                 "pool_batch_wait is not available with pool_shards > 1: a sharded pool has no "
                 "one oldest call to count the wait from"
             )
+        if cls.pool_results and cls.pool_coalesce:
+            raise ConfigurationError(
+                "pool_results is not available with pool_coalesce: equal calls merge into one "
+                "entry, so a call has no outcome of its own to store"
+            )
         if cls.pool_batch_min is not None and cls.pool_batch_min > cls.pool_batch_size:
             raise ConfigurationError(
                 f"pool_batch_min ({cls.pool_batch_min}) cannot exceed pool_batch_size "
@@ -266,7 +272,10 @@ class PoolTask(RedQueueTask):
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
             )
-        return self.pool.encode(envelope(args, call_kwargs, call_id))
+        call = [list(args or ()), call_kwargs]
+        if get_config(self.app).tracing and not self.pool_coalesce:
+            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
+        return self.pool.encode(with_id(call, call_id))
 
     # Consuming
 
@@ -321,6 +330,7 @@ class PoolTask(RedQueueTask):
             with heartbeat().holding(pool, batch.id):
                 failures = self._run_batch(batch)
                 last_work = time.monotonic()  # linger is counted from when the work ended
+                heartbeat().settling(pool, batch.id)
                 acked = pool.ack(batch, failures=failures, seconds=last_work - started)
             if not acked:
                 logger.warning(
@@ -349,7 +359,8 @@ class PoolTask(RedQueueTask):
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
-                value = self._run_call(calls)
+                with self._processing(batch.items, batch=True):  # tracing hook
+                    value = self._run_call(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
                 self.send_drain_or_release()  # this job ends here; the rest needs one
@@ -371,7 +382,8 @@ class PoolTask(RedQueueTask):
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                value = self._run_call(*call_args, **call_kwargs)
+                with self._processing([item]):  # tracing hook
+                    value = self._run_call(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
@@ -390,6 +402,20 @@ class PoolTask(RedQueueTask):
     def _failed_for_good(self, receives: int) -> bool:
         """A failed call is not tried again (at most once, or its last receive)."""
         return self.pool_delivery == "at_most_once" or receives >= self.pool_max_receives
+
+    def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
+        """The tracing span stored calls run in (a no-op context when tracing is off)."""
+        if not get_config(self.app).tracing:
+            return tracing.OFF
+        return tracing.processing(
+            self,
+            [tracing.call_context(item.payload) for item in items],
+            destination=self.pool_name or self.name,
+            batch=batch,
+            kind="pool",
+            receives=max(item.receives for item in items),
+            message_id=None if batch else items[0].id or None,
+        )
 
     def reap(self) -> int:
         result = self.pool.reap()

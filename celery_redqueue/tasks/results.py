@@ -88,11 +88,15 @@ def outcome_reader(task: Any, kept: bool) -> Any:
     return lambda call_id: NoResult(task.app, call_id, kept)
 
 
-def envelope(args: Any, kwargs: Any, call_id: str | None) -> list[Any]:
-    """What is stored for one call: ``[args, kwargs]``, plus its id when results are on."""
-    if call_id is None:
-        return [list(args or ()), dict(kwargs or {})]
-    return [list(args or ()), dict(kwargs or {}), {ID_FIELD: call_id}]
+def with_id(call: list[Any], call_id: str | None) -> list[Any]:
+    """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
+    ``meta`` (shared with the trace context, see :mod:`.tracing`) when results are on."""
+    if call_id is not None:
+        if len(call) == 3:
+            call[2] = dict(call[2], **{ID_FIELD: call_id})
+        else:
+            call.append({ID_FIELD: call_id})
+    return call
 
 
 def call_id_of(payload: Any) -> str | None:

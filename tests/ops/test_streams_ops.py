@@ -117,7 +117,7 @@ def test_page_lists_groups_under_their_stream_and_in_its_detail(
         ".map((tr) => [...tr.cells].slice(0, 3).map((td) => td.textContent))"
     )
     assert detail == [["notify", "3", "0"], ["label", "1", "2"]]
-    page.screenshot("/tmp/redqueue-dashboard-stream.png")
+    page.screenshot("stream")
 
     # Live: more events raise every group's lag on the next refresh, without a reload.
     page.eval("window.sameDocument = true")
