@@ -101,7 +101,7 @@ class BucketTask(RedQueueTask):
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
-    #: See "Sharded pools and buckets" in the README.
+    #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

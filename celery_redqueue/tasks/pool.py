@@ -133,7 +133,7 @@ class PoolTask(RedQueueTask):
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
     #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
-    #: them. See "Sharded pools and buckets" in the README.
+    #: them. See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     pool_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
