@@ -15,6 +15,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
     CorruptDataError,
     InvalidArgumentError,
@@ -71,6 +72,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
     "CorruptDataError",

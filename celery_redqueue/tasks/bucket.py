@@ -17,15 +17,16 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
-from ..validation import function_option, optional_seconds, seconds
+from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
-from .metered import call_cost, check_metered_options, limit_options, report_cost
+from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name
+from .results import call_id_of, store_failure, store_success, with_id
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ TASK_OPTION_NAMES = {
 }
 
 
-class BucketTask(RedQueueTask):
+class BucketTask(RedQueueTask, MeteredOptions):
     """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
 
     Example::
@@ -95,28 +96,15 @@ class BucketTask(RedQueueTask):
     #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
     #: its commit, and a redelivered copy is skipped rather than applied twice.
     bucket_processed_guard: float = 0.0
+    #: Store each call's outcome (the body's return value, or the exception it was
+    #: dead-lettered with) in the app's result backend under its receipt's id:
+    #: ``receipt.get()``. Costs a backend write per call.
+    bucket_results: bool = False
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
     #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
-    #: A call's cost in units (tokens, points): the name of one of the body's arguments, or a
-    #: callable on the call's arguments. Needs bucket_cost_rate.
-    bucket_cost: Callable[..., float] | str | None = None
-    #: Units per key per period ("90000/m"), metered beside bucket_rate: a call goes only when
-    #: both allow it. A call costing more than one period allows is refused at the call site.
-    bucket_cost_rate: str | float | None = None
-    #: Units a key may use beyond its cost rate after a pause (GCRA burst allowance).
-    bucket_cost_burst: float = 0
-    #: Calls per period over all keys together ("1000/s"), each key still fair below it; a
-    #: sharded bucket splits it evenly between its shards.
-    bucket_total_rate: str | float | None = None
-    #: Calls over all keys beyond the total rate after a pause.
-    bucket_total_burst: float = 0
-    #: Most calls of one key in flight at once across all workers (reservations count; a dead
-    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. Set
-    #: bucket_drain_concurrency to at least this for one key to reach it.
-    bucket_concurrency: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -150,6 +138,7 @@ class BucketTask(RedQueueTask):
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         check_structure_name(cls, "bucket_name")
+        boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
 
@@ -269,8 +258,9 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> EncodedCall:
-        """Check a call, compute its key and serialize it; raises, storing nothing."""
+    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
+        """Check a call, compute its key and serialize it (with ``call_id`` when per-call
+        results are on); raises, storing nothing."""
         self.check_call(args, kwargs)
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
@@ -279,7 +269,7 @@ class BucketTask(RedQueueTask):
         call = [list(args or ()), dict(kwargs or {})]
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        data = self.bucket.encode(call)
+        data = self.bucket.encode(with_id(call, call_id))
         cost = call_cost(self, args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
 
@@ -329,11 +319,6 @@ class BucketTask(RedQueueTask):
                 self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)
 
-    def report_cost(self, units: float) -> None:
-        """Inside the body: the call's actual cost (tokens used, known only from the response);
-        its key's budget is corrected by the difference from the estimate at its commit."""
-        report_cost(self, units)
-
     def _run_reservation(self, reservation: Reservation) -> bool | None:
         """Run the body on one item; commit, retry later (release), back its key off (None)
         or dead-letter it."""
@@ -341,6 +326,7 @@ class BucketTask(RedQueueTask):
         self._local.reservation = reservation
         self._local.reported_cost = None
         started = time.monotonic()
+        call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             try:
@@ -353,7 +339,7 @@ class BucketTask(RedQueueTask):
                     receives=reservation.receives,
                     message_id=reservation.id,
                 ):
-                    self._run_call(*call_args, **call_kwargs)
+                    value = self._run_call(*call_args, **call_kwargs)
             finally:
                 # Whatever the body did, a commit, release or dead letter follows at once.
                 heartbeat().settling(bucket, reservation.id)
@@ -364,12 +350,12 @@ class BucketTask(RedQueueTask):
                 delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
                 bucket.retry_later(reservation, delay=float(delay or 0))
             else:
-                bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
+                failure = exc.exc if exc.exc is not None else exc
+                bucket.dead_letter(reservation, error_text(failure))
+                store_failure(self, call_id, failure)
             return False
         except KeyBackoff as exc:
-            cost = exc.cost if exc.cost is not None else self._local.reported_cost
-            logger.info("%s: key %r backs off for %.1fs", self.name, reservation.key, exc.seconds)
-            bucket.backoff(reservation, exc.seconds, cost=cost)
+            self._back_off(reservation, exc)
             return None
         except SoftTimeLimitExceeded:
             bucket.retry_later(reservation)
@@ -394,9 +380,11 @@ class BucketTask(RedQueueTask):
                     reservation.receives,
                 )
                 bucket.dead_letter(reservation, error_text(exc))
+                store_failure(self, call_id, exc)
             return False
         finally:
             self._local.reservation = None
+        store_success(self, call_id, value)
         cost, self._local.reported_cost = self._local.reported_cost, None
         if not bucket.commit(reservation, seconds=time.monotonic() - started, cost=cost):
             logger.warning(

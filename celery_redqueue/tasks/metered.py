@@ -5,11 +5,15 @@ the call site, and the cost a body reports (``self.report_cost(n)``). The struct
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigurationError, RedQueueError
+from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.bucket_limits import Limits
 from .options import check_key_parameter
+
+logger = logging.getLogger("celery_redqueue.tasks.bucket")
 
 #: The task option behind each Limits parameter, so errors name what the user wrote.
 LIMIT_OPTION_NAMES = {
@@ -20,6 +24,40 @@ LIMIT_OPTION_NAMES = {
     "total_rate": "bucket_total_rate",
     "total_burst": "bucket_total_burst",
 }
+
+
+class MeteredOptions:
+    """BucketTask's options for metered APIs (a base of BucketTask; see docs/metered-apis.md)."""
+
+    #: A call's cost in units (tokens, points): the name of one of the body's arguments, or a
+    #: callable on the call's arguments. Needs bucket_cost_rate.
+    bucket_cost: Callable[..., float] | str | None = None
+    #: Units per key per period ("90000/m"), metered beside bucket_rate: a call goes only when
+    #: both allow it. A call costing more than one period allows is refused at the call site.
+    bucket_cost_rate: str | float | None = None
+    #: Units a key may use beyond its cost rate after a pause (GCRA burst allowance).
+    bucket_cost_burst: float = 0
+    #: Calls per period over all keys together ("1000/s"), each key still fair below it; a
+    #: sharded bucket splits it evenly between its shards.
+    bucket_total_rate: str | float | None = None
+    #: Calls over all keys beyond the total rate after a pause.
+    bucket_total_burst: float = 0
+    #: Most calls of one key in flight at once across all workers (reservations count; a dead
+    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. Set
+    #: bucket_drain_concurrency to at least this for one key to reach it.
+    bucket_concurrency: int | None = None
+
+    def report_cost(self, units: float) -> None:
+        """Inside the body: the call's actual cost (tokens used, known only from the response);
+        its key's budget is corrected by the difference from the estimate at its commit."""
+        report_cost(self, units)
+
+    def _back_off(self, reservation: Any, exc: KeyBackoff) -> None:
+        """The body raised KeyBackoff: pause its key and put the call back (not a failure)."""
+        task: Any = self
+        cost = exc.cost if exc.cost is not None else task._local.reported_cost
+        logger.info("%s: key %r backs off for %.1fs", task.name, reservation.key, exc.seconds)
+        task.bucket.backoff(reservation, exc.seconds, cost=cost)
 
 
 def limit_options(cls: Any) -> dict[str, Any]:
