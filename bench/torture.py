@@ -41,12 +41,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import contextlib
+
 from celery_redqueue.testing.embedded import EmbeddedRedis  # noqa: E402
 from celery_redqueue.testing.proxy import ReplyDroppingProxy  # noqa: E402
 
@@ -134,18 +135,14 @@ class Run:
 
     def kill_worker(self) -> None:
         worker = self.workers.pop(0)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         worker.wait()
 
     def stop_all(self) -> None:
         for process in [*self.workers, self.beat]:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             process.wait()
         if self.proxy is not None:
             self.proxy.close()
@@ -157,7 +154,7 @@ class Run:
     def produce(self, stop: threading.Event) -> None:
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("TORTURE_")})
         sys.path.insert(0, str(ROOT / "bench"))
-        import torture_app  # noqa: PLC0415 - configured by the environment just set
+        import torture_app
 
         tasks = {
             "pool": torture_app.pool_alo.delay,
@@ -171,7 +168,7 @@ class Run:
                 call_id = f"{kind}-{n}"
                 try:
                     call(call_id)
-                except Exception as exc:  # noqa: BLE001 - every failure is counted by name
+                except Exception as exc:
                     self.errors[type(exc).__name__] += 1
                     self.maybe[kind].append(call_id)
                 else:
@@ -196,10 +193,8 @@ class Run:
         elif s == "client-kill":
             killer = redis.Redis.from_url(self.redis.url, socket_timeout=2)
             while producing.is_alive():
-                try:
+                with contextlib.suppress(redis.exceptions.RedisError):
                     killer.client_kill_filter(_type="normal", skipme=True)
-                except redis.exceptions.RedisError:
-                    pass
                 time.sleep(rng.uniform(0.005, 0.05))
             killer.close()
         elif s == "proxy-drops" and self.proxy is not None:
@@ -242,12 +237,13 @@ class Run:
         return recovered
 
     def identities(self) -> dict[str, str]:
-        from celery_redqueue import CappedPool, LeakyBucket  # noqa: PLC0415
+        from celery_redqueue import CappedPool, LeakyBucket
 
         client = redis.Redis.from_url(self.redis.url)
         out = {}
         try:
-            for kind, name in (("pool", "torture_app.pool_alo"), ("pool_amo", "torture_app.pool_amo")):
+            pools = (("pool", "torture_app.pool_alo"), ("pool_amo", "torture_app.pool_amo"))
+            for kind, name in pools:
                 st = CappedPool(client, name, 100_000, prefix=self.prefix).stats()
                 terminal = st.processed + st.failed + st.evicted + st.lost + st.dead + st.purged
                 ok = st.offered == st.accepted + st.rejected and st.accepted == (
@@ -329,9 +325,9 @@ def print_table(outcomes: list[Outcome], errors: dict[str, collections.Counter[s
     for scenario, counter in errors.items():
         if counter:
             raised = ", ".join(f"{n} {name}" for name, n in counter.most_common())
-            print(f"- {scenario}: delay()/publish raised {raised} (counted as raised, may have run)")
+            print(f"- {scenario}: delay()/publish raised {raised} (counted as raised: may run)")
     print("- never run: acknowledged calls with no run in the history (at-least-once: must be 0);")
-    print("  duplicates: runs beyond the first (at-least-once allows them; at-most-once must be 0);")
+    print("  duplicates: runs beyond the first (at least once allows them; at most once: 0);")
     print("  recovered in: from the fault's end until every acknowledged call had run.")
 
 

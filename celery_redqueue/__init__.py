@@ -15,7 +15,11 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
+    CorruptDataError,
+    InvalidArgumentError,
+    KeyBackoff,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -25,7 +29,9 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    retry_after,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     EnqueueResult,
@@ -67,14 +73,18 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
+    "CorruptDataError",
     "DeadLetter",
     "DrainSummary",
     "EnqueueResult",
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
+    "KeyBackoff",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -100,6 +110,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",
@@ -117,5 +128,6 @@ __all__ = [
     "pool_task",
     "publish",
     "resource_pool",
+    "retry_after",
     "stream_task",
 ]

@@ -55,7 +55,8 @@ from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
-from .figures import Figures, structure_figures, unfold
+from .figures import Figures, parse_counters, structure_figures, unfold
+from .pool_gather import PoolGathering
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -138,12 +139,13 @@ class PoolProducer:
         return results
 
 
-class CappedPool(Structure, PoolProducer):
+class CappedPool(Structure, PoolProducer, PoolGathering):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
     parts = PARTS
     dead_script = "pool_dead"
+    unstored_counters = ("offered", "accepted", "dead")
 
     def __init__(
         self,
@@ -402,7 +404,7 @@ class CappedPool(Structure, PoolProducer):
                     ("GET", self.keys("drains"), ()),
                 ],
             )
-        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
+        counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("queued", 0),
