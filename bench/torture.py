@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -46,8 +47,6 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import contextlib
-
 from celery_redqueue.testing.embedded import EmbeddedRedis  # noqa: E402
 from celery_redqueue.testing.proxy import ReplyDroppingProxy  # noqa: E402
 
