@@ -9,9 +9,9 @@
 -- Reply: {held, send_drain}. held 0: the batch was no longer in flight (the reaper had taken it
 -- back: counted as `late`); 2: this ack was applied already (a re-send); send_drain 1: retried
 -- calls need a drain job the caller should send.
+-- Ids that succeeded are recorded by the guard either way, so their returned copies are skipped.
 -- Lost reply: safe to run twice: the ack is recorded (call_records.lua) under its batch id, and
 -- a second run replies "already done" (held 2) and changes nothing.
--- Ids that succeeded are recorded by the guard either way, so their returned copies are skipped.
 --#include pool_common
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
 local max_receives, guard_window, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])

@@ -4,8 +4,8 @@
 -- ARGV[2] member (the serialized item)
 -- Reply: the score given, as a string (a Lua number would be truncated to an integer).
 -- Bounded: O(log N).
--- Lost reply: safe to run twice (a set: the member is added once; its due time moves by the re-
--- send's delay)
+-- Lost reply: safe to run twice (a set: the member is added once; its due time moves by the
+-- re-send's delay)
 --#include clock
 local offset, member = tonumber(ARGV[1]), ARGV[2]
 local score = string.format('%.6f', now_ms() / 1000 + offset)

@@ -8,7 +8,9 @@ A page writes a marker on a line of its own and the build puts the generated Mar
   their ``#:`` comments, and the settings read elsewhere, listed in :data:`OTHER_SETTINGS`);
 - ``<!-- api -->``: an mkdocstrings entry for every name in ``celery_redqueue.__all__``;
 - ``<!-- modules -->``: every module and Lua script of the package with the first sentence of
-  its docstring or header comment.
+  its docstring or header comment;
+- ``<!-- lost-replies -->``: every script that is run (not only included) with what a lost
+  reply does to it, from its ``-- Lost reply:`` header line.
 
 An option or a setting without a comment fails the build (and tests/project/test_docs.py).
 """
@@ -51,7 +53,7 @@ SETTING_DEFAULTS = {
     "serializer": '`"json"`',
 }
 
-MARKER = re.compile(r"^<!-- (options: (\w+)|settings|api|modules) -->$", re.M)
+MARKER = re.compile(r"^<!-- (options: (\w+)|settings|api|modules|lost-replies) -->$", re.M)
 SENTENCE = re.compile(r"^(.+?[.])(?:\s|$)", re.S)
 ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc):`~?([^`]+)`")
 
@@ -225,6 +227,33 @@ def modules_table() -> str:
     return "\n".join(out)
 
 
+def lost_replies_table() -> str:
+    """Per script that is run (not only included by others): re-sent or raises, and why."""
+    lua = PACKAGE / "lua"
+    included = set()
+    for path in lua.glob("*.lua"):
+        included.update(re.findall(r"^\s*--#include (\w+)", path.read_text(), re.M))
+    out = ["| script | a lost reply | why |", "|---|---|---|"]
+    for path in sorted(lua.glob("*.lua")):
+        if path.stem in included:
+            continue
+        header = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("--") or line.startswith("--#"):
+                break
+            header.append(line[2:].strip())
+        text = " ".join(header)
+        found = re.search(r"Lost reply: (safe to run twice|raises)[:,]? (.*)$", text)
+        if found is None:
+            raise UndocumentedError(f"{path.relative_to(ROOT)} has no '-- Lost reply:' line")
+        why = found.group(2).strip()
+        if why.startswith("(") and why.endswith(")"):
+            why = why[1:-1]
+        kind = "re-sent" if found.group(1).startswith("safe") else "raises `ReplyLostError`"
+        out.append(f"| `{path.stem}` | {kind} | {why.replace('|', '/')} |")
+    return "\n".join(out)
+
+
 def expand(markdown: str) -> str:
     def replace(match: re.Match[str]) -> str:
         if match.group(2):
@@ -233,6 +262,8 @@ def expand(markdown: str) -> str:
             return settings_table()
         if match.group(1) == "modules":
             return modules_table()
+        if match.group(1) == "lost-replies":
+            return lost_replies_table()
         return api_entries()
 
     return MARKER.sub(replace, markdown)
