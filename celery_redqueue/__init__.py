@@ -26,6 +26,7 @@ from .errors import (
     SerializationError,
     UndecodableItemsError,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     EnqueueResult,
@@ -100,6 +101,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",

@@ -312,7 +312,8 @@ class EventStream(Structure):
         """Move ``group``'s read position; the next read starts at ``position``: ``"start"``
         (the oldest entry kept: replay), ``"end"`` (only what is published next), an entry id
         (that entry and after) or a time (a datetime, or seconds since the epoch: entries
-        published at or after it). Pending entries stay pending. Returns the last-delivered
+        published at or after it; the epoch or any time before the first entry is the same as
+        ``"start"``). Pending entries stay pending. Returns the last-delivered
         id now set for the group."""
         validate_group(group)
         kind, target = seek_target(position)

@@ -17,6 +17,7 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import function_option, optional_seconds, seconds
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
@@ -251,7 +252,10 @@ class BucketTask(RedQueueTask):
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
-        return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
+        call = [list(args or ()), dict(kwargs or {})]
+        if get_config(self.app).tracing:
+            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
+        return key, self.bucket.encode(call)
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -311,7 +315,16 @@ class BucketTask(RedQueueTask):
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             try:
-                self._run_call(*call_args, **call_kwargs)
+                with tracing.processing(  # tracing hook
+                    self,
+                    [tracing.call_context(reservation.payload)],
+                    destination=self.bucket_name or self.name,
+                    kind="bucket",
+                    key=reservation.key,
+                    receives=reservation.receives,
+                    message_id=reservation.id,
+                ):
+                    self._run_call(*call_args, **call_kwargs)
             finally:
                 # Whatever the body did, a commit, release or dead letter follows at once.
                 heartbeat().settling(bucket, reservation.id)
