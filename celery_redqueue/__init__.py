@@ -15,8 +15,10 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
     CorruptDataError,
+    InvalidArgumentError,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -68,6 +70,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
     "CorruptDataError",
@@ -77,6 +80,7 @@ __all__ = [
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
     "KeyStats",
     "LeakyBucket",
     "Lease",
