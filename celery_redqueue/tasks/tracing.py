@@ -6,7 +6,8 @@ many calls share, so the caller's trace would end at ``.delay()``. With tracing 
 * **Producer.** A call made while a span is active keeps that span's W3C trace context
   (``traceparent``, and ``tracestate`` if any) with its payload, in the same round trip: a pool
   or bucket call is stored as ``[args, kwargs, {"traceparent": ...}]`` instead of
-  ``[args, kwargs]``; a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
+  ``[args, kwargs]`` (the dict is shared with the call id of per-call results, see
+  :mod:`.results`); a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
   active span (or tracing off) the payload is byte for byte what it was. No PRODUCER span is
   made per call: it would cost more than the call itself (``bench/tracing_bench.py``).
   Coalescing pools store no context: equal calls merge into one entry by their bytes.
@@ -155,7 +156,9 @@ def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
 
 
 def call_context(payload: Any) -> dict[str, str] | None:
-    """The caller's context a stored pool or bucket call carries (its third element)."""
+    """The caller's context a stored pool or bucket call carries (its third element, which
+    may hold the call id too: the propagator reads only its own fields). Read only: the
+    producer hands one carrier to many calls."""
     if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
         return payload[2]
     return None
