@@ -288,8 +288,12 @@ class BucketTask(RedQueueTask, MeteredOptions):
         When items remain but no key may release yet, the job schedules itself (countdown) for
         the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
         """
-        with heartbeat().holding(self.bucket):
-            return self._drain()
+        try:
+            with heartbeat().holding(self.bucket):
+                return self._drain()
+        except Exception:
+            self._watch_after_failure(self.bucket_reservation_timeout, self.bucket_drain_lease)
+            raise
 
     def _drain(self) -> DrainSummary:
         bucket = self.bucket
