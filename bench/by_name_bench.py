@@ -78,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         named = run_side(server.url, True, calls)
         reference = run_side(server.url, True, calls, plain=True)
     sides = (fast, named, reference)
-    print(
-        f"{calls} calls into one pool, one solo worker (plain Celery: a task of its own, acks_late too)"
-    )
+    print(f"{calls} calls into one pool, one solo worker (plain Celery: acks_late too)")
     print(f"{'':34}{'delay()':>12}{'send_task':>12}{'plain Celery':>14}")
     rows = [
         ("producer, calls/s", [calls / side["produced"] for side in sides]),
