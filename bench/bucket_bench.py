@@ -603,12 +603,16 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
     client = bucket.client
     payload = bucket.encode([["user-0", "page_view"], {}])
     # The bare scripts write into twin buckets, so the task's bucket holds exactly its calls.
-    # A call with no dedupe id and no delay runs bucket_enqueue_plain bound, as bucket.py's
+    # A call with no dedupe id and no delay runs bucket_enqueue_plain, as bucket.py's
     # _enqueue_plain does (so the bare call differs from .delay() by redqueue's Python only);
     # the batch script, which every call ran before (through redis-py's evalsha), beside it.
     twin = LeakyBucket(client, "bench.bucketed.twin", prefix=bucket.keys.prefix)
     batch_twin = LeakyBucket(client, "bench.bucketed.batch", prefix=bucket.keys.prefix)
-    plain_script = twin._bound("bucket_enqueue_plain", twin._keys)
+    plain = script("bucket_enqueue_plain")
+
+    def plain_script(key: str, data: bytes) -> Any:
+        return plain(client, twin._keys, [*twin._script_head(), key, data])
+
     batch_script = script("bucket_enqueue")
 
     def same_script(i: int) -> Any:

@@ -40,6 +40,7 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from celery_redqueue import CappedPool, PoolTask
+from celery_redqueue.redis.lua import script
 from celery_redqueue.testing import celery_test_config, delete_prefix
 from celery_redqueue.testing.embedded import EmbeddedRedis
 
@@ -58,6 +59,7 @@ POOLED = "pool_bench.pooled"
 POOLED_SIDE = "pooled .delay() (pool_add_plain)"
 PLAIN_SIDE = "plain Celery .delay()"
 PLAIN = "pool_bench.plain"
+REDIS_PY_SIDE = "the same script via register_script"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
 #: can be pointed at either backlog while both wait in the broker.
 QUEUE = "celery"
@@ -445,11 +447,20 @@ class Bench:
         # The bare script writes into a twin pool, so the task's pool holds exactly n calls.
         twin = CappedPool(client, f"{POOLED}.twin", POOL_SIZE, prefix=pooled.pool.keys.prefix)
         # A call with no dedupe id and no delay runs pool_add_plain (pool.py's _add_plain),
-        # through the same bound script (keys and head packed once) as the task's calls.
-        bare = twin._bound("pool_add_plain", twin._plain_keys)
+        # through the package's call path (redis/call.py) as the task's calls do; beside it the
+        # same script with the same keys and arguments through redis-py's own path
+        # (register_script: EVALSHA through the client's command path, which may retry it).
+        plain = script("pool_add_plain")
+        keys = [twin.keys(part) for part in plain.parts or ()]
+        head = twin._script_head()
+        registered = client.register_script(plain.source)
 
         def same_script(i: int) -> Any:
-            return bare(repr(random.random()), payload)
+            return plain(client, keys, [*head, repr(random.random()), payload])
+
+        def through_redis_py(chunk: range) -> None:
+            for _ in chunk:
+                registered(keys, [*head, repr(random.random()), payload])
 
         sides = measure_sides(
             client,
@@ -459,6 +470,7 @@ class Bench:
                 POOLED_SIDE: pooled_calls,
                 PLAIN_SIDE: plain_calls,
                 **raw_sides(client, raw_key, payload, same_script),
+                REDIS_PY_SIDE: through_redis_py,
             },
         )
         client.delete(raw_key)
