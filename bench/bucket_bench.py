@@ -608,10 +608,10 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
     # the batch script, which every call ran before (through redis-py's evalsha), beside it.
     twin = LeakyBucket(client, "bench.bucketed.twin", prefix=bucket.keys.prefix)
     batch_twin = LeakyBucket(client, "bench.bucketed.batch", prefix=bucket.keys.prefix)
-    plain = script("bucket_enqueue_plain")
+    plain_lua = script("bucket_enqueue_plain")
 
     def plain_script(key: str, data: bytes) -> Any:
-        return plain(client, twin._keys, [*twin._script_head(), key, data])
+        return plain_lua(client, twin._keys, [*twin._script_head(), key, data])
 
     batch_script = script("bucket_enqueue")
 
