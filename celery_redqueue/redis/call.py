@@ -322,7 +322,11 @@ def _exchange(
     kept: bool,
 ) -> Any:
     if kept and _closed_by_peer(conn):
-        conn.disconnect()  # sending reconnects
+        conn.disconnect()
+    if getattr(conn, "_sock", True) is None:
+        # Reconnect through connect(), not the send's own reconnect: a Sentinel connection
+        # asks the sentinels for the master there (the send would dial the old address).
+        conn.connect()
     packed = _pack(script, keys, args, conn.encoder)
     if ask:
         packed = b"*1\r\n$6\r\nASKING\r\n" + packed
