@@ -450,13 +450,13 @@ class Bench:
         # through the package's call path (redis/call.py) as the task's calls do; beside it the
         # same script with the same keys and arguments through redis-py's own path
         # (register_script: EVALSHA through the client's command path, which may retry it).
-        plain = script("pool_add_plain")
-        keys = [twin.keys(part) for part in plain.parts or ()]
+        plain_lua = script("pool_add_plain")
+        keys = [twin.keys(part) for part in plain_lua.parts or ()]
         head = twin._script_head()
-        registered = client.register_script(plain.source)
+        registered = client.register_script(plain_lua.source)
 
         def same_script(i: int) -> Any:
-            return plain(client, keys, [*head, repr(random.random()), payload])
+            return plain_lua(client, keys, [*head, repr(random.random()), payload])
 
         def through_redis_py(chunk: range) -> None:
             for _ in chunk:
