@@ -27,11 +27,9 @@ from .errors import (
 )
 from .structures.bucket import (
     BucketStats,
-    EnqueueResult,
+    Dequeued,
     KeyStats,
     LeakyBucket,
-    Poll,
-    ReapResult,
     Reservation,
     parse_rate,
 )
@@ -39,16 +37,15 @@ from .structures.deadletters import DeadLetter
 from .structures.figures import Figures
 from .structures.lease_keeper import LeaseKeeper
 from .structures.leases import Lease, LeaseStats, ResourcePool
-from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
+from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
+from .structures.receipts import ReapResult, Receipt
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
 from .structures.sharded import ShardedBucket, ShardedPool
 from .structures.stream_types import (
     AckResult,
     GroupFigures,
-    PublishReceipt,
     StreamEvent,
     StreamRead,
-    StreamReapResult,
 )
 from .structures.streams import EventStream
 from .tasks import BucketTask, PoolCall, PoolTask, StreamTask, bucket_task, pool_task, stream_task
@@ -61,7 +58,6 @@ __version__ = "0.2.0.dev0"
 
 __all__ = [
     "AckResult",
-    "AddResult",
     "BucketStats",
     "BucketTask",
     "BufferedReceipt",
@@ -69,8 +65,8 @@ __all__ = [
     "CappedPool",
     "ConfigurationError",
     "DeadLetter",
+    "Dequeued",
     "DrainSummary",
-    "EnqueueResult",
     "EventStream",
     "Figures",
     "GroupFigures",
@@ -82,14 +78,13 @@ __all__ = [
     "LeaseTask",
     "NoFreeResourceError",
     "PickleWarning",
-    "Poll",
     "PoolBatch",
     "PoolCall",
     "PoolItem",
     "PoolStats",
     "PoolTask",
-    "PublishReceipt",
     "ReapResult",
+    "Receipt",
     "ReceiptNotReadyError",
     "RedQueueError",
     "RedisUnavailableError",
@@ -103,7 +98,6 @@ __all__ = [
     "SortedSet",
     "StreamEvent",
     "StreamRead",
-    "StreamReapResult",
     "StreamTask",
     "TimeSortedSet",
     "UndecodableItemsError",

@@ -53,7 +53,7 @@ def send_sms(event):
     stream="orders",
     group="packing",
     stream_key="order",  # one order's events in publish order
-    stream_max_deliveries=3,
+    stream_max_receives=3,
     stream_retry_delay=0.2,
 )
 def packing_slip(event):

@@ -30,7 +30,7 @@ local K_INFLIGHT, K_RES_KEYS, K_RES_ITEMS, K_STATS, K_KEYSTATS = KEYS[7], KEYS[8
 local K_DEAD, K_DRAINS, K_WAKE, K_AGES, K_SCHEDULED = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
 local ORDERED, MAX_DEPTH, OVERFLOW = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5]
-local DRAIN_TTL, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
+local DRAIN_LEASE_MS, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
 --#include bucket_schedule
 --#include bucket_queue

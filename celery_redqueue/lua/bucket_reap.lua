@@ -35,5 +35,5 @@ end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
 -- Items that may go need a drain job even if the dead drain's lease has not run out yet:
 -- re-arm it and tell the caller to send one.
-local send = rearm_drain(K_DRAINS, DRAIN_TTL, #expired > 0 and redis.call('ZCARD', K_READY) > 0)
+local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #expired > 0 and redis.call('ZCARD', K_READY) > 0)
 return {returned, buried, send}

@@ -10,14 +10,14 @@
 -- the processed-guard, so its returned copy is skipped rather than applied twice.
 --#include bucket_common
 local reservation, action, detail = ARGV[8], ARGV[9], ARGV[10]
-local guard_window, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
+local processed_guard_ms, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
 if action ~= 'commit' and action ~= 'retry' and action ~= 'dead' then
   return redis.error_reply('ERR bucket_settle: bad action ' .. tostring(action))
 end
 local now = now_ms()
-if action == 'commit' and guard_window > 0 then
+if action == 'commit' and processed_guard_ms > 0 then
   forget_expired(K_DONE, now)
-  redis.call('ZADD', K_DONE, now + guard_window, string.match(reservation, '^(%d+)'))
+  redis.call('ZADD', K_DONE, now + processed_guard_ms, string.match(reservation, '^(%d+)'))
 end
 
 local key, slot = take_reservation(reservation)

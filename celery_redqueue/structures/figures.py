@@ -103,7 +103,7 @@ def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
 
 def unfold(counters: Mapping[str, int]) -> dict[str, int]:
     """Counters with each folded field added to every counter it names: the hot scripts bump
-    one field "offered+accepted+queued" where three HINCRBYs would say the same thing."""
+    one field "offered+accepted+depth" where three HINCRBYs would say the same thing."""
     out: dict[str, int] = {}
     for name, value in counters.items():
         for part in name.split("+"):

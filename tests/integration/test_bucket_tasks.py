@@ -8,7 +8,7 @@ import pytest
 from celery_redqueue import (
     BucketTask,
     ConfigurationError,
-    EnqueueResult,
+    Receipt,
     RedQueueError,
     bucket_task,
 )
@@ -28,7 +28,7 @@ def test_worker_releases_each_key_at_its_rate(app, wait_for):
     fetch.bucket.set_rate("fast.example", "50/s")
     receipts = [fetch.delay("slow.example", f"/{i}") for i in range(4)]
     receipts += [fetch.delay(domain="fast.example", path=f"/{i}") for i in range(20)]
-    assert all(isinstance(r, EnqueueResult) and r.queued for r in receipts)
+    assert all(isinstance(r, Receipt) and r.kept for r in receipts)
     assert sum(r.drain_needed for r in receipts) == 1
     with running_worker(app, pool="threads", concurrency=2):
         wait_for(lambda: fetch.bucket.stats().processed == 24, timeout=60)
@@ -137,7 +137,7 @@ def test_call_site_errors_store_nothing(app):
     with pytest.raises(TypeError):
         fetch.delay("a", "b")
     # No arguments at all, to a body that needs some, is a drain job (a beat row run by hand).
-    assert not isinstance(fetch.delay(), EnqueueResult)
+    assert not isinstance(fetch.delay(), Receipt)
 
     @app.task(base=BucketTask, bucket_key=lambda x: 42)
     def numeric(x):

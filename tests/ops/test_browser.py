@@ -186,7 +186,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     assert rows[0][:2] == [lease.resource, "held"] and rows[0][3] == "1"
     assert sorted(r[1] for r in rows[1:]) == ["free", "free"]
     held = page.eval(
-        "document.querySelector('#leases tr[data-id=\"leases:creds\"] td:nth-child(4)').textContent"
+        "document.querySelector('#leases tr[data-id=\"lease:creds\"] td:nth-child(4)').textContent"
     )
     assert held == "1"
     assert page.eval("document.getElementById('chart').hidden") is True
