@@ -139,7 +139,7 @@ class Page:
         return result["result"].get("value")
 
     def wait_for(self, expression, timeout=30.0, message=None):
-        """Dequeued a JavaScript expression until it is truthy; returns its value."""
+        """Poll a JavaScript expression until it is truthy; returns its value."""
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -177,7 +177,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
         redqueue_redis, "creds", ["key-1", "key-2", "key-3"], prefix=redqueue_prefix
     )
     lease = creds.acquire(ttl=120)
-    page.eval("location.hash = '#leases%3Acreds'; location.reload()")
+    page.eval("location.hash = '#lease%3Acreds'; location.reload()")
     page.wait_for("document.querySelectorAll('#resources tbody tr').length === 3")
     rows = page.eval(
         "[...document.querySelectorAll('#resources tbody tr')]"
