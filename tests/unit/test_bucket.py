@@ -259,7 +259,7 @@ def test_non_finite_rates_are_refused_and_store_nothing(make_bucket, rate):
         bucket.set_rate("k", "10/s", burst=float("inf"))
     assert bucket.client.hgetall(bucket.keys("rates")) == {}
     assert bucket.enqueue("k", 1)
-    assert bucket.dequeue().payload == 1
+    assert bucket.dequeue().reservation.payload == 1
 
 
 def test_bad_keys_and_reservations_are_refused(make_bucket):
