@@ -15,8 +15,10 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
     CorruptDataError,
+    InvalidArgumentError,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -64,6 +66,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
     "CorruptDataError",
@@ -73,6 +76,7 @@ __all__ = [
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
     "KeyStats",
     "LeakyBucket",
     "Lease",

@@ -77,6 +77,11 @@ class ReceiptNotReadyError(RedQueueError):
     """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""
 
 
+class CallRefusedError(RedQueueError):
+    """The structure refused a call (a full ``reject`` pool or bucket key, a duplicate): with
+    per-call results on, this is the call's result, so whoever waits on its id learns it."""
+
+
 class CorruptDataError(RedQueueError, ValueError):
     """A structure's stored field cannot be read (another program wrote it, or it was
     corrupted); the message names the structure's key and the field."""

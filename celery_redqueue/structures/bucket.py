@@ -134,6 +134,8 @@ class LeakyBucket(Structure, BucketProducer):
     kind = "bucket"
     parts = PARTS
     dead_script = "bucket_dead"
+    unstored_counters = ("enqueued", "dead")
+    keyed_letters = True
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import Receipt, Reservation, validate_bucket_options
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
-from ..validation import function_option, optional_seconds, seconds
+from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DRAIN_HEADER, DrainSummary, register_beat
@@ -24,6 +24,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_key_parameter, check_structure_name
+from .results import call_id_of, store_failure, store_success, with_id
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +94,14 @@ class BucketTask(RedQueueTask):
     #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
     #: its commit, and a redelivered copy is skipped rather than applied twice.
     bucket_processed_guard: float = 0.0
+    #: Store each call's outcome (the body's return value, or the exception it was
+    #: dead-lettered with) in the app's result backend under its receipt's id:
+    #: ``receipt.get()``. Costs a backend write per call.
+    bucket_results: bool = False
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
-    #: See "Sharded pools and buckets" in the README.
+    #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -131,6 +136,7 @@ class BucketTask(RedQueueTask):
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         check_structure_name(cls, "bucket_name")
+        boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
 
     @classmethod
@@ -245,8 +251,11 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
-        """Check a call, compute its key and serialize it; raises, storing nothing."""
+    def _prepare_call(
+        self, args: Any, kwargs: Any, call_id: str | None = None
+    ) -> tuple[str, bytes]:
+        """Check a call, compute its key and serialize it (with ``call_id`` when per-call
+        results are on); raises, storing nothing."""
         self.check_call(args, kwargs)
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
@@ -255,7 +264,7 @@ class BucketTask(RedQueueTask):
         call = [list(args or ()), dict(kwargs or {})]
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        return key, self.bucket.encode(call)
+        return key, self.bucket.encode(with_id(call, call_id))
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -306,6 +315,7 @@ class BucketTask(RedQueueTask):
         bucket = self.bucket
         self._local.reservation = reservation
         started = time.monotonic()
+        call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             try:
@@ -318,7 +328,7 @@ class BucketTask(RedQueueTask):
                     receives=reservation.receives,
                     message_id=reservation.id,
                 ):
-                    self._run_call(*call_args, **call_kwargs)
+                    value = self._run_call(*call_args, **call_kwargs)
             finally:
                 # Whatever the body did, a commit, release or dead letter follows at once.
                 heartbeat().settling(bucket, reservation.id)
@@ -329,7 +339,9 @@ class BucketTask(RedQueueTask):
                 delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
                 bucket.retry_later(reservation, delay=float(delay or 0))
             else:
-                bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
+                failure = exc.exc if exc.exc is not None else exc
+                bucket.dead_letter(reservation, error_text(failure))
+                store_failure(self, call_id, failure)
             return False
         except SoftTimeLimitExceeded:
             bucket.retry_later(reservation)
@@ -354,9 +366,11 @@ class BucketTask(RedQueueTask):
                     reservation.receives,
                 )
                 bucket.dead_letter(reservation, error_text(exc))
+                store_failure(self, call_id, exc)
             return False
         finally:
             self._local.reservation = None
+        store_success(self, call_id, value)
         if not bucket.commit(reservation, seconds=time.monotonic() - started):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",

@@ -49,6 +49,8 @@ class StreamTask(RedQueueTask):
         send_sms.stream.publish({"order": 7})   # every group of "orders" receives it
     """
 
+    stores_by_name = False
+
     #: The stream this task consumes (required).
     stream_name: str | None = None
     #: Its consumer group; defaults to the task name.

@@ -104,10 +104,12 @@ def caller_context() -> dict[str, str] | None:
     span_context = _api["current_span"]().get_span_context()
     if not span_context.is_valid:
         return None
-    carrier = {
-        "traceparent": f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
-        f"{int(span_context.trace_flags):02x}"
-    }
+    trace_id, span_id, flags = (
+        span_context.trace_id,
+        span_context.span_id,
+        int(span_context.trace_flags),
+    )
+    carrier = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"}
     if span_context.trace_state:
         carrier["tracestate"] = span_context.trace_state.to_header()
     return carrier
