@@ -8,8 +8,8 @@ Run it from the repository root::
 
 It starts its own throwaway Redis (EmbeddedRedis) and the OpenTelemetry SDK with a
 BatchSpanProcessor feeding an exporter that drops what it gets (a production pipeline without
-the network). Producer sides, timed over the same calls interleaved in chunks
-(``producer_cost.measure``), each on a pool of its own:
+the network). Producer sides, timed over the same calls interleaved in chunks, each on a pool
+of its own:
 
 * tracing off (the default; nothing of OpenTelemetry is touched);
 * tracing on, no span active (the call is stored as it is today);
@@ -25,6 +25,7 @@ asserts.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import uuid
@@ -39,11 +40,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from celery_redqueue import PoolTask
+from celery_redqueue.tasks.config import get_config
 from celery_redqueue.testing import celery_test_config, delete_prefix
 from celery_redqueue.testing.embedded import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from producer_cost import PING, measure
+from producer_cost import PING
 
 OFF = "tracing off"
 ON_IDLE = "tracing on, no active span"
@@ -105,25 +107,55 @@ def producer_sides(
                     f"create {create.name}", kind=trace.SpanKind.PRODUCER
                 ):
                     create.delay(i, event="click")
+        # Its spans' export counts against it, not against whichever side runs next.
+        trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
 
     return {OFF: plain(off), ON_IDLE: plain(idle), ON_SPAN: in_span, CREATE: with_create}
 
 
+def interleaved(
+    sides: dict[str, Callable[[range], Any]], calls: int, rounds: int
+) -> dict[str, list[float]]:
+    """Run every side over ``range(calls)`` in ``rounds`` chunks, taking turns (the order
+    reversed every chunk); returns each side's microseconds per call, chunk by chunk."""
+    out: dict[str, list[float]] = {name: [] for name in sides}
+    step = max(1, -(-calls // rounds))
+    for number, start in enumerate(range(0, calls, step)):
+        chunk = range(start, min(calls, start + step))
+        for name in list(sides) if number % 2 == 0 else list(reversed(sides)):
+            began = time.perf_counter()
+            sides[name](chunk)
+            out[name].append((time.perf_counter() - began) / len(chunk) * 1e6)
+    return out
+
+
 def python_cost(tasks: dict[str, Any], calls: int) -> dict[str, float]:
     """Microseconds per call of checking and encoding a call (``_prepare_call``, where the
-    tracing hook runs), without Redis: the tracing cost without the network's noise."""
+    tracing hook runs), without Redis: the tracing cost without the network's noise. The
+    sides take turns, 15 rounds each; each keeps its best round."""
     tracer = trace.get_tracer("tracing_bench")
-    out: dict[str, float] = {}
-    for name, task in tasks.items():
-        best = float("inf")
-        for _ in range(5):
+    best = dict.fromkeys(tasks, float("inf"))
+    for _ in range(15):
+        for name, task in tasks.items():
             with tracer.start_as_current_span("request") if name == ON_SPAN else _nothing():
                 began = time.perf_counter()
                 for i in range(calls):
                     task._prepare_call((i,), {"event": "click"})
-                best = min(best, time.perf_counter() - began)
-        out[name] = best / calls * 1e6
-    return out
+                best[name] = min(best[name], time.perf_counter() - began)
+    return {name: seconds / calls * 1e6 for name, seconds in best.items()}
+
+
+def off_hook_cost(app: Celery, calls: int) -> float:
+    """Microseconds of what tracing adds to the producer path when it is off: the one test
+    ``get_config(app).tracing`` (best of 15 rounds)."""
+    best = float("inf")
+    for _ in range(15):
+        began = time.perf_counter()
+        for _ in range(calls):
+            if get_config(app).tracing:
+                raise AssertionError("tracing is off in this app")
+        best = min(best, time.perf_counter() - began)
+    return best / calls * 1e6
 
 
 class _nothing:
@@ -146,6 +178,7 @@ def drain_seconds(task: Any) -> tuple[float, int]:
     began = time.perf_counter()
     while task.pool.stats().depth:
         task.drain()
+    trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]  # export included
     return time.perf_counter() - began, depth
 
 
@@ -153,7 +186,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls")
     args = parser.parse_args()
-    calls, rounds, drained = (3_000, 6, 1_000) if args.quick else (20_000, 20, 10_000)
+    calls, rounds, drained = (3_000, 10, 1_000) if args.quick else (20_000, 40, 10_000)
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
     trace.set_tracer_provider(provider)
@@ -170,21 +203,25 @@ def main() -> None:
             side(range(200))
         for task in (off, idle, span, create):
             task.pool.clear()
-        results = measure(client, calls, rounds, sides)
-        base = results[OFF]
-        print(f"\nProducer: pooled .delay(), {calls:,} calls per side, interleaved\n")
-        print("| side | us/call | vs off |")
-        print("|---|---|---|")
+        chunks = interleaved(sides, calls, rounds)
+        base = chunks[OFF]
+        print(f"\nProducer: pooled .delay(), {calls:,} calls per side, {rounds} interleaved chunks")
+        print("(us per call: all chunks; and the best chunk, which load spikes touch least)\n")
+        print("| side | us/call | vs off | best chunk | vs off |")
+        print("|---|---|---|---|---|")
         for name in (OFF, ON_IDLE, ON_SPAN, CREATE, PING):
-            side = results[name]
-            delta = side.usec_per_call - base.usec_per_call
-            print(f"| {name} | {side.usec_per_call:.1f} | {delta:+.1f} us |")
+            mean, low = statistics.fmean(chunks[name]), min(chunks[name])
+            print(
+                f"| {name} | {mean:.1f} | {mean - statistics.fmean(base):+.1f} us "
+                f"| {low:.1f} | {low - min(base):+.1f} us |"
+            )
         cost = python_cost({OFF: off, ON_IDLE: idle, ON_SPAN: span}, calls)
         print(
-            "\nWithout Redis (checking and encoding one call, best of 5): "
+            "\nWithout Redis (checking and encoding one call, best of 15, interleaved): "
             + "; ".join(f"{name} {us:.2f} us" for name, us in cost.items())
             + f" (tracing adds {cost[ON_IDLE] - cost[OFF]:+.2f} us without a span, "
-            f"{cost[ON_SPAN] - cost[OFF]:+.2f} us with one)"
+            f"{cost[ON_SPAN] - cost[OFF]:+.2f} us with one); the hook itself with tracing "
+            f"off: {off_hook_cost(off_app, calls):.3f} us a call"
         )
         print(
             f"Stored per call: {stored_bytes(client, off):.0f} bytes off or without a span, "

@@ -19,6 +19,7 @@ from .errors import (
     ConfigurationError,
     CorruptDataError,
     InvalidArgumentError,
+    KeyBackoff,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -27,6 +28,7 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    retry_after,
 )
 from .redis.serializers import Serializer
 from .structures.bucket import (
@@ -77,6 +79,7 @@ __all__ = [
     "Figures",
     "GroupFigures",
     "InvalidArgumentError",
+    "KeyBackoff",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -117,5 +120,6 @@ __all__ = [
     "pool_task",
     "publish",
     "resource_pool",
+    "retry_after",
     "stream_task",
 ]

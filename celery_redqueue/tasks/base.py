@@ -28,6 +28,7 @@ from .buffer import CallBuffer, buffered_call
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
+from .heartbeat import heartbeat
 from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
 from .results import new_call_id, outcome_reader, store_refusal
 
@@ -150,6 +151,13 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def reap(self) -> int:
         """Return expired reservations of this task's structure; returns how many."""
         raise NotImplementedError
+
+    def _watch_after_failure(self, visibility_timeout: float, drain_lease: float) -> None:
+        """A drain that raised (Redis unreachable or restarted under it) leaves its lease to
+        run out over the structure's calls, and its work in flight to expire: have this
+        process's heartbeat reap the structure every second until both have (plus a margin),
+        so that the drain the work needs is sent even with beat off."""
+        heartbeat().watch(self.structure, self.reap, visibility_timeout + drain_lease + 5.0)
 
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         if (

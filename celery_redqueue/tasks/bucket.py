@@ -12,9 +12,10 @@ from typing import Any
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
-from ..errors import ConfigurationError, RedQueueError
+from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import Receipt, Reservation, validate_bucket_options
+from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
@@ -23,6 +24,7 @@ from .beat import DRAIN_HEADER, DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
+from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name
 from .results import call_id_of, store_failure, store_success, with_id
 
@@ -40,7 +42,7 @@ TASK_OPTION_NAMES = {
 }
 
 
-class BucketTask(RedQueueTask):
+class BucketTask(RedQueueTask, MeteredOptions):
     """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
 
     Example::
@@ -138,6 +140,7 @@ class BucketTask(RedQueueTask):
         check_structure_name(cls, "bucket_name")
         boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
+        check_metered_options(cls)
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -174,7 +177,7 @@ class BucketTask(RedQueueTask):
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
-        return make_bucket(
+        bucket = make_bucket(
             self.bucket_shards,
             config.client(),
             self.bucket_name or self.name,
@@ -191,7 +194,10 @@ class BucketTask(RedQueueTask):
             drain_lease=self.bucket_drain_lease,
             dedupe_window=self.bucket_dedupe_window,
             processed_guard=self.bucket_processed_guard,
+            **limit_options(self),
         )
+        bucket.drain_sender = self.send_drain_or_release  # resume() needs a drain job
+        return bucket
 
     def key_for(self, args: Any, kwargs: Any) -> str:
         """The bucket key of a call; a key function that fails is an error at the call site."""
@@ -225,7 +231,9 @@ class BucketTask(RedQueueTask):
         call is bound in full, which raises for arguments the body cannot take.
         """
         body = self._body()
-        cached = self.__dict__.get("_redqueue_key_signature")
+        # One entry per parameter name read (bucket_key, bucket_cost).
+        signatures = self.__dict__.setdefault("_redqueue_signatures", {})
+        cached = signatures.get(name)
         if cached is None or cached[0] != body:  # bound methods are equal, not identical
             signature = inspect.signature(body)
             names = list(signature.parameters)
@@ -235,8 +243,7 @@ class BucketTask(RedQueueTask):
                 if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD
                 else None
             )
-            cached = (body, signature, index, param)
-            self.__dict__["_redqueue_key_signature"] = cached
+            cached = signatures[name] = (body, signature, index, param)
         _, signature, index, param = cached
         if checked and index is not None and param is not None:
             if index < len(args):
@@ -251,9 +258,7 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def _prepare_call(
-        self, args: Any, kwargs: Any, call_id: str | None = None
-    ) -> tuple[str, bytes]:
+    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
         """Check a call, compute its key and serialize it (with ``call_id`` when per-call
         results are on); raises, storing nothing."""
         self.check_call(args, kwargs)
@@ -264,7 +269,9 @@ class BucketTask(RedQueueTask):
         call = [list(args or ()), dict(kwargs or {})]
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        return key, self.bucket.encode(with_id(call, call_id))
+        data = self.bucket.encode(with_id(call, call_id))
+        cost = call_cost(self, args, kwargs)
+        return (key, data) if cost is None else (key, data, cost)
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -279,8 +286,12 @@ class BucketTask(RedQueueTask):
         When items remain but no key may release yet, the job schedules itself (countdown) for
         the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
         """
-        with heartbeat().holding(self.bucket):
-            return self._drain()
+        try:
+            with heartbeat().holding(self.bucket):
+                return self._drain()
+        except Exception:
+            self._watch_after_failure(self.bucket_visibility_timeout, self.bucket_drain_lease)
+            raise
 
     def _drain(self) -> DrainSummary:
         bucket = self.bucket
@@ -304,16 +315,18 @@ class BucketTask(RedQueueTask):
                 ok = self._run_reservation(reservation)
             if ok:
                 processed += 1
-            else:
+            elif ok is not None:  # None: backed off, neither done nor failed
                 failed += 1
             if time.monotonic() >= deadline:
                 self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)
 
-    def _run_reservation(self, reservation: Reservation) -> bool:
-        """Run the body on one item; commit, retry later (release) or dead-letter it."""
+    def _run_reservation(self, reservation: Reservation) -> bool | None:
+        """Run the body on one item; commit, retry later (release), back its key off (None)
+        or dead-letter it."""
         bucket = self.bucket
         self._local.reservation = reservation
+        self._local.reported_cost = None
         started = time.monotonic()
         call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
@@ -343,6 +356,9 @@ class BucketTask(RedQueueTask):
                 bucket.dead_letter(reservation, error_text(failure))
                 store_failure(self, call_id, failure)
             return False
+        except KeyBackoff as exc:
+            self._back_off(reservation, exc)
+            return None
         except SoftTimeLimitExceeded:
             bucket.retry_later(reservation)
             self.send_drain_or_release()  # this job ends here; the released item needs one
@@ -371,7 +387,8 @@ class BucketTask(RedQueueTask):
         finally:
             self._local.reservation = None
         store_success(self, call_id, value)
-        if not bucket.commit(reservation, seconds=time.monotonic() - started):
+        cost, self._local.reported_cost = self._local.reported_cost, None
+        if not bucket.commit(reservation, seconds=time.monotonic() - started, cost=cost):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",
                 self.name,

@@ -292,8 +292,12 @@ class PoolTask(RedQueueTask):
         While it runs, the process's heartbeat renews the pool's drain lease and the batch in
         flight, so neither expires under a long body.
         """
-        with heartbeat().holding(self.pool):
-            return self._drain()
+        try:
+            with heartbeat().holding(self.pool):
+                return self._drain()
+        except Exception:
+            self._watch_after_failure(self.pool_visibility_timeout, self.pool_drain_lease)
+            raise
 
     def _drain(self) -> DrainSummary:
         pool = self.pool

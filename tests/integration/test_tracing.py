@@ -426,3 +426,28 @@ def test_stored_contexts_survive_a_consumer_without_tracing(app, spans, tracer, 
     with running_worker(app):
         wait_for(lambda: done == [1], message="the call ran")
     assert not _process_spans(spans, record.name)
+
+
+def test_a_traced_call_with_a_result_carries_both(
+    traced_app, spans, tracer, redqueue_redis, redqueue_server_url, redqueue_prefix, wait_for
+):
+    """Per-call results share the stored call's third element with the trace context: both
+    arrive (the result under the receipt's id, the link to the request)."""
+    traced_app.conf.result_backend = redqueue_server_url
+    traced_app.conf.result_backend_transport_options = {
+        "global_keyprefix": f"{redqueue_prefix}:res:"
+    }
+
+    @traced_app.task(base=PoolTask, pool_results=True, pool_drain_interval=None)
+    def square(i):
+        return i * i
+
+    receipts = []
+    requests = _requests(tracer, 2, lambda i: receipts.append(square.delay(i + 3)))
+    stored = [json.loads(p) for p in _stored_pool_payloads(redqueue_redis, square.pool)]
+    assert sorted(meta["id"] for _, _, meta in stored) == sorted(r.id for r in receipts)
+    assert all(meta["traceparent"].startswith("00-") for _, _, meta in stored)
+    with running_worker(traced_app):
+        assert [r.get(timeout=30) for r in receipts] == [9, 16]
+        wait_for(lambda: len(_process_spans(spans, square.name)) == 2, message="2 spans")
+    assert _linked(_process_spans(spans, square.name)) == requests
