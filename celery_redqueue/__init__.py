@@ -15,8 +15,11 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
     CorruptDataError,
+    InvalidArgumentError,
+    KeyBackoff,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -25,6 +28,7 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    retry_after,
 )
 from .redis.serializers import Serializer
 from .structures.bucket import (
@@ -68,6 +72,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
     "CorruptDataError",
@@ -77,6 +82,8 @@ __all__ = [
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
+    "KeyBackoff",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -119,5 +126,6 @@ __all__ = [
     "pool_task",
     "publish",
     "resource_pool",
+    "retry_after",
     "stream_task",
 ]

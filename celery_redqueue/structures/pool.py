@@ -56,6 +56,7 @@ from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, renamed, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, parse_counters, structure_figures, unfold
+from .pool_gather import PoolGathering
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -141,12 +142,13 @@ class PoolProducer:
         return results
 
 
-class CappedPool(Structure, PoolProducer):
+class CappedPool(Structure, PoolProducer, PoolGathering):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
     parts = PARTS
     dead_script = "pool_dead"
+    unstored_counters = ("offered", "accepted", "dead")
 
     def __init__(
         self,

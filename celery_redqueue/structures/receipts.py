@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+_R = TypeVar("_R", bound="Receipt")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,3 +28,30 @@ class Receipt:
     drain_sent: bool = False
     #: Why the drain job this call needed could not be sent (the broker's error), else None.
     drain_error: str | None = None
+    #: The call's id, given by whoever named the call (a task names every call it stores; a
+    #: structure's own ``add``/``enqueue`` leaves it empty). With per-call results on, the
+    #: result backend keeps the body's outcome under it.
+    id: str = ""
+    #: Reads the call's outcome by id (set by the task that stored it): attributes this
+    #: receipt lacks (``get()``, ``state``, ``backend``...) are read from what it returns.
+    outcome: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def task_id(self) -> str:
+        """The call's id under Celery's name for it, read by tools written for an AsyncResult
+        (Flower's apply endpoints answer with it)."""
+        return self.id
+
+    def named(self: _R, call_id: str, outcome: Callable[[str], Any] | None) -> _R:
+        """A copy of this receipt carrying the call's id (structures hand out shared receipts
+        for the common outcomes, so each call needs its own copy to carry an id)."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__, id=call_id, outcome=outcome)
+        return copy
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: the AsyncResult side of a receipt.
+        outcome = self.__dict__.get("outcome")
+        if outcome is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(outcome(self.id), name)

@@ -48,6 +48,8 @@ class StreamTask(RedQueueTask):
         send_sms.stream.publish({"order": 7})   # every group of "orders" receives it
     """
 
+    stores_by_name = False
+
     #: The stream this task consumes (required).
     stream_name: str | None = None
     #: Its consumer group; defaults to the task name.
@@ -184,6 +186,13 @@ class StreamTask(RedQueueTask):
     def drain(self) -> DrainSummary:
         """Read, run and acknowledge this group's entries until it has caught up (lingering a
         moment) or the time budget is spent."""
+        try:
+            return self._drain()
+        except Exception:
+            self._watch_after_failure(self.stream_visibility_timeout, self.stream_drain_lease)
+            raise
+
+    def _drain(self) -> DrainSummary:
         stream = self.stream
         consumer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         deadline = time.monotonic() + self.stream_drain_time_budget
