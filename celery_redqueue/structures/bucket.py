@@ -398,7 +398,8 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             )
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
-        extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
+        extra: tuple[str, ...] = ("receives", "redelivered", "delayed", "duplicates", "purged")
+        extra += ("requeued", "late", "backoffs")
         return BucketStats(
             **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),

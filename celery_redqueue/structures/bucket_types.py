@@ -160,6 +160,8 @@ class BucketStats:
     guard_skipped: int = 0
     #: Commits of reservations the reaper had taken back (the item may run again).
     late: int = 0
+    #: Calls a body put back with KeyBackoff (their key paused; no receive counted).
+    backoffs: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)

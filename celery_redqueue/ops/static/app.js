@@ -294,6 +294,19 @@ function renderDetail(d) {
       return tr;
     }));
   }
+  $("pause-key").hidden = !(ACTIONS && d.kind === "bucket");
+  if (d.noisy) {
+    const n = d.noisy, rows = Math.max(n.busiest.length, n.longest_waiting.length, n.paused.length);
+    const line = [];
+    for (let i = 0; i < rows; i++) {
+      const b = n.busiest[i], w = n.longest_waiting[i], p = n.paused[i];
+      line.push(cells(el("tr"), [[b ? b.key : ""], [b ? fmtNum(b.releases, 1) : "", "num"],
+        [b ? fmtNum(100 * b.share, 1) + " %" : "", "num"], [w ? w.key : ""],
+        [w ? fmtSecs(w.oldest_age) : "", "num"], [p ? p.key : ""],
+        [p ? (p.until === null ? "resumed by hand" : fmtEligible(p.until)) : ""]]));
+    }
+    fill($("noisy").tBodies[0], rows ? line : [emptyRow(7, "no release, wait or pause lately")]);
+  }
   $("groups-box").hidden = !d.groups;
   if (d.groups) {
     fill($("groups").tBodies[0], d.groups.length === 0 ? [emptyRow(12, "no group has read it yet")]
@@ -408,6 +421,15 @@ function setup() {
     const burst = $("rate-burst").value.trim();
     act({ action: "set_rate", id: state.selected, key: $("rate-key").value,
       rate: $("rate-value").value, burst: burst === "" ? null : Number(burst) });
+  });
+  $("pause-key").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const secs = $("pause-seconds").value.trim();
+    act({ action: "pause", id: state.selected, key: $("pause-name").value,
+      seconds: secs === "" ? null : Number(secs) });
+  });
+  $("resume-button").addEventListener("click", () => {
+    act({ action: "resume", id: state.selected, key: $("pause-name").value });
   });
   refresh();
   setInterval(refresh, REFRESH);
