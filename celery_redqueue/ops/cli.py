@@ -12,7 +12,9 @@ Structures are found through the registry, so the command needs only the app's s
     celery -A proj redqueue drain pool:proj.record   # send a drain job now
     celery -A proj redqueue keys bucket:crawl [--top N] [--search TEXT]
     celery -A proj redqueue set-rate crawl example.com 5/s [--burst N]
-    celery -A proj redqueue leases leases:api-keys
+    celery -A proj redqueue noisy bucket:llm [--top N]
+    celery -A proj redqueue pause bucket:llm tenant-7 [--seconds S] / resume bucket:llm tenant-7
+    celery -A proj redqueue leases lease:api-keys
     celery -A proj redqueue reap                     # what beat's reaper does, once
     celery -A proj redqueue metrics                  # Prometheus text format
     celery -A proj redqueue dashboard [--host 127.0.0.1] [--port 5566] [--token T]
@@ -172,7 +174,7 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
 def stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
     ops = _ops(ctx)
-    target = _find(ops, name, (*WORK_KINDS, "leases"))
+    target = _find(ops, name, (*WORK_KINDS, "lease"))
     stats = target.structure.stats()
     counters = stats if isinstance(stats, dict) else stats.as_dict()
     groups = {g.group: g.as_dict() for g in ops.groups(target)} if target.kind == "stream" else {}
@@ -248,6 +250,36 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
 
 
 @redqueue.command()
+@click.argument("bucket")
+@click.option("--top", default=10, show_default=True, help="How many keys in each list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.pass_context
+@_errors
+def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
+    """Noisy neighbours: the busiest keys (their share of the last minute's releases), the
+    longest-waiting keys (age of their oldest call) and the paused keys."""
+    figures = _ops(ctx).noisy(_find(_ops(ctx), bucket, ("bucket",)), top)
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    click.echo(f"busiest (last minute):   {'releases':>9} {'share':>7}")
+    for row in figures["busiest"] or [{"key": "-", "releases": 0, "share": 0}]:
+        click.echo(f"  {row['key']:38} {row['releases']:9g} {row['share']:7.1%}")
+    click.echo("longest waiting:         oldest call (s)")
+    for row in figures["longest_waiting"] or [{"key": "-", "oldest_age": 0}]:
+        click.echo(f"  {row['key']:38} {row['oldest_age']:9.1f}")
+    click.echo(f"paused ({figures['paused_count']}):")
+    for row in figures["paused"]:
+        until = row["until"]
+        left = (
+            "until resumed"
+            if until is None
+            else time.strftime("until %H:%M:%S", time.localtime(until))
+        )
+        click.echo(f"  {row['key']:38} {left}")
+
+
+@redqueue.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_context
@@ -255,7 +287,7 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
 def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
     ops = _ops(ctx)
-    target = _find(ops, name, ("leases",))
+    target = _find(ops, name, ("lease",))
     rows = ops.resources(target)
     if as_json:
         click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))

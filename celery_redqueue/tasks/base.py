@@ -241,7 +241,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         )
         if self._always_eager():
             return self._run_eagerly(prepared)
-        held = buffered_call(self, prepared, delay, dedupe_id)
+        held = buffered_call(self, prepared, delay, dedupe_id, call_id)
         if held is not None:
             return held  # stored when the open ``with buffer():`` block exits
         return self._after_add(self._store(prepared, delay, dedupe_id), routing, call_id)

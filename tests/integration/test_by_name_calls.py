@@ -177,3 +177,32 @@ def test_an_empty_message_is_still_a_drain_trigger(app, kind, wait_for):
     with running_worker(app):
         app.send_task(task.name)
         wait_for(lambda: ran == [1], message="the stored call ran")
+
+
+def test_a_by_name_calls_dedupe_id_rides_in_a_header(app, wait_for):
+    ran = []
+
+    @app.task(base=PoolTask, pool_drain_interval=None)
+    def pack(order):
+        ran.append(order)
+
+    with running_worker(app):
+        for order in (1, 2, 3):
+            app.send_task(pack.name, args=[order], headers={"redqueue_dedupe_id": "same"})
+        wait_for(lambda: pack.pool.stats().duplicates == 2, message="two duplicates refused")
+        wait_for(lambda: ran == [1], message="the first call ran")
+
+
+def test_a_by_name_calls_message_result_is_its_receipt(app, redqueue_server_url, wait_for):
+    app.conf.result_backend = redqueue_server_url
+
+    @app.task(base=PoolTask, pool_size=1, pool_policy="reject", pool_drain_interval=None)
+    def record(i):
+        pass
+
+    first = app.send_task(record.name, args=[1])
+    second = app.send_task(record.name, args=[2])
+    with running_worker(app):
+        assert first.get(timeout=30)["kept"] is True
+        refused = second.get(timeout=30)
+    assert refused["kept"] is False and refused["id"] == second.id

@@ -107,3 +107,18 @@ def test_results_are_off_by_default(backend_app, redqueue_redis, redqueue_prefix
     # (The drain job's own summary is stored, as before; nothing under the call's id.)
     assert not redqueue_redis.exists(f"{redqueue_prefix}:res:celery-task-meta-{receipt.id}")
     assert AsyncResult(receipt.id, app=app).state == "PENDING"
+
+
+def test_buffered_calls_have_ids_at_once_and_their_results(backend_app):
+    app = backend_app
+
+    @app.task(base=PoolTask, pool_results=True, pool_drain_interval=None)
+    def double(i):
+        return 2 * i
+
+    with double.buffer():
+        receipts = [double.delay(i) for i in range(3)]
+        ids = [r.id for r in receipts]  # known before the block stores them
+    assert len(set(ids)) == 3 and [r.task_id for r in receipts] == ids
+    with running_worker(app):
+        assert [AsyncResult(i, app=app).get(timeout=30) for i in ids] == [0, 2, 4]

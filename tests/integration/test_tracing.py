@@ -451,3 +451,34 @@ def test_a_traced_call_with_a_result_carries_both(
         assert [r.get(timeout=30) for r in receipts] == [9, 16]
         wait_for(lambda: len(_process_spans(spans, square.name)) == 2, message="2 spans")
     assert _linked(_process_spans(spans, square.name)) == requests
+
+
+def test_a_by_name_call_links_to_the_worker_span_that_stored_it(
+    traced_app, spans, tracer, wait_for
+):
+    """``send_task`` by name (a service that does not import the task): the worker stores the
+    call under the Celery instrumentation's run span of that message, in the sender's trace,
+    and the span that processes the call links there."""
+    instrumentor = CeleryInstrumentor()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    try:
+        done = []
+
+        @traced_app.task(base=PoolTask, pool_size=100)
+        def record(x):
+            done.append(x)
+
+        with running_worker(traced_app):
+            with tracer.start_as_current_span("request") as request:
+                traced_app.send_task(record.name, (5,))
+            wait_for(lambda: _process_spans(spans, record.name), message="the process span")
+    finally:
+        instrumentor.uninstrument()
+    assert done == [5]
+    (span,) = _process_spans(spans, record.name)
+    (link,) = span.links
+    stored_under = [
+        s for s in spans.get_finished_spans() if s.context.span_id == link.context.span_id
+    ]
+    assert [s.name for s in stored_under] == [f"run/{record.name}"]
+    assert link.context.trace_id == request.get_span_context().trace_id
