@@ -23,7 +23,7 @@ local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RECEIVES, K_AGES, K_FLOW, K_SCHEDULED, K_DEDUPE, K_WAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[11], KEYS[12], KEYS[13]
 local K_DEAD, K_DONE = KEYS[14], KEYS[15]
-local CAPACITY, POLICY, COALESCE, DRAIN_TTL = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
+local CAPACITY, POLICY, COALESCE, DRAIN_LEASE_MS = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
 --#include common
 --#include pool_members
 --#include pool_admit

@@ -5,17 +5,17 @@
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] drain lease ms, ARGV[4 ..] entry ids.
 -- Reply: how many entries were renewed.
 --#include stream_common
-local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
+local group, consumer, drain_lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not drain_lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
 local renewed = 0
 for i = 4, #ARGV do
-  local deliveries, owner = deliveries_of(group, ARGV[i])
-  if deliveries > 0 and owner == consumer then
+  local receives, owner = receives_of(group, ARGV[i])
+  if receives > 0 and owner == consumer then
     redis.call('XCLAIM', K_EVENTS, group, consumer, 0, ARGV[i], 'JUSTID')
     renewed = renewed + 1
   end
 end
 -- Only a lease that is still held is extended: a drain whose last read released it (nothing
 -- left) must not re-arm it, or the next publish would find it held and send no drain job.
-redis.call('SET', K_DRAIN, 1, 'XX', 'PX', lease_ms)
+redis.call('SET', K_DRAIN, 1, 'XX', 'PX', drain_lease_ms)
 return renewed

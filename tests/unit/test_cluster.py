@@ -58,19 +58,19 @@ def test_bucket_works_across_cluster_nodes(cluster_client, redqueue_prefix):
             f"crawl-{i}",
             prefix=redqueue_prefix,
             default_rate="1000/s",
-            reservation_timeout=0.05,
+            visibility_timeout=0.05,
             ordered=True,
         )
         bucket.set_rate("a", "500/s")
         bucket.enqueue_many([("a", 1), ("a", 2), ("b", 3)])
         assert bucket.enqueue("c", 4, delay=0.02).delayed
-        first = bucket.dequeue()
-        second = bucket.dequeue()
+        first = bucket.dequeue().reservation
+        second = bucket.dequeue().reservation
         assert {first.key, second.key} == {"a", "b"}
         assert bucket.commit(second)
         time.sleep(0.06)
         assert bucket.reap().returned == 1
-        bucket.dead_letter(bucket.dequeue(), "boom")
+        bucket.dead_letter(bucket.dequeue().reservation, "boom")
         assert bucket.requeue_dead() == 1
         figures = bucket.figures()
         assert figures.depth + figures.in_flight + figures.delayed >= 1

@@ -444,9 +444,9 @@ def test_keys_share_one_hash_tag(make, redqueue_redis, redqueue_prefix):
     pool.acquire(ttl=30)
     pool.release(lease)
     pool.renew(pool.acquire(ttl=30), 30)
-    listed = {f"{redqueue_prefix}:registry", f"{redqueue_prefix}:{{leases:api-keys}}:meta"}
+    listed = {f"{redqueue_prefix}:registry", f"{redqueue_prefix}:{{lease:api-keys}}:meta"}
     keys = {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")} - listed
-    assert keys and all(k.startswith(f"{redqueue_prefix}:{{leases:api-keys}}:") for k in keys)
+    assert keys and all(k.startswith(f"{redqueue_prefix}:{{lease:api-keys}}:") for k in keys)
     pool.clear()
     assert {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")} == listed
 
