@@ -189,7 +189,7 @@ def consumer(
             left = end_local - time.time()
             if left <= 0:
                 break
-            polled = bucket.poll()
+            polled = bucket.dequeue()
             reservation = polled.reservation
             if reservation is not None:
                 result.records.append((reservation.key, reservation.released_at))
@@ -488,7 +488,7 @@ def time_block(client: redis.Redis, case: CostCase, n: int) -> None:
     done = 0
     began = time.perf_counter()
     while done < n:
-        polled = case.bucket.poll()
+        polled = case.bucket.dequeue()
         if polled.reservation is None:
             if polled.empty:
                 raise RuntimeError(f"the {case.keys}-key bucket ran dry")
@@ -655,7 +655,7 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
         PLAIN_SIDE,
         sides,
     )
-    print(f"bucket accounting after the run: {stats.enqueued:,} enqueued, {stats.depth:,} queued")
+    print(f"bucket accounting after the run: {stats.enqueued:,} enqueued, {stats.depth:,} depth")
     mine = sides[BUCKET_SIDE]
     return {
         "producer >= 3x plain .delay()": mine.rate >= 3 * sides[PLAIN_SIDE].rate,

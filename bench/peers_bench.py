@@ -61,7 +61,7 @@ ENV_PREFETCH = "PEERS_BENCH_PREFETCH"
 RATE = 5
 KEYS = 4
 BATCH = 100  # pool_batch_size and celery-batches' flush_every
-KILL_TIMEOUT = 3.0  # pool_batch_timeout of the pools in the kill measure
+KILL_TIMEOUT = 3.0  # pool_visibility_timeout of the pools in the kill measure
 
 app = Celery("peers_bench", set_as_current=False)
 
@@ -129,7 +129,7 @@ def _stamp_ready(**_: Any) -> None:
 def _pool_options(queue: str, **extra: Any) -> dict[str, Any]:
     return dict(
         base=PoolTask, pool_batch=True, pool_size=1_000_000, pool_batch_size=BATCH,
-        pool_drain_interval=None, pool_batch_timeout=KILL_TIMEOUT, queue=queue, **extra,
+        pool_drain_interval=None, pool_visibility_timeout=KILL_TIMEOUT, queue=queue, **extra,
     )  # fmt: skip
 
 

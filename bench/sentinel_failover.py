@@ -57,7 +57,7 @@ def one_run(broker_url: str, before: int, after: int, beat: float) -> dict[str, 
         processed: list[tuple[float, int]] = []
 
         @app.task(
-            base=PoolTask, pool_size=1_000_000, pool_batch_size=50, pool_batch_timeout=2,
+            base=PoolTask, pool_size=1_000_000, pool_batch_size=50, pool_visibility_timeout=2,
             pool_drain_interval=None, shared=False,
         )  # fmt: skip
         def record(i: int) -> None:

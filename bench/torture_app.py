@@ -50,7 +50,7 @@ common = {"shared": False}
 pool_options = {
     "pool_size": 100_000,
     "pool_batch_size": 10,
-    "pool_batch_timeout": HOLD,
+    "pool_visibility_timeout": HOLD,
     "pool_drain_lease": HOLD,
     "pool_drain_interval": 2.0,
     "pool_max_receives": 50,
@@ -71,7 +71,7 @@ def pool_amo(call_id: str) -> None:
     base=BucketTask,
     bucket_key=lambda call_id: call_id[-1],
     bucket_rate="2000/s",
-    bucket_reservation_timeout=HOLD,
+    bucket_visibility_timeout=HOLD,
     bucket_drain_lease=HOLD,
     bucket_drain_interval=2.0,
     bucket_max_receives=50,
@@ -88,7 +88,7 @@ def bucket(call_id: str) -> None:
     stream_visibility_timeout=HOLD,
     stream_drain_lease=HOLD,
     stream_drain_interval=2.0,
-    stream_max_deliveries=50,
+    stream_max_receives=50,
     **common,
 )
 def stream(event: dict[str, str]) -> None:

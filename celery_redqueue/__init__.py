@@ -34,11 +34,9 @@ from .errors import (
 from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
-    EnqueueResult,
+    Dequeued,
     KeyStats,
     LeakyBucket,
-    Poll,
-    ReapResult,
     Reservation,
     parse_rate,
 )
@@ -46,16 +44,15 @@ from .structures.deadletters import DeadLetter
 from .structures.figures import Figures
 from .structures.lease_keeper import LeaseKeeper
 from .structures.leases import Lease, LeaseStats, ResourcePool
-from .structures.pool import AddResult, CappedPool, PoolBatch, PoolItem, PoolStats
+from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
+from .structures.receipts import ReapResult, Receipt
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
 from .structures.sharded import ShardedBucket, ShardedPool
 from .structures.stream_types import (
     AckResult,
     GroupFigures,
-    PublishReceipt,
     StreamEvent,
     StreamRead,
-    StreamReapResult,
 )
 from .structures.streams import EventStream
 from .tasks import BucketTask, PoolCall, PoolTask, StreamTask, bucket_task, pool_task, stream_task
@@ -68,7 +65,6 @@ __version__ = "0.2.0.dev0"
 
 __all__ = [
     "AckResult",
-    "AddResult",
     "BucketStats",
     "BucketTask",
     "BufferedReceipt",
@@ -78,8 +74,8 @@ __all__ = [
     "ConfigurationError",
     "CorruptDataError",
     "DeadLetter",
+    "Dequeued",
     "DrainSummary",
-    "EnqueueResult",
     "EventStream",
     "Figures",
     "GroupFigures",
@@ -93,14 +89,13 @@ __all__ = [
     "LeaseTask",
     "NoFreeResourceError",
     "PickleWarning",
-    "Poll",
     "PoolBatch",
     "PoolCall",
     "PoolItem",
     "PoolStats",
     "PoolTask",
-    "PublishReceipt",
     "ReapResult",
+    "Receipt",
     "ReceiptNotReadyError",
     "RedQueueError",
     "RedisUnavailableError",
@@ -116,7 +111,6 @@ __all__ = [
     "SortedSet",
     "StreamEvent",
     "StreamRead",
-    "StreamReapResult",
     "StreamTask",
     "TimeSortedSet",
     "UndecodableItemsError",

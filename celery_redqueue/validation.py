@@ -8,7 +8,6 @@ says ``pool_size``) and raises :class:`~celery_redqueue.errors.ConfigurationErro
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,12 +96,3 @@ def function_option(cls: type, name: str) -> None:
     if not callable(value):
         raise ConfigurationError(f"{name} must be a callable, got {value!r}")
     setattr(cls, name, staticmethod(value))
-
-
-def renamed(old: str, old_value: Any, new: str, new_value: Any) -> Any:
-    """``new_value``, or ``old_value`` (with a DeprecationWarning) when the caller still passes
-    the option under its old name ``old``."""
-    if old_value is None:
-        return new_value
-    warnings.warn(f"{old} is now called {new}", DeprecationWarning, stacklevel=3)
-    return old_value

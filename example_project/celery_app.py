@@ -38,7 +38,7 @@ def count_error(fingerprint, count=1):
 @bucket_task(
     bucket_key=lambda url: urlsplit(url).netloc,
     bucket_rate="2/s",
-    bucket_reservation_timeout=30,
+    bucket_visibility_timeout=30,
     autoretry_for=(OSError,),
     max_retries=3,
     retry_backoff=True,

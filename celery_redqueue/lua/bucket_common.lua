@@ -38,7 +38,7 @@ local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
 local K_PAUSED, K_RELEASES, K_RELEASES_PREV = KEYS[20], KEYS[21], KEYS[22]
 local MAX_DEPTH, OVERFLOW = tonumber(ARGV[4]), ARGV[5]
 local K_CALLS, K_CALLS_AT = KEYS[23], KEYS[24]
-local DRAIN_TTL, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
+local DRAIN_LEASE_MS, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
 --#include bucket_limits
 --#include bucket_schedule

@@ -25,7 +25,7 @@ for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
     parsed[#parsed + 1] = {entry = entry, key = false}
   end
 end
-local entries, queued = {}, 0
+local entries, requeued = {}, 0
 for _, p in ipairs(parsed) do
   if redis.call('LREM', K_DEAD, 1, p.entry) == 1 then entries[#entries + 1] = p end
 end
@@ -35,7 +35,7 @@ for _, p in ipairs(entries) do
   if action == 'requeue' then
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
     if append(key, make_slot(0, id, now, payload, cost), now) > 0 then
-      queued = queued + 1
+      requeued = requeued + 1
     else
       redis.call('HINCRBY', K_STATS, 'rejected', 1)
     end
@@ -44,7 +44,7 @@ end
 if #entries == 0 then return {0, 0} end
 redis.call('HINCRBY', K_STATS, 'dead', -#entries)
 if action == 'purge' then redis.call('HINCRBY', K_STATS, 'purged', #entries) end
-if queued > 0 then redis.call('HINCRBY', K_STATS, 'requeued', queued) end
+if requeued > 0 then redis.call('HINCRBY', K_STATS, 'requeued', requeued) end
 local send = 0
-if queued > 0 and arm_drain(now) == 1 then send = 1 end
+if requeued > 0 and arm_drain(now) == 1 then send = 1 end
 return {#entries, send}

@@ -38,7 +38,7 @@ forget_expired(K_PAUSED, now)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.
 local function sleep_until(when)
   redis.call('DEL', K_DRAINS)
-  local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, when)
+  local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, when)
   return {LATER, string.format('%.17g', when - now), wait >= 0 and 1 or 0, malformed}
 end
 
@@ -83,7 +83,7 @@ for _ = 1, 100 do
       local held = tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0')
       eligible = eligible + math.max(CONCURRENCY - held, 0) + 1
     end
-    local fan_out = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, eligible)
+    local fan_out = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, eligible)
     return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
             string.format('%.17g', now), fan_out, cost and string.format('%.17g', cost) or '',
             malformed}

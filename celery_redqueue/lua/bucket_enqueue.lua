@@ -5,7 +5,7 @@
 -- ('' for none: a bucket without bucket_cost)
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
--- Status: 0 refused (key full), 1 queued, 2 queued and the key's oldest item dropped,
+-- Status: 0 refused (key full), 1 enqueued, 2 queued and the key's oldest item dropped,
 -- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
 -- What a call does not use (dedupe, the delayed set) costs nothing.
 -- Lost reply: raises (a store: a second run would queue the items twice; pass dedupe ids to make
@@ -39,7 +39,7 @@ dedupe = dedupe and window > 0
 
 local now = now_ms()
 local result = {0, -1}
-local queued, rejected, duplicates, delayed = 0, 0, 0, 0
+local enqueued, rejected, duplicates, delayed = 0, 0, 0, 0
 -- Forget a few expired dedupe ids whenever ids are recorded: bounded work, bounded set.
 if dedupe then forget_expired(K_DEDUPE, now) end
 
@@ -60,7 +60,7 @@ for i = 9, #ARGV, 5 do
     status = 5
   else
     status = append(key, make_slot(0, id, now, payload, cost), now)
-    if status == 0 then rejected = rejected + 1 else queued = queued + 1 end
+    if status == 0 then rejected = rejected + 1 else enqueued = enqueued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
   if dedupe and dedupe_id ~= '' and status ~= 0 and status ~= 4 then
@@ -70,11 +70,11 @@ for i = 9, #ARGV, 5 do
 end
 
 -- One HINCRBY per counter that moved.
-if queued > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', queued) end
+if enqueued > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', enqueued) end
 if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
 if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
 if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
-tick(K_FLOW, 'in', queued + rejected + duplicates, now)
+tick(K_FLOW, 'in', enqueued + rejected + duplicates, now)
 
 -- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
 -- eligible now needs a drain job unless one holds the flag; later work needs one scheduled

@@ -21,7 +21,7 @@ local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEY
 local K_STATS, K_KEYSTATS, K_DRAINS, K_WAKE = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
 local K_AGES, K_SCHEDULED, K_FLOW, K_PAUSED = KEYS[15], KEYS[16], KEYS[19], KEYS[20]
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
-local MAX_DEPTH, DRAIN_TTL = tonumber(ARGV[4]), tonumber(ARGV[6])
+local MAX_DEPTH, DRAIN_LEASE_MS = tonumber(ARGV[4]), tonumber(ARGV[6])
 --#include bucket_limits
 --#include bucket_schedule
 --#include bucket_slot

@@ -45,5 +45,5 @@ for _, zset in ipairs({K_READY, K_SCHEDULED}) do
     due = true
   end
 end
-local send = rearm_drain(K_DRAINS, DRAIN_TTL, #expired > 0, due)
+local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #expired > 0, due)
 return {returned, buried, send}

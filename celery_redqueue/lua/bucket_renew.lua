@@ -11,4 +11,4 @@
 local timeout = tonumber(ARGV[8])
 local ids = {}
 for i = 9, #ARGV do ids[#ids + 1] = ARGV[i] end
-return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_TTL, ids, timeout, now_ms())
+return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_LEASE_MS, ids, timeout, now_ms())

@@ -41,11 +41,11 @@ local function plan_bucket_drain(now)
     -- A key eligible now settles it: the delayed set is not read then.
     if next_at ~= nil and next_at <= now then break end
   end
-  return plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, next_at)
+  return plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, next_at)
 end
 
 -- Arm the drain flag unless a job holds it; 1 means "send one now" (a job that then finds
 -- nothing eligible yet schedules itself). For callers that cannot pass on a countdown.
 local function arm_drain(now)
-  return (plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, now))
+  return (plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, now))
 end

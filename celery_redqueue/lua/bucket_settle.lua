@@ -17,7 +17,7 @@
 -- id, and a second run replies "already done" (held 2) and changes nothing.
 --#include bucket_common
 local reservation, action, detail = ARGV[8], ARGV[9], ARGV[10]
-local guard_window, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
+local processed_guard_ms, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
 local actual = tonumber(ARGV[13] or '')
 if action ~= 'commit' and action ~= 'retry' and action ~= 'dead' and action ~= 'backoff' then
   return redis.error_reply('ERR bucket_settle: bad action ' .. tostring(action))
@@ -26,9 +26,9 @@ if (action == 'retry' or action == 'backoff') and not tonumber(detail) then
   return redis.error_reply('ERR bucket_settle: bad delay ' .. tostring(detail))
 end
 local now = now_ms()
-if action == 'commit' and guard_window > 0 then
+if action == 'commit' and processed_guard_ms > 0 then
   forget_expired(K_DONE, now)
-  redis.call('ZADD', K_DONE, now + guard_window, string.match(reservation, '^(%d+)'))
+  redis.call('ZADD', K_DONE, now + processed_guard_ms, string.match(reservation, '^(%d+)'))
 end
 
 local key, slot = take_reservation(reservation)

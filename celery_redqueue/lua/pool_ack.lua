@@ -14,7 +14,7 @@
 -- a second run replies "already done" (held 2) and changes nothing.
 --#include pool_common
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
-local max_receives, guard_window, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local max_receives, processed_guard_ms, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local now = pool_now()
 
 -- Check every argument before writing anything.
@@ -24,10 +24,10 @@ for i = 10, #ARGV, 4 do
   if not count then return redis.error_reply('ERR pool_ack: bad count ' .. ARGV[i + 1]) end
   named = named + count
 end
-if guard_window > 0 then
+if processed_guard_ms > 0 then
   forget_expired(K_DONE, now)
   for i = 10, #ARGV, 4 do
-    if ARGV[i + 2] == '' then redis.call('ZADD', K_DONE, now + guard_window, ARGV[i]) end
+    if ARGV[i + 2] == '' then redis.call('ZADD', K_DONE, now + processed_guard_ms, ARGV[i]) end
   end
 end
 local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch_id) or '-1') or -1
@@ -69,14 +69,14 @@ for i = 10, #ARGV, 4 do
     local status, out = admit(entry[1], tonumber(entry[2]), count, tonumber(entry[4]), tonumber(entry[5]))
     evicted = evicted + out
     -- What admit pushed out was waiting in the pool: it leaves the depth too.
-    if out > 0 then redis.call('HINCRBY', K_STATS, 'queued', -out) end
+    if out > 0 then redis.call('HINCRBY', K_STATS, 'depth', -out) end
     if status > 0 then retried = retried + count else evicted = evicted + count end
   else
     failed = failed + count
   end
 end
 add_counts(K_STATS, {in_flight = -calls, processed = processed, failed = failed,
-                     retried = retried, queued = retried, evicted = evicted})
+                     retried = retried, depth = retried, evicted = evicted})
 pool_tick('out', processed + failed + buried, now)
 pool_tick('busy', busy, now)
 pool_tick('done', processed + failed + buried, now)

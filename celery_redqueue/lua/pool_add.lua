@@ -35,7 +35,7 @@ if dedupe then forget_expired(K_DEDUPE, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
 local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
-local c = {accepted = 0, rejected = 0, evicted = 0, queued = 0, duplicates = 0, delayed = 0}
+local c = {accepted = 0, rejected = 0, evicted = 0, depth = 0, duplicates = 0, delayed = 0}
 local result = {0, -1}
 offer_each(seq, now, dedupe, window, result, c)
 
@@ -50,7 +50,7 @@ pool_tick('in', c.offered, now)
 -- the pool is not empty without asking.
 local send, wait
 if c.accepted > 0 and not any_delay then
-  send, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, now)
+  send, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, now)
 else
   send, wait = plan_pool_drain(now)
 end

@@ -40,19 +40,19 @@ if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
   end
   redis.call('ZADD', K_ITEMS, unpack(entries))
   redis.call('ZADD', K_AGES, unpack(ages))
-  -- One folded counter for offered, accepted and queued (figures.unfold reads it).
-  redis.call('HINCRBY', K_STATS, 'offered+accepted+queued', calls)
+  -- One folded counter for offered, accepted and depth (three counters) (figures.unfold reads it).
+  redis.call('HINCRBY', K_STATS, 'offered+accepted+depth', calls)
 else
   -- Full, or coalescing: the policy decides for each call, as in pool_add.
   --#include pool_common
-  local c = {offered = calls, accepted = 0, rejected = 0, queued = 0, evicted = 0}
+  local c = {offered = calls, accepted = 0, rejected = 0, depth = 0, evicted = 0}
   for i = 5, #ARGV, 2 do
     seq = seq + 1
     local member = ARGV[i + 1]
     if not COALESCE then member = string.format('%x:%s', seq, member) end
     local status, out = admit(member, sample and tonumber(ARGV[i]) or seq, 1, 0, now)
     if status > 0 then
-      c.accepted, c.queued, c.evicted = c.accepted + 1, c.queued + 1 - out, c.evicted + out
+      c.accepted, c.depth, c.evicted = c.accepted + 1, c.depth + 1 - out, c.evicted + out
     else
       c.rejected = c.rejected + 1
     end

@@ -52,5 +52,5 @@ local function plan_pool_drain(now)
     local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
     if #first > 0 then next_at = tonumber(first[2]) end
   end
-  return plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, next_at)
+  return plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, next_at)
 end

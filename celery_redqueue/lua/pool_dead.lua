@@ -25,7 +25,7 @@ for _, entry in ipairs(dead_candidates(K_DEAD, 7, limit)) do
     entries[#entries + 1] = {entry = entry, count = 1, payload = ''}
   end
 end
-local calls, evicted, queued = 0, 0, 0
+local calls, evicted, depth = 0, 0, 0
 for _, e in ipairs(entries) do
   local removed = redis.call('LREM', K_DEAD, 1, e.entry)
   local count, payload = e.count * removed, e.payload
@@ -38,8 +38,8 @@ for _, e in ipairs(entries) do
     if POLICY == 'sample' then score = -1 end
     local status, out = admit(member, score, count, 0, now)
     evicted = evicted + out
-    queued = queued - out  -- what admit pushed out leaves the depth
-    if status > 0 then queued = queued + count else evicted = evicted + count end
+    depth = depth - out  -- what admit pushed out leaves the depth
+    if status > 0 then depth = depth + count else evicted = evicted + count end
   end
 end
 if calls == 0 then return {0, 0} end
@@ -48,9 +48,9 @@ redis.call('HINCRBY', K_STATS, 'dead', -calls)
 if action == 'purge' then
   redis.call('HINCRBY', K_STATS, 'purged', calls)
 else
-  if queued ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', queued) end
+  if depth ~= 0 then redis.call('HINCRBY', K_STATS, 'depth', depth) end
   if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 end
 local send = 0
-if queued > 0 and plan_pool_drain(now) == 1 then send = 1 end
+if depth > 0 and plan_pool_drain(now) == 1 then send = 1 end
 return {calls, send}

@@ -25,7 +25,7 @@ local function offer_due(n, now)
     local seq, score, payload = string.match(entry, '^(%x+):([^:]*):(.*)$')
     parsed[i] = {seq = seq, score = tonumber(score), payload = payload}
   end
-  local accepted, rejected, evicted, queued, malformed = 0, 0, 0, 0, 0
+  local accepted, rejected, evicted, depth, malformed = 0, 0, 0, 0, 0
   for i, entry in ipairs(due) do
     redis.call('ZREM', K_SCHEDULED, entry)
     local p = parsed[i]
@@ -37,8 +37,8 @@ local function offer_due(n, now)
       if not COALESCE then member = p.seq .. ':' .. p.payload end
       if POLICY ~= 'sample' then sc = tonumber(p.seq, 16) end
       local status, out = admit(member, sc, 1, 0, now)
-      evicted, queued = evicted + out, queued - out
-      if status > 0 then accepted, queued = accepted + 1, queued + 1 else rejected = rejected + 1 end
+      evicted, depth = evicted + out, depth - out
+      if status > 0 then accepted, depth = accepted + 1, depth + 1 else rejected = rejected + 1 end
     end
   end
   redis.call('HINCRBY', K_STATS, 'delayed', -#due)
@@ -46,7 +46,7 @@ local function offer_due(n, now)
   redis.call('HINCRBY', K_STATS, 'accepted', accepted)
   redis.call('HINCRBY', K_STATS, 'rejected', rejected)
   redis.call('HINCRBY', K_STATS, 'evicted', evicted)
-  redis.call('HINCRBY', K_STATS, 'queued', queued)
+  redis.call('HINCRBY', K_STATS, 'depth', depth)
   tick(K_FLOW, 'in', #due, now)
   return malformed
 end

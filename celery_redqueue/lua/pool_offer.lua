@@ -23,7 +23,7 @@ local function offer_each(seq, now, dedupe, window, result, c)
       local out
       status, out = admit(member, score, 1, 0, now)
       if status > 0 then
-        c.accepted, c.queued, c.evicted = c.accepted + 1, c.queued + 1 - out, c.evicted + out
+        c.accepted, c.depth, c.evicted = c.accepted + 1, c.depth + 1 - out, c.evicted + out
       else
         c.rejected = c.rejected + 1
       end

@@ -60,7 +60,7 @@ for _ = 1, 10 do
   if calls > 0 then break end
 end
 result[6] = malformed
-if calls + skipped > 0 then redis.call('HINCRBY', K_STATS, 'queued', -(calls + skipped)) end
+if calls + skipped > 0 then redis.call('HINCRBY', K_STATS, 'depth', -(calls + skipped)) end
 
 if calls == 0 then
   local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
@@ -71,10 +71,10 @@ if calls == 0 then
     -- Only delayed calls remain: release the flag, so that a call due now sends its own job
     -- (a delayed call never holds back an immediate one), and schedule one job for them.
     redis.call('DEL', K_DRAINS)
-    local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_TTL, now, when)
+    local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, when)
     result[1], result[4], result[5] = LATER, math.ceil(when - now), wait >= 0 and 1 or 0
   elseif linger then
-    redis.call('PEXPIRE', K_DRAINS, DRAIN_TTL)
+    redis.call('PEXPIRE', K_DRAINS, DRAIN_LEASE_MS)
     result[1] = LINGER
   else
     redis.call('DEL', K_DRAINS, K_WAKE)
@@ -91,5 +91,5 @@ redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cjson.encode(kept))
 redis.call('HINCRBY', K_STATS, 'in_flight', calls)
 local remaining = redis.call('ZCARD', K_ITEMS)
 -- One drain job per batch still waiting, up to the fan-out limit.
-result[2], result[3] = claim_drain(K_DRAINS, DRAIN_TTL, max_drains, remaining / n), remaining
+result[2], result[3] = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, remaining / n), remaining
 return result

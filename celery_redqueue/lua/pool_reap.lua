@@ -54,7 +54,7 @@ for _, b in ipairs(batches) do
   end
 end
 if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
-if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'queued', returned - pushed_out) end
+if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'depth', returned - pushed_out) end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 -- Returned calls need a drain job even if the dead drain's lease has not run out yet; calls
@@ -63,5 +63,5 @@ if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
 local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
 local due = redis.call('ZCARD', K_ITEMS) > 0 or (#first > 0
   and (tonumber(first[2]) <= now or redis.call('EXISTS', K_WAKE) == 0))
-local send = rearm_drain(K_DRAINS, DRAIN_TTL, #batches > 0, due)
+local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #batches > 0, due)
 return {lost, returned, buried, send}

@@ -10,4 +10,4 @@
 local timeout = tonumber(ARGV[5])
 local ids = {}
 for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
-return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_TTL, ids, timeout, pool_now())
+return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_LEASE_MS, ids, timeout, pool_now())

@@ -10,7 +10,7 @@
 -- keeps the deepest depth seen this minute in the minute's field ("depth:m<minute>"), so the
 -- hour's depth curve has a point for each minute in which anyone (a scrape, the dashboard, the
 -- CLI) looked. The depth is the stats field ARGV[1] plus every folded field that names it
--- ("offered+accepted+queued": one HINCRBY that stands for several counters). That HSET is
+-- ("offered+accepted+depth": one HINCRBY that stands for several counters). That HSET is
 -- the only write, and it is optional: at maxmemory (noeviction) Redis refuses it, and the
 -- figures must still be readable then, so its error is ignored.
 -- Lost reply: safe to run twice (reads; rolling old seconds into minutes is the same done twice)

@@ -1,12 +1,12 @@
 -- The three sources a read hands entries out from (spliced in by stream_read.lua). Each takes
--- the read's state `r`: group, consumer, n, visibility, max_deliveries, guard, ordered, now,
+-- the read's state `r`: group, consumer, n, visibility, max_receives, guard, ordered, now,
 -- out (the reply being built) and handed (entries in it).
 --#include stream_common
 
-local function hand(r, id, f, deliveries)
+local function hand(r, id, f, receives)
   r.out[#r.out + 1] = id
   r.out[#r.out + 1] = f['d']
-  r.out[#r.out + 1] = deliveries
+  r.out[#r.out + 1] = receives
   r.out[#r.out + 1] = f['k'] or ''
   r.handed = r.handed + 1
 end
@@ -26,9 +26,9 @@ local function redeliver(r, id, f, counted)
   elseif r.guard and redis.call('ZSCORE', K_DONE, id) then
     drop(r, id)
     redis.call('HINCRBY', K_GSTATS, 'guard_skipped', 1)
-  elseif counted + 1 > r.max_deliveries then
+  elseif counted + 1 > r.max_receives then
     bury(r.group, id, f, counted, 'not acknowledged after ' .. counted ..
-      ' deliveries (visibility timeout ' .. r.visibility .. ' ms)', r.now)
+      ' receives (visibility timeout ' .. r.visibility .. ' ms)', r.now)
     drop(r, id)
   else
     redis.call('XCLAIM', K_EVENTS, r.group, r.consumer, 0, id,
@@ -38,12 +38,12 @@ local function redeliver(r, id, f, counted)
   end
 end
 
--- Ordered groups: held entries whose key came free (parked with 0 deliveries).
+-- Ordered groups: held entries whose key came free (parked with 0 receives).
 local function take_ready(r)
   while r.ordered and r.handed < r.n do
     local id = redis.call('LPOP', K_READY)
     if not id then return end
-    redeliver(r, id, entry_of(id), deliveries_of(r.group, id))
+    redeliver(r, id, entry_of(id), receives_of(r.group, id))
   end
 end
 
@@ -61,7 +61,7 @@ local function take_claimed(r)
       -- Still waiting for its key: back to the held consumer, count untouched.
       redis.call('XCLAIM', K_EVENTS, r.group, HELD, 0, id, 'JUSTID')
     else
-      redeliver(r, id, f, deliveries_of(r.group, id))
+      redeliver(r, id, f, receives_of(r.group, id))
     end
   end
   return #claimed[2] > 0 and claimed[1] ~= '0-0'

@@ -1,4 +1,4 @@
--- Entries of a stream and its groups: fields, groups, deliveries, appends, dead letters
+-- Entries of a stream and its groups: fields, groups, receives, appends, dead letters
 -- (spliced in by stream_common.lua, whose K_* keys it uses).
 
 -- Fields of an entry as a table (XRANGE/XREADGROUP give a flat list).
@@ -42,7 +42,7 @@ local function bury(group, id, f, receives, err, now)
 end
 
 -- How many times `id` has been handed to the group (0 when it is not pending).
-local function deliveries_of(group, id)
+local function receives_of(group, id)
   local row = redis.call('XPENDING', K_EVENTS, group, id, id, 1)[1]
   if not row then return 0, nil end
   return tonumber(row[4]), row[2]

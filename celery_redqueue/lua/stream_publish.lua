@@ -7,9 +7,9 @@
 -- Reply: {ids, trimmed, armed group names}.
 -- Lost reply: raises (a store: a second run would append the events twice)
 --#include stream_common
-local maxlen, lease_ms, n_groups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local maxlen, drain_lease_ms, n_groups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first_event = 4 + n_groups
-if not maxlen or not lease_ms or not n_groups or (#ARGV - first_event + 1) % 3 ~= 0 then
+if not maxlen or not drain_lease_ms or not n_groups or (#ARGV - first_event + 1) % 3 ~= 0 then
   return redis.error_reply('ERR stream_publish: malformed arguments')
 end
 local now = now_ms()
@@ -28,7 +28,7 @@ tick(K_FLOW, 'in', events, now)
 
 local armed = {}
 for i = 1, n_groups do
-  if redis.call('SET', KEYS[5 + 2 * i], 1, 'NX', 'PX', lease_ms) then
+  if redis.call('SET', KEYS[5 + 2 * i], 1, 'NX', 'PX', drain_lease_ms) then
     armed[#armed + 1] = ARGV[3 + i]
   end
 end

@@ -1,11 +1,11 @@
 -- Hand up to n entries to one consumer of a group: first held entries whose key came free
 -- (ordered groups), then entries pending longer than the visibility timeout (XAUTOCLAIM; past
--- max deliveries they are dead-lettered instead), then new entries (XREADGROUP).
+-- max_receives they are dead-lettered instead), then new entries (XREADGROUP).
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
--- ARGV[5] max deliveries, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
+-- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
 -- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease.
--- Reply: {status, then per entry: id, payload, deliveries, key ('' none)}; status
+-- Reply: {status, then per entry: id, payload, receives, key ('' none)}; status
 -- (drain_lease.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
 -- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
 -- out yet, but every pass skipped entries (guard, other groups' letters, held keys) and more
@@ -18,12 +18,12 @@
 --#include stream_read_new
 local r = {
   group = ARGV[1], consumer = ARGV[2], n = tonumber(ARGV[3]),
-  visibility = tonumber(ARGV[4]), max_deliveries = tonumber(ARGV[5]),
+  visibility = tonumber(ARGV[4]), max_receives = tonumber(ARGV[5]),
   guard = ARGV[6] == '1', ordered = ARGV[7] == '1',
   out = {TAKEN}, handed = 0,
 }
-local lease_ms, linger = tonumber(ARGV[8]), ARGV[9] == '1'
-if not r.n or r.n < 1 or not r.visibility or not r.max_deliveries or not lease_ms then
+local drain_lease_ms, linger = tonumber(ARGV[8]), ARGV[9] == '1'
+if not r.n or r.n < 1 or not r.visibility or not r.max_receives or not drain_lease_ms then
   return redis.error_reply('ERR stream_read: malformed arguments')
 end
 r.now = now_ms()
@@ -45,6 +45,6 @@ if r.handed == 0 and not more then
   redis.call('DEL', K_DRAIN)
   return {EMPTY}
 end
-redis.call('SET', K_DRAIN, 1, 'PX', lease_ms)
+redis.call('SET', K_DRAIN, 1, 'PX', drain_lease_ms)
 if r.handed == 0 then return {AGAIN} end
 return r.out

@@ -7,17 +7,17 @@
 -- Lost reply: safe to run twice (restarts the idle time of entries still held; again does the
 -- same)
 --#include stream_common
-local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
+local group, consumer, drain_lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not drain_lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
 local renewed = 0
 for i = 4, #ARGV do
-  local deliveries, owner = deliveries_of(group, ARGV[i])
-  if deliveries > 0 and owner == consumer then
+  local receives, owner = receives_of(group, ARGV[i])
+  if receives > 0 and owner == consumer then
     redis.call('XCLAIM', K_EVENTS, group, consumer, 0, ARGV[i], 'JUSTID')
     renewed = renewed + 1
   end
 end
 -- Only a lease that is still held is extended: a drain whose last read released it (nothing
 -- left) must not re-arm it, or the next publish would find it held and send no drain job.
-redis.call('SET', K_DRAIN, 1, 'XX', 'PX', lease_ms)
+redis.call('SET', K_DRAIN, 1, 'XX', 'PX', drain_lease_ms)
 return renewed

@@ -11,9 +11,9 @@
 -- Lost reply: safe to run twice (a second run finds the lease armed and reports it not armed:
 -- that group's drain waits one drain lease for the next reaper run)
 --#include stream_common
-local group, visibility, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local group, visibility, drain_lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local arm, forget_after = ARGV[4] == '1', tonumber(ARGV[5])
-if not visibility or not lease_ms or not forget_after then
+if not visibility or not drain_lease_ms or not forget_after then
   return redis.error_reply('ERR stream_wake: malformed arguments')
 end
 if redis.call('HEXISTS', K_GROUPS, group) == 0 or redis.call('EXISTS', K_EVENTS) == 0 then
@@ -26,7 +26,7 @@ if unread < 0 then unread = 0 end
 local ready = redis.call('LLEN', K_READY)
 local armed = 0
 if arm and claimable + unread + ready > 0 then
-  armed = redis.call('SET', K_DRAIN, 1, 'NX', 'PX', lease_ms) and 1 or 0
+  armed = redis.call('SET', K_DRAIN, 1, 'NX', 'PX', drain_lease_ms) and 1 or 0
 end
 local forgotten = 0
 for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', K_EVENTS, group)) do

@@ -14,7 +14,7 @@ Structures are found through the registry, so the command needs only the app's s
     celery -A proj redqueue set-rate crawl example.com 5/s [--burst N]
     celery -A proj redqueue noisy bucket:llm [--top N]
     celery -A proj redqueue pause bucket:llm tenant-7 [--seconds S] / resume bucket:llm tenant-7
-    celery -A proj redqueue leases leases:api-keys
+    celery -A proj redqueue leases lease:api-keys
     celery -A proj redqueue reap                     # what beat's reaper does, once
     celery -A proj redqueue metrics                  # Prometheus text format
     celery -A proj redqueue dashboard [--host 127.0.0.1] [--port 5566] [--token T]
@@ -174,7 +174,7 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
 def stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
     ops = _ops(ctx)
-    target = _find(ops, name, (*WORK_KINDS, "leases"))
+    target = _find(ops, name, (*WORK_KINDS, "lease"))
     stats = target.structure.stats()
     counters = stats if isinstance(stats, dict) else stats.as_dict()
     groups = {g.group: g.as_dict() for g in ops.groups(target)} if target.kind == "stream" else {}
@@ -287,7 +287,7 @@ def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
 def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
     ops = _ops(ctx)
-    target = _find(ops, name, ("leases",))
+    target = _find(ops, name, ("lease",))
     rows = ops.resources(target)
     if as_json:
         click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))

@@ -155,7 +155,7 @@ class Operations:
             self._targets, self._read_at = found, time.monotonic()
         return self._targets
 
-    def find(self, name: str, kinds: Sequence[str] = (*WORK_KINDS, "leases")) -> Target:
+    def find(self, name: str, kinds: Sequence[str] = (*WORK_KINDS, "lease")) -> Target:
         """The structure with this id (``pool:x``) or bare name; ConfigurationError if none."""
         for fresh in (False, True):
             for target in self.targets(fresh=fresh):

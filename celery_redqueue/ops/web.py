@@ -175,7 +175,7 @@ class Dashboard:
     def _detail(self, query: dict[str, list[str]]) -> dict[str, Any]:
         target = self.ops.find(query.get("id", [""])[0])
         detail = self.ops.view(target)
-        if target.kind == "leases":
+        if target.kind == "lease":
             detail["resources"] = self.ops.resources(target)
             return detail
         start = _int(query, "dead_start", 0, 10**9)
@@ -233,12 +233,12 @@ class Dashboard:
             not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)
         ):
             raise HTTPError("400 Bad Request", "refs must be a list of strings")
-        if action in ("requeue", "purge") and target.kind != "leases":
+        if action in ("requeue", "purge") and target.kind != "lease":
             if refs is None and body.get("all") is not True:
                 raise HTTPError("400 Bad Request", "name the letters (refs) or say all: true")
             act = self.ops.requeue if action == "requeue" else self.ops.purge
             message = act(target, refs)
-        elif action == "drain" and target.kind != "leases":
+        elif action == "drain" and target.kind != "lease":
             message = self.ops.send_drain(target)
         elif action == "set_rate" and target.kind == "bucket":
             burst = body.get("burst")

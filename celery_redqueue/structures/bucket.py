@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +43,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import EMPTY, LATER
 from ..redis.serializers import Serializer
-from ..validation import renamed, seconds
+from ..validation import seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .bucket_limits import BucketLimits, KeyLoad, Limits
 from .bucket_producer import ENQUEUE_CHUNK, BucketProducer, _cost_arg
@@ -52,11 +51,9 @@ from .bucket_types import (
     _QUIET_RESULTS,
     OVERFLOWS,
     BucketStats,
+    Dequeued,
     EncodedCall,
-    EnqueueResult,
     KeyStats,
-    Poll,
-    ReapResult,
     Reservation,
     _check_burst,
     _check_key,
@@ -65,19 +62,20 @@ from .bucket_types import (
     validate_bucket_options,
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
+from .receipts import ReapResult, Receipt
 
 __all__ = [
     "ENQUEUE_CHUNK",
     "OVERFLOWS",
     "BucketProducer",
     "BucketStats",
-    "EnqueueResult",
+    "Dequeued",
     "KeyLoad",
     "KeyStats",
     "LeakyBucket",
     "Limits",
-    "Poll",
     "ReapResult",
+    "Receipt",
     "Reservation",
     "parse_rate",
     "validate_bucket_options",
@@ -115,7 +113,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         default_rate: str | float = "1/s",
         default_burst: float = 0,
         ordered: bool = False,
-        reservation_timeout: float = 60.0,
+        visibility_timeout: float = 60.0,
         max_receives: int = 5,
         max_depth: int | None = None,
         overflow: str = "reject",
@@ -125,7 +123,6 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         max_drains: int = 1,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
-        drain_flag_ttl: float | None = None,
         concurrency: int | None = None,
         cost_rate: str | float | None = None,
         cost_burst: float = 0,
@@ -133,14 +130,13 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         total_burst: float = 0,
         total_shares: int = 1,
     ) -> None:
-        drain_lease = renamed("drain_flag_ttl", drain_flag_ttl, "drain_lease", drain_lease)
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
         seconds("processed_guard", processed_guard)
         validate_bucket_options(
             rate=default_rate,
             burst=default_burst,
-            reservation_timeout=reservation_timeout,
+            visibility_timeout=visibility_timeout,
             max_receives=max_receives,
             max_depth=max_depth,
             overflow=overflow,
@@ -168,14 +164,14 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
         self.ordered = self.limits.concurrency == 1
-        self.reservation_timeout_ms = int(reservation_timeout * 1000)
+        self.visibility_timeout_ms = int(visibility_timeout * 1000)
         self.max_receives = max_receives
         self.max_depth = max_depth or 0
         self.overflow = overflow
         self.drain_lease_ms = max(int(drain_lease * 1000), 1)
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
-        self.guard_window_ms = int(processed_guard * 1000)
+        self.processed_guard_ms = int(processed_guard * 1000)
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this bucket (the registry keeps it)."""
@@ -183,7 +179,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             "default_rate": 1000.0 / self.default_interval_ms,
             "default_burst": self.default_burst,
             "ordered": self.ordered,
-            "reservation_timeout": self.reservation_timeout_ms / 1000,
+            "visibility_timeout": self.visibility_timeout_ms / 1000,
             "max_receives": self.max_receives,
             "max_depth": self.max_depth or None,
             "overflow": self.overflow,
@@ -229,7 +225,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[EnqueueResult]:
+    ) -> list[Receipt]:
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
@@ -254,7 +250,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             )
         return results
 
-    def _enqueue_plain(self, call: EncodedCall) -> EnqueueResult:
+    def _enqueue_plain(self, call: EncodedCall) -> Receipt:
         """One item with no dedupe id and no delay: the smaller script."""
         if len(call) > 2:
             send, wake_ms, status = self._run(
@@ -264,12 +260,12 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             send, wake_ms, status = self._run("bucket_enqueue_plain", [call[0], call[1]])
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
-        result: EnqueueResult = _QUIET_RESULTS[status]
+        result: Receipt = _QUIET_RESULTS[status]
         return result
 
     # Consuming
 
-    def poll(self) -> Poll:
+    def dequeue(self) -> Dequeued:
         """Reserve the head item of the key eligible longest, or say how long until one is.
 
         An item whose payload cannot be decoded is dead-lettered at once with the reason
@@ -281,18 +277,18 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             reply = self._run(
                 "bucket_dequeue",
                 [
-                    self.reservation_timeout_ms,
+                    self.visibility_timeout_ms,
                     self.max_drains,
-                    int(self.guard_window_ms > 0),
+                    int(self.processed_guard_ms > 0),
                     uuid.uuid4().hex,
                 ],
             )
             malformed += int(reply[-1])
             if reply[0] == EMPTY:
-                return Poll(malformed=malformed)
+                return Dequeued(malformed=malformed)
             if reply[0] == LATER:
                 wait = float(reply[1]) / 1000.0
-                return Poll(wait=wait, schedule=bool(reply[2]), malformed=malformed)
+                return Dequeued(wait=wait, schedule=bool(reply[2]), malformed=malformed)
             res_id, payload = reply[2], reply[3]
             try:
                 decoded = self.serializer.loads(payload)
@@ -305,12 +301,8 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
                 malformed += 1
                 continue
             reservation = Reservation.from_reply(reply[1:9], decoded, self.keys.base)
-            return Poll(reservation, malformed=malformed)
-        return Poll(wait=0.0, malformed=malformed)
-
-    def dequeue(self) -> Reservation | None:
-        """Reserve the next releasable item, or None when no key is eligible now."""
-        return self.poll().reservation
+            return Dequeued(reservation, malformed=malformed)
+        return Dequeued(wait=0.0, malformed=malformed)
 
     def _settle(
         self,
@@ -326,7 +318,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             if cost is None
             else repr(self.limits.check_cost(cost, "reported cost", reported=True))
         )
-        args = [res_id, action, detail, self.guard_window_ms, repr(float(seconds)), actual]
+        args = [res_id, action, detail, self.processed_guard_ms, repr(float(seconds)), actual]
         held, _send_drain = self._run("bucket_settle", args)
         return bool(held)
 
@@ -362,19 +354,12 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             raise ConfigurationError(f"retry_later delay must be >= 0 seconds, got {delay!r}")
         return self._settle(reservation, "retry", int(delay * 1000))
 
-    def release(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
-        """Deprecated name of :meth:`retry_later` ("release" is what a lease does)."""
-        warnings.warn(
-            "LeakyBucket.release() is now retry_later()", DeprecationWarning, stacklevel=2
-        )
-        return self.retry_later(reservation, delay)
-
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to the dead-letter list with the text of its last error."""
         return self._settle(reservation, "dead", str(error)[:4000])
 
     def renew(self, reservation_ids: Sequence[str]) -> list[str]:
-        """Push the deadline of reservations still held to now + ``reservation_timeout`` and
+        """Push the deadline of reservations still held to now + ``visibility_timeout`` and
         renew the drain lease, in one round trip (the worker's heartbeat). Returns the ids that
         were no longer held: the reaper had taken them back."""
         name, _, args = self.renew_call(reservation_ids)
@@ -383,17 +368,17 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
 
     def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
         """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
-        return "bucket_renew", self._keys, [self.reservation_timeout_ms, *reservation_ids]
+        return "bucket_renew", self._keys, [self.visibility_timeout_ms, *reservation_ids]
 
     def heartbeat_interval(self) -> float:
         """Seconds between renewals while a worker holds reservations or the drain lease: a
         third of the shorter of the two, so two renewals can fail before anything expires."""
-        return min(self.reservation_timeout_ms, self.drain_lease_ms) / 3000.0
+        return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Return expired reservations to their keys (or dead-letter them past max_receives)."""
         returned, dead, send = self._run("bucket_reap", [limit])
-        return ReapResult(int(returned), int(dead), bool(send))
+        return ReapResult(returned=int(returned), dead_lettered=int(dead), drain_needed=bool(send))
 
     # Reading
 

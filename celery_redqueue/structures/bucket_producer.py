@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from .bucket_limits import Limits
-from .bucket_types import EncodedCall, EnqueueResult, _check_key
+from .bucket_types import EncodedCall, _check_key
+from .receipts import Receipt
 
 #: Items one enqueue_many round trip carries.
 ENQUEUE_CHUNK = 1000
@@ -35,7 +36,7 @@ class BucketProducer:
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[EnqueueResult]:
+    ) -> list[Receipt]:
         raise NotImplementedError
 
     def encoded_call(self, key: str, payload: Any, cost: float | None = None) -> EncodedCall:
@@ -56,7 +57,7 @@ class BucketProducer:
         delay: float = 0.0,
         dedupe_id: str | None = None,
         cost: float | None = None,
-    ) -> EnqueueResult:
+    ) -> Receipt:
         """Append ``payload`` to ``key``'s queue; one round trip.
 
         ``delay`` holds the item for that many seconds before it joins its key's queue (its
@@ -69,11 +70,11 @@ class BucketProducer:
 
     def enqueue_many(
         self, items: Iterable[tuple[str, Any] | tuple[str, Any, float]], *, delay: float = 0.0
-    ) -> list[EnqueueResult]:
+    ) -> list[Receipt]:
         """Append many ``(key, payload)`` pairs (or ``(key, payload, cost)``); every one is
         checked before any is stored."""
         encoded = [self.encoded_call(*item) for item in items]
-        results: list[EnqueueResult] = []
+        results: list[Receipt] = []
         for start in range(0, len(encoded), ENQUEUE_CHUNK):
             chunk = encoded[start : start + ENQUEUE_CHUNK]
             results.extend(self._enqueue_encoded(chunk, delay=delay))

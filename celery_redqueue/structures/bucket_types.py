@@ -51,18 +51,6 @@ def _check_key(key: Any) -> str:
 
 
 @dataclass(frozen=True)
-class EnqueueResult(Receipt):
-    """What happened to one enqueued item. Truthy when it was queued."""
-
-    queued: bool
-    #: The key was full (``max_depth``) and its oldest item was dropped to make room.
-    dropped_oldest: bool = False
-
-    def __bool__(self) -> bool:
-        return self.queued or self.delayed
-
-
-@dataclass(frozen=True)
 class Reservation:
     """A released item, held for its consumer until commit, release or its deadline."""
 
@@ -114,7 +102,7 @@ class Reservation:
 
 
 @dataclass(frozen=True)
-class Poll:
+class Dequeued:
     """The answer of :meth:`LeakyBucket.poll`: a reservation, or how long until one can go."""
 
     reservation: Reservation | None = None
@@ -129,13 +117,6 @@ class Poll:
     @property
     def empty(self) -> bool:
         return self.reservation is None and self.wait is None
-
-
-@dataclass(frozen=True)
-class ReapResult:
-    returned: int
-    dead_lettered: int
-    drain_needed: bool
 
 
 @dataclass(frozen=True)
@@ -212,7 +193,7 @@ def validate_bucket_options(
     *,
     rate: Any,
     burst: Any,
-    reservation_timeout: Any,
+    visibility_timeout: Any,
     max_receives: Any,
     max_depth: Any,
     overflow: Any,
@@ -227,7 +208,7 @@ def validate_bucket_options(
     except ConfigurationError as exc:
         raise ConfigurationError(f"{name('rate', 'default_rate')}: {exc}") from None
     _check_burst(burst, name("burst", "default_burst"))
-    seconds(name("reservation_timeout", "reservation_timeout"), reservation_timeout, positive=True)
+    seconds(name("visibility_timeout", "visibility_timeout"), visibility_timeout, positive=True)
     positive_int(name("max_receives", "max_receives"), max_receives)
     positive_int(name("max_depth", "max_depth"), max_depth, optional=True)
     one_of(name("overflow", "overflow"), overflow, OVERFLOWS)
@@ -236,9 +217,9 @@ def validate_bucket_options(
 
 def _enqueue_result(
     status: int, drain_needed: bool = False, wake_in: float | None = None
-) -> EnqueueResult:
-    return EnqueueResult(
-        queued=status in (1, 2),
+) -> Receipt:
+    return Receipt(
+        kept=status in (1, 2),
         dropped_oldest=status == 2,
         drain_needed=drain_needed,
         duplicate=status == 4,

@@ -120,7 +120,7 @@ def parse_counters(where: str, flat: Mapping[bytes, bytes]) -> dict[str, int]:
 
 def unfold(counters: Mapping[str, int]) -> dict[str, int]:
     """Counters with each folded field added to every counter it names: the hot scripts bump
-    one field "offered+accepted+queued" where three HINCRBYs would say the same thing."""
+    one field "offered+accepted+depth" where three HINCRBYs would say the same thing."""
     out: dict[str, int] = {}
     for name, value in counters.items():
         for part in name.split("+"):

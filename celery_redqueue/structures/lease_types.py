@@ -16,7 +16,7 @@ from ..errors import ConfigurationError
 class Lease:
     """Proof that one holder leases one resource; pass it to ``release`` and ``renew``."""
 
-    #: The pool's key base (``prefix:{leases:name}``): a lease only works with its own pool.
+    #: The pool's key base (``prefix:{lease:name}``): a lease only works with its own pool.
     pool: str
     #: The leased resource's name.
     resource: str

@@ -6,7 +6,7 @@ crashes never releases; its lease simply runs out and the resource comes back on
 next ``acquire`` (or ``reclaim``) returns expired leases to the free set first. No keyspace
 notifications, no scan of every resource, and no daemon are involved.
 
-Redis holds, under ``<prefix>:{leases:<name>}:``:
+Redis holds, under ``<prefix>:{lease:<name>}:``:
 
 * ``resources``: a set of every resource name;
 * ``free``: a sorted set of free resources scored by when they became free, so the least
@@ -92,7 +92,7 @@ class ResourcePool:
         prefix: namespace of the keys.
     """
 
-    kind = "leases"
+    kind = "lease"
 
     def __init__(
         self,

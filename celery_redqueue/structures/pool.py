@@ -26,7 +26,8 @@ Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered
 
 The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
 renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
-deadline (``batch_timeout``) is pushed forward by :meth:`CappedPool.renew` while its bodies run.
+deadline (``visibility_timeout``) is pushed forward by :meth:`CappedPool.renew` while its bodies
+run.
 An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
 (``dead``); the rest of its batch carries on.
 
@@ -53,7 +54,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
-from ..validation import one_of, positive_int, renamed, seconds
+from ..validation import one_of, positive_int, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, parse_counters, structure_figures, unfold
 from .pool_gather import PoolGathering
@@ -61,24 +62,23 @@ from .pool_types import (
     COUNTERS,
     DELIVERIES,
     POLICIES,
-    AddResult,
     PoolBatch,
     PoolItem,
-    PoolReapResult,
     PoolStats,
     validate_pool_options,
 )
+from .receipts import ReapResult, Receipt
 
 __all__ = [
     "COUNTERS",
     "DELIVERIES",
     "POLICIES",
-    "AddResult",
     "CappedPool",
     "PoolBatch",
     "PoolItem",
-    "PoolReapResult",
     "PoolStats",
+    "ReapResult",
+    "Receipt",
     "validate_pool_options",
 ]
 
@@ -115,10 +115,10 @@ class PoolProducer:
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[AddResult]:
+    ) -> list[Receipt]:
         raise NotImplementedError
 
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> AddResult:
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
 
         ``delay`` holds the call in the delayed set for that many seconds before it is offered;
@@ -126,14 +126,14 @@ class PoolProducer:
         """
         return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
 
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[AddResult]:
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
         """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
 
         Every payload is serialized before anything is stored, so one bad payload stores none.
         At most one result has ``drain_needed`` set.
         """
         encoded = [self.encode(p) for p in payloads]
-        results: list[AddResult] = []
+        results: list[Receipt] = []
         for start in range(0, len(encoded), ADD_CHUNK):
             results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
         return results
@@ -158,18 +158,16 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
         drain_lease: float = DRAIN_LEASE,
-        batch_timeout: float = 60.0,
+        visibility_timeout: float = 60.0,
         max_drains: int = 1,
         delivery: str = "at_most_once",
         max_receives: int = 5,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
-        drain_flag_ttl: float | None = None,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
-        drain_lease = renamed("drain_flag_ttl", drain_flag_ttl, "drain_lease", drain_lease)
         seconds("drain_lease", drain_lease, positive=True)
-        seconds("batch_timeout", batch_timeout, positive=True)
+        seconds("visibility_timeout", visibility_timeout, positive=True)
         one_of("delivery", delivery, DELIVERIES)
         positive_int("max_receives", max_receives)
         seconds("dedupe_window", dedupe_window)
@@ -184,12 +182,12 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         self.policy = policy
         self.coalesce = coalesce
         self.drain_lease_ms = max(int(drain_lease * 1000), 1)
-        self.batch_timeout_ms = int(batch_timeout * 1000)
+        self.visibility_timeout_ms = int(visibility_timeout * 1000)
         self.max_drains = max_drains
         self.at_least_once = delivery == "at_least_once"
         self.max_receives = max_receives
         self.dedupe_window_ms = int(dedupe_window * 1000)
-        self.guard_window_ms = int(processed_guard * 1000)
+        self.processed_guard_ms = int(processed_guard * 1000)
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
@@ -207,7 +205,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
             "coalesce": self.coalesce,
             "delivery": "at_least_once" if self.at_least_once else "at_most_once",
             "max_receives": self.max_receives,
-            "batch_timeout": self.batch_timeout_ms / 1000,
+            "visibility_timeout": self.visibility_timeout_ms / 1000,
             "max_drains": self.max_drains,
             "drain_lease": self.drain_lease_ms / 1000,
         }
@@ -218,7 +216,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[AddResult]:
+    ) -> list[Receipt]:
         if delay < 0:
             raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
         delay_ms = int(delay * 1000)
@@ -243,7 +241,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
 
-    def _add_plain(self, encoded: Sequence[bytes]) -> list[AddResult]:
+    def _add_plain(self, encoded: Sequence[bytes]) -> list[Receipt]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
         flush): the smaller script, two arguments per call, sent as one script call."""
         score = random.random
@@ -289,9 +287,9 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
             [
                 n,
                 batch_id,
-                self.batch_timeout_ms,
+                self.visibility_timeout_ms,
                 self.max_drains,
-                int(self.guard_window_ms > 0),
+                int(self.processed_guard_ms > 0),
                 int(linger),
             ],
         )
@@ -352,7 +350,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
             batch.id,
             int(self.at_least_once),
             self.max_receives,
-            self.guard_window_ms,
+            self.processed_guard_ms,
             repr(float(seconds)),
         ]
         for index, item in enumerate(batch.items):
@@ -365,7 +363,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         return bool(held)
 
     def renew(self, batch_ids: Sequence[str]) -> list[str]:
-        """Push the deadline of batches still in flight to now + ``batch_timeout`` and renew
+        """Push the deadline of batches still in flight to now + ``visibility_timeout`` and renew
         the drain lease, in one round trip (the worker's heartbeat). Returns the ids that were
         no longer in flight: the reaper had taken them back."""
         name, _, args = self.renew_call(batch_ids)
@@ -374,20 +372,22 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
 
     def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
         """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
-        return "pool_renew", self._keys, [self.batch_timeout_ms, *batch_ids]
+        return "pool_renew", self._keys, [self.visibility_timeout_ms, *batch_ids]
 
     def heartbeat_interval(self) -> float:
         """Seconds between renewals while a worker holds batches or the drain lease: a third
         of the shorter of the two, so two renewals can fail before anything expires."""
-        return min(self.batch_timeout_ms, self.drain_lease_ms) / 3000.0
+        return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
-    def reap(self, limit: int = 1000) -> PoolReapResult:
+    def reap(self, limit: int = 1000) -> ReapResult:
         """Take back batches past their deadline: lost (at most once) or returned to the pool
         / dead-lettered (at least once)."""
         lost, returned, dead, send = self._run(
             "pool_reap", [limit, int(self.at_least_once), self.max_receives]
         )
-        return PoolReapResult(int(lost), int(returned), int(dead), bool(send))
+        return ReapResult(
+            lost=int(lost), returned=int(returned), dead_lettered=int(dead), drain_needed=bool(send)
+        )
 
     # Reading
 
@@ -407,7 +407,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
-            depth=counters.get("queued", 0),
+            depth=counters.get("depth", 0),
             entries=int(entries),
             capacity=self.capacity,
             drains_pending=int(drains or 0),
@@ -419,7 +419,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         return structure_figures(
             self.client,
             self.keys,
-            depth="queued",
+            depth="depth",
             offered=("offered",),
             dropped=("rejected", "evicted", "lost"),
         )
@@ -429,8 +429,8 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         return self.stats().depth
 
 
-def _add_result(status: int, drain_needed: bool = False, wake_in: float | None = None) -> AddResult:
-    return AddResult(
+def _add_result(status: int, drain_needed: bool = False, wake_in: float | None = None) -> Receipt:
+    return Receipt(
         kept=status in (_KEPT, _KEPT_EVICTED, _MERGED),
         evicted=status == _KEPT_EVICTED,
         merged=status == _MERGED,

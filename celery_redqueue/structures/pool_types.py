@@ -8,24 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..validation import one_of, positive_int
-from .receipts import Receipt
 
 POLICIES = ("sample", "newest", "reject")
 DELIVERIES = ("at_most_once", "at_least_once")
-
-
-@dataclass(frozen=True)
-class AddResult(Receipt):
-    """What happened to one offered call. Truthy when the call was kept."""
-
-    kept: bool
-    #: An older entry was pushed out to make room (``sample`` and ``newest``).
-    evicted: bool = False
-    #: The call merged into an equal entry (coalescing pools).
-    merged: bool = False
-
-    def __bool__(self) -> bool:
-        return self.kept or self.delayed
 
 
 @dataclass(frozen=True)
@@ -77,14 +62,6 @@ class PoolBatch:
 
     def __bool__(self) -> bool:
         return len(self) > 0
-
-
-@dataclass(frozen=True)
-class PoolReapResult:
-    lost: int
-    returned: int
-    dead_lettered: int
-    drain_needed: bool
 
 
 #: PoolStats fields read straight from the stats hash under the same name.

@@ -46,16 +46,15 @@ from . import catalog
 from .bucket import (
     BucketProducer,
     BucketStats,
-    EnqueueResult,
+    Dequeued,
     KeyLoad,
     KeyStats,
     LeakyBucket,
-    Poll,
-    ReapResult,
     Reservation,
 )
 from .bucket_types import EncodedCall, _check_key
-from .pool import AddResult, CappedPool, PoolBatch, PoolProducer, PoolReapResult, PoolStats
+from .pool import CappedPool, PoolBatch, PoolProducer, PoolStats
+from .receipts import ReapResult, Receipt
 from .sharding import Sharded, shard_names, split_id, stable_hash, sum_results, validate_shards
 
 __all__ = [
@@ -79,7 +78,7 @@ class ShardedPool(Sharded, PoolProducer):
     """
 
     kind = "pool"
-    _figure_names = ("queued", ("offered",), ("rejected", "evicted", "lost"))
+    _figure_names = ("depth", ("offered",), ("rejected", "evicted", "lost"))
 
     def __init__(
         self,
@@ -126,7 +125,7 @@ class ShardedPool(Sharded, PoolProducer):
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[AddResult]:
+    ) -> list[Receipt]:
         ids = list(dedupe_ids or [None] * len(encoded))
         return self._store(
             encoded,
@@ -171,10 +170,10 @@ class ShardedPool(Sharded, PoolProducer):
         own = dataclasses.replace(batch, id=inner)
         return bool(self.shards[i].ack(own, failures=failures, seconds=seconds))
 
-    def reap(self, limit: int = 1000) -> PoolReapResult:
+    def reap(self, limit: int = 1000) -> ReapResult:
         """Reap every shard; the counts are summed."""
         self._register()
-        return sum_results(PoolReapResult, [s.reap(limit) for s in self.shards])
+        return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
 
     # Reading
 
@@ -284,7 +283,7 @@ class ShardedBucket(Sharded, BucketProducer):
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[EnqueueResult]:
+    ) -> list[Receipt]:
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n][0]),
@@ -294,25 +293,21 @@ class ShardedBucket(Sharded, BucketProducer):
 
     # Consuming
 
-    def poll(self) -> Poll:
-        """Reserve from the next shard with an eligible key (see ``LeakyBucket.poll``); the
+    def dequeue(self) -> Dequeued:
+        """Reserve from the next shard with an eligible key (see ``LeakyBucket.dequeue``); the
         reservation's id names its shard. Otherwise the earliest shard's wait."""
-        i, poll, empties = self._sweep(lambda shard: shard.poll(), lambda p: p.reservation)
+        i, poll, empties = self._sweep(lambda shard: shard.dequeue(), lambda p: p.reservation)
         malformed = sum(p.malformed for _, p in empties)
         if poll is not None:
             reservation = dataclasses.replace(
                 poll.reservation, id=f"{i}:{poll.reservation.id}", bucket=self.keys.base
             )
-            return Poll(reservation, malformed=malformed + poll.malformed)
+            return Dequeued(reservation, malformed=malformed + poll.malformed)
         earliest = self._earliest(empties)
         self._release_claims(empties, keep=None if earliest is None else earliest[0])
         if earliest is None:
-            return Poll(malformed=malformed)
-        return Poll(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
-
-    def dequeue(self) -> Reservation | None:
-        """Reserve the next releasable item, or None when no key of any shard is eligible."""
-        return self.poll().reservation
+            return Dequeued(malformed=malformed)
+        return Dequeued(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
 
     def _own(self, reservation: Reservation | str) -> tuple[LeakyBucket, Reservation | str]:
         """The shard a reservation belongs to, and the reservation as that shard knows it."""

@@ -69,11 +69,17 @@ def split_id(item_id: str, shards: int) -> tuple[int, str]:
 
 
 def sum_results(cls: type[_T], parts: Sequence[Any], **fixed: Any) -> _T:
-    """A result dataclass whose integer fields are the sums over ``parts``, booleans any()."""
+    """A result dataclass whose integer fields are the sums over ``parts``, booleans any(),
+    tuples joined."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         got = [getattr(p, f.name) for p in parts]
-        values[f.name] = any(got) if isinstance(got[0], bool) else sum(got)
+        if isinstance(got[0], bool):
+            values[f.name] = any(got)
+        elif isinstance(got[0], tuple):
+            values[f.name] = tuple(x for part in got for x in part)
+        else:
+            values[f.name] = sum(got)
     values.update(fixed)
     return cls(**values)
 

@@ -12,20 +12,6 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
 from .figures import WINDOW, ring_sums
-from .receipts import Receipt
-
-
-@dataclass(frozen=True)
-class PublishReceipt(Receipt):
-    """One published event. ``drain_needed`` is set on the first receipt of a call that armed
-    some group's drain lease; ``woken`` names those groups."""
-
-    #: The entry id Redis gave the event ("<ms>-<n>"): a position for ``seek``.
-    id: str = ""
-    #: Entries the cap removed while appending (on the first receipt of a call).
-    trimmed: int = 0
-    #: Groups whose drain lease this call armed.
-    woken: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,7 +21,7 @@ class StreamEvent:
     id: str
     payload: Any
     #: Times this entry has been handed to the group, this time included.
-    deliveries: int
+    receives: int
     #: Its partition key, if published with one.
     key: str | None
     group: str
@@ -79,23 +65,6 @@ class AckResult:
     stale: int
     #: Held entries came free and this call armed the drain lease.
     drain_needed: bool = False
-
-
-@dataclass(frozen=True)
-class StreamReapResult:
-    """Groups whose drain lease the reaper armed (their drain claims what is due)."""
-
-    woken: int
-    groups: tuple[str, ...] = ()
-    #: Groups with unread or claimable entries (armed or not).
-    due: tuple[str, ...] = ()
-    #: Idle consumers with nothing pending that were forgotten.
-    forgotten: int = 0
-
-    @property
-    def drain_needed(self) -> bool:
-        """Some group's lease was armed: a drain job should be sent for it."""
-        return self.woken > 0
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ log: XADD under an approximate cap, consumer groups, a pending list per group, X
 
 Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
 pending longer than ``visibility_timeout`` is claimed again by the next read, and past
-``max_deliveries`` it goes to the dead-letter list with the reason. Counting is exact:
+``max_receives`` it goes to the dead-letter list with the reason. Counting is exact:
 
 * ``trimmed`` (stream): entries the cap removed, counted at each append as XLEN before + 1 -
   XLEN after (approximate trimming removes whole nodes, so the stream may hold somewhat more
@@ -39,15 +39,14 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import positive_int, seconds
-from .base import Structure
+from .base import DRAIN_LEASE, Structure
 from .figures import Figures, compute, parse_counters
+from .receipts import ReapResult, Receipt
 from .stream_types import (
     AckResult,
     GroupFigures,
-    PublishReceipt,
     StreamEvent,
     StreamRead,
-    StreamReapResult,
     partition_key,
     seek_target,
     validate_group,
@@ -80,10 +79,10 @@ class EventStream(Structure):
         groups: Iterable[str] = (),
         key: Callable[[Any], str] | None = None,
         visibility_timeout: float = 60.0,
-        max_deliveries: int = 5,
+        max_receives: int = 5,
         processed_guard: float = 0.0,
         ordered: bool = False,
-        drain_lease: float = 15.0,
+        drain_lease: float = DRAIN_LEASE,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
         on_wake: Callable[[list[str]], None] | None = None,
@@ -92,9 +91,9 @@ class EventStream(Structure):
         self.visibility_ms = int(
             seconds("visibility_timeout", visibility_timeout, positive=True) * 1000
         )
-        positive_int("max_deliveries", max_deliveries)
-        self.guard_ms = int(seconds("processed_guard", processed_guard) * 1000)
-        self.lease_ms = int(seconds("drain_lease", drain_lease, positive=True) * 1000)
+        positive_int("max_receives", max_receives)
+        self.processed_guard_ms = int(seconds("processed_guard", processed_guard) * 1000)
+        self.drain_lease_ms = int(seconds("drain_lease", drain_lease, positive=True) * 1000)
         if not isinstance(ordered, bool):
             raise ConfigurationError(f"ordered must be True or False, got {ordered!r}")
         if key is not None and not callable(key):
@@ -105,7 +104,7 @@ class EventStream(Structure):
         self._publish_keys: dict[tuple[str, ...], list[str]] = {}
         self.maxlen = maxlen
         self.key = key
-        self.max_deliveries = max_deliveries
+        self.max_receives = max_receives
         self.ordered = ordered
         #: Called with the groups whose drain lease a publish (or requeue, or reap) armed: the
         #: Celery layer sends one drain job per group; without it the leases simply run out.
@@ -123,8 +122,8 @@ class EventStream(Structure):
         return {
             "maxlen": self.maxlen,
             "visibility_timeout": self.visibility_ms / 1000,
-            "max_deliveries": self.max_deliveries,
-            "drain_lease": self.lease_ms / 1000,
+            "max_receives": self.max_receives,
+            "drain_lease": self.drain_lease_ms / 1000,
         }
 
     def _group_keys(self, group: str) -> list[str]:
@@ -145,7 +144,7 @@ class EventStream(Structure):
 
     # Producing
 
-    def publish(self, event: Any, *, key: str | None = None) -> PublishReceipt:
+    def publish(self, event: Any, *, key: str | None = None) -> Receipt:
         """Append one event for every group; one round trip. The declared groups are created
         if needed (before the event, so they receive it) and woken. Raises SerializationError (or
         ConfigurationError for a bad key), storing nothing."""
@@ -153,7 +152,7 @@ class EventStream(Structure):
 
     def publish_many(
         self, events: Iterable[Any], *, keys: Iterable[str | None] | None = None
-    ) -> list[PublishReceipt]:
+    ) -> list[Receipt]:
         """Append many events, one round trip per thousand; every event is checked and
         serialized before any is stored. ``keys`` gives each event's partition key (else the
         stream's ``key`` function decides, else none)."""
@@ -165,12 +164,12 @@ class EventStream(Structure):
             (self.encode(e), partition_key(e, k, self.key))
             for e, k in zip(events, given, strict=True)
         ]
-        receipts: list[PublishReceipt] = []
+        receipts: list[Receipt] = []
         for start in range(0, len(prepared), PUBLISH_CHUNK):
             receipts.extend(self._append(prepared[start : start + PUBLISH_CHUNK]))
         return receipts
 
-    def _append(self, prepared: list[tuple[bytes, str]]) -> list[PublishReceipt]:
+    def _append(self, prepared: list[tuple[bytes, str]]) -> list[Receipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
         # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
         groups = tuple(self.declared)
@@ -180,7 +179,7 @@ class EventStream(Structure):
             for group in groups:
                 keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
             self._publish_keys[groups] = keys
-        args: list[Any] = [self.maxlen or 0, self.lease_ms, len(groups), *groups]
+        args: list[Any] = [self.maxlen or 0, self.drain_lease_ms, len(groups), *groups]
         for data, key in prepared:
             args += [data, key, ""]
         ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
@@ -188,7 +187,7 @@ class EventStream(Structure):
         if woken and self.on_wake is not None:
             self.on_wake(woken)
         return [
-            PublishReceipt(
+            Receipt(
                 id=raw.decode(),
                 trimmed=int(trimmed) if i == 0 else 0,
                 woken=tuple(woken) if i == 0 else (),
@@ -222,10 +221,10 @@ class EventStream(Structure):
                 consumer,
                 count,
                 self.visibility_ms,
-                self.max_deliveries,
-                int(self.guard_ms > 0),
+                self.max_receives,
+                int(self.processed_guard_ms > 0),
                 int(self.ordered),
-                self.lease_ms,
+                self.drain_lease_ms,
                 int(linger),
             ],
             keys=self._group_keys(group),
@@ -233,7 +232,7 @@ class EventStream(Structure):
         status = int(reply[0])
         batch = StreamRead(group, consumer, lingering=status == 2, read_again=status == 3)
         for i in range(1, len(reply), 4):
-            raw_id, raw, deliveries, key = reply[i : i + 4]
+            raw_id, raw, receives, key = reply[i : i + 4]
             entry_id = raw_id.decode()
             try:
                 payload = self.serializer.loads(raw)
@@ -241,7 +240,7 @@ class EventStream(Structure):
                 batch.undecodable.append((entry_id, raw))
                 continue
             batch.events.append(
-                StreamEvent(entry_id, payload, int(deliveries), key.decode() or None, group)
+                StreamEvent(entry_id, payload, int(receives), key.decode() or None, group)
             )
         return batch
 
@@ -256,7 +255,7 @@ class EventStream(Structure):
     ) -> AckResult:
         """Settle a read. ``failures`` maps entry ids to error texts: a failed entry stays
         pending and is handed out again after ``retry_in[id]`` seconds (default: at once),
-        or is dead-lettered once it has been delivered ``max_deliveries`` times, or at once
+        or is dead-lettered once it has been delivered ``max_receives`` times, or at once
         when its id is in ``dead``. Entries that could not be decoded are dead-lettered at
         once. ``seconds`` (time the bodies took)
         feeds the figures."""
@@ -265,10 +264,10 @@ class EventStream(Structure):
         dead = set(dead)
         args: list[Any] = [
             batch.group,
-            self.guard_ms,
-            self.max_deliveries,
+            self.processed_guard_ms,
+            self.max_receives,
             self.visibility_ms,
-            self.lease_ms,
+            self.drain_lease_ms,
             repr(float(seconds)),
         ]
         for event in batch.events:
@@ -298,7 +297,7 @@ class EventStream(Structure):
         return int(
             self._run(
                 "stream_renew",
-                [group, consumer, self.lease_ms, *ids],
+                [group, consumer, self.drain_lease_ms, *ids],
                 keys=self._group_keys(validate_group(group)),
             )
         )
@@ -337,7 +336,7 @@ class EventStream(Structure):
 
     def reap(
         self, groups: Iterable[str] | None = None, *, forget_consumers_after: float = 3600.0
-    ) -> StreamReapResult:
+    ) -> ReapResult:
         """What beat's reaper does: for each group (default: every group) with unread, freed or
         claimable entries and no drain pending, arm its drain lease and wake it (``on_wake``).
         The drain claims the entries. Without ``on_wake`` nothing is armed (nobody would send
@@ -351,7 +350,7 @@ class EventStream(Structure):
                 [
                     group,
                     self.visibility_ms,
-                    self.lease_ms,
+                    self.drain_lease_ms,
                     int(self.on_wake is not None),
                     forget_ms,
                 ],
@@ -364,8 +363,8 @@ class EventStream(Structure):
                 woken.append(group)
         if woken and self.on_wake is not None:
             self.on_wake(woken)
-        return StreamReapResult(
-            woken=len(woken), groups=tuple(woken), due=tuple(due), forgotten=forgotten
+        return ReapResult(
+            groups=tuple(woken), due=tuple(due), forgotten=forgotten, drain_needed=bool(woken)
         )
 
     # Reading

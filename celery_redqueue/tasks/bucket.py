@@ -14,7 +14,7 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
-from ..structures.bucket import EnqueueResult, Reservation, validate_bucket_options
+from ..structures.bucket import Receipt, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 TASK_OPTION_NAMES = {
     "rate": "bucket_rate",
     "burst": "bucket_burst",
-    "reservation_timeout": "bucket_reservation_timeout",
+    "visibility_timeout": "bucket_visibility_timeout",
     "max_receives": "bucket_max_receives",
     "max_depth": "bucket_max_depth",
     "overflow": "bucket_overflow",
@@ -53,7 +53,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
             ...
 
         fetch.bucket.set_rate("example.com", "10/s")   # seen by every worker
-        fetch.delay("https://example.com/")            # -> EnqueueResult, not an AsyncResult
+        fetch.delay("https://example.com/")            # -> Receipt, not an AsyncResult
     """
 
     redqueue_kind = "bucket"
@@ -68,7 +68,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
     #: Seconds a released item stays reserved without a heartbeat before the reaper takes it
     #: back. The worker renews it every third of this while its body runs, so it bounds
     #: recovery after a crash, not the length of a body.
-    bucket_reservation_timeout: float = 60.0
+    bucket_visibility_timeout: float = 60.0
     #: Seconds the drain flag survives a drain job that died or was never sent (renewed by a
     #: running drain): the longest a bucket waits for a new call to send a fresh drain job.
     bucket_drain_lease: float = DRAIN_LEASE
@@ -114,7 +114,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
         validate_bucket_options(
             rate=cls.bucket_rate,
             burst=cls.bucket_burst,
-            reservation_timeout=cls.bucket_reservation_timeout,
+            visibility_timeout=cls.bucket_visibility_timeout,
             max_receives=cls.bucket_max_receives,
             max_depth=cls.bucket_max_depth,
             overflow=cls.bucket_overflow,
@@ -188,7 +188,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
             default_rate=self.bucket_rate,
             default_burst=self.bucket_burst,
             ordered=self.bucket_ordered,
-            reservation_timeout=self.bucket_reservation_timeout,
+            visibility_timeout=self.bucket_visibility_timeout,
             max_receives=self.bucket_max_receives,
             max_depth=self.bucket_max_depth,
             overflow=self.bucket_overflow,
@@ -277,11 +277,9 @@ class BucketTask(RedQueueTask, MeteredOptions):
         cost = call_cost(self, args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
 
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> EnqueueResult:
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: EnqueueResult = self.bucket._enqueue_encoded(
-            [prepared], delay=delay, dedupe_ids=ids
-        )[0]
+        result: Receipt = self.bucket._enqueue_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     # Consuming
@@ -296,7 +294,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
             with heartbeat().holding(self.bucket):
                 return self._drain()
         except Exception:
-            self._watch_after_failure(self.bucket_reservation_timeout, self.bucket_drain_lease)
+            self._watch_after_failure(self.bucket_visibility_timeout, self.bucket_drain_lease)
             raise
 
     def _drain(self) -> DrainSummary:
@@ -304,7 +302,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
         while True:
-            poll = bucket.poll()
+            poll = bucket.dequeue()
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:

@@ -16,7 +16,7 @@ Rules (each is tested):
 
 * A call is checked where it is made: bad arguments, a failing key or dedupe function raise at
   ``delay()`` and are not buffered.
-* ``delay()`` returns a :class:`BufferedReceipt`. Its fields (``kept``, ``queued``, ...) are
+* ``delay()`` returns a :class:`BufferedReceipt`. Its fields (``kept``, ``duplicate``, ...) are
   those of the stored call's receipt and can be read once the block has exited; before,
   reading one raises :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
 * Buffers belong to the thread (and asyncio task) that opened them: a call made in another
@@ -52,8 +52,8 @@ class BufferedReceipt:
     """The receipt of a buffered call: the stored call's receipt once its buffer has flushed.
 
     Attribute reads (``receipt.kept``, ``receipt.drain_needed``...) and ``bool(receipt)`` are
-    passed to the pool's :class:`~celery_redqueue.AddResult` or the bucket's
-    :class:`~celery_redqueue.EnqueueResult`; before the flush they raise
+    passed to the pool's :class:`~celery_redqueue.Receipt` or the bucket's
+    :class:`~celery_redqueue.Receipt`; before the flush they raise
     :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
     """
 
@@ -74,7 +74,7 @@ class BufferedReceipt:
 
     @property
     def result(self) -> Any:
-        """The stored call's receipt (AddResult or EnqueueResult)."""
+        """The stored call's receipt (Receipt or Receipt)."""
         if self._state == _STORED:
             return self._result
         if self._state == _PENDING:

@@ -16,9 +16,9 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
     ADD_CHUNK,
     DELIVERIES,
-    AddResult,
     CappedPool,
     PoolBatch,
+    Receipt,
     validate_pool_options,
 )
 from ..structures.sharded import AnyPool, make_pool, validate_shards
@@ -71,7 +71,7 @@ class PoolTask(RedQueueTask):
         def record(event):
             ...
 
-        record.delay({"user": 7})   # -> AddResult(kept=True, ...), not an AsyncResult
+        record.delay({"user": 7})   # -> Receipt(kept=True, ...), not an AsyncResult
     """
 
     redqueue_kind = "pool"
@@ -101,7 +101,7 @@ class PoolTask(RedQueueTask):
     #: Seconds a popped batch stays in flight without a heartbeat before the reaper takes it
     #: back (lost, or returned at least once). The worker renews it every third of this while
     #: its bodies run, so it bounds recovery after a crash, not the length of a body.
-    pool_batch_timeout: float = 60.0
+    pool_visibility_timeout: float = 60.0
     #: Seconds the drain flag survives a drain job that died or was never sent (renewed by a
     #: running drain): the longest a pool waits for a new call to send a fresh drain job.
     pool_drain_lease: float = DRAIN_LEASE
@@ -147,7 +147,7 @@ class PoolTask(RedQueueTask):
         positive_int("pool_batch_size", cls.pool_batch_size)
         optional_seconds("pool_drain_interval", cls.pool_drain_interval)
         seconds("pool_drain_time_budget", cls.pool_drain_time_budget, positive=True)
-        seconds("pool_batch_timeout", cls.pool_batch_timeout, positive=True)
+        seconds("pool_visibility_timeout", cls.pool_visibility_timeout, positive=True)
         seconds("pool_drain_lease", cls.pool_drain_lease, positive=True)
         seconds("pool_dedupe_window", cls.pool_dedupe_window, positive=True)
         seconds("pool_drain_linger", cls.pool_drain_linger)
@@ -218,7 +218,7 @@ class PoolTask(RedQueueTask):
             coalesce=self.pool_coalesce,
             prefix=config.key_prefix,
             serializer=config.serializer,
-            batch_timeout=self.pool_batch_timeout,
+            visibility_timeout=self.pool_visibility_timeout,
             drain_lease=self.pool_drain_lease,
             max_drains=self.pool_drain_concurrency,
             delivery=self.pool_delivery,
@@ -229,9 +229,9 @@ class PoolTask(RedQueueTask):
 
     # Producing
 
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> AddResult:
+    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: AddResult = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
+        result: Receipt = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
@@ -248,7 +248,7 @@ class PoolTask(RedQueueTask):
         ]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
-        results: list[AddResult] = []
+        results: list[Receipt] = []
         for start in range(0, len(encoded), ADD_CHUNK):
             results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
         sent = False
@@ -296,7 +296,7 @@ class PoolTask(RedQueueTask):
             with heartbeat().holding(self.pool):
                 return self._drain()
         except Exception:
-            self._watch_after_failure(self.pool_batch_timeout, self.pool_drain_lease)
+            self._watch_after_failure(self.pool_visibility_timeout, self.pool_drain_lease)
             raise
 
     def _drain(self) -> DrainSummary:

@@ -22,6 +22,7 @@ from typing import Any
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, RedQueueError
+from ..structures.base import DRAIN_LEASE
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
@@ -66,7 +67,7 @@ class StreamTask(RedQueueTask):
     #: (a running body's heartbeat keeps renewing it).
     stream_visibility_timeout: float = 60.0
     #: Deliveries (first, retries, claims) before an entry is dead-lettered.
-    stream_max_deliveries: int = 5
+    stream_max_receives: int = 5
     #: Seconds before a failed entry is handed out again (with ``retry_backoff``: the base of
     #: Celery's exponential backoff).
     stream_retry_delay: float = 1.0
@@ -74,7 +75,7 @@ class StreamTask(RedQueueTask):
     #: redelivered or replayed copy is skipped.
     stream_processed_guard: float = 0.0
     #: Seconds the drain lease lasts unless renewed: a dead drain blocks nobody for longer.
-    stream_drain_lease: float = 15.0
+    stream_drain_lease: float = DRAIN_LEASE
     #: Seconds between beat-run drains (a safety net). None: no beat entry.
     stream_drain_interval: float | None = 30.0
     #: Seconds one drain job works before handing over to a fresh one.
@@ -90,7 +91,7 @@ class StreamTask(RedQueueTask):
             validate_group(cls.stream_group, "stream_group")
         positive_int("stream_maxlen", cls.stream_maxlen, optional=True)
         positive_int("stream_batch_size", cls.stream_batch_size)
-        positive_int("stream_max_deliveries", cls.stream_max_deliveries)
+        positive_int("stream_max_receives", cls.stream_max_receives)
         seconds("stream_visibility_timeout", cls.stream_visibility_timeout, positive=True)
         seconds("stream_retry_delay", cls.stream_retry_delay)
         seconds("stream_processed_guard", cls.stream_processed_guard)
@@ -140,7 +141,7 @@ class StreamTask(RedQueueTask):
 
     @property
     def event(self) -> StreamEvent | None:
-        """The entry whose body runs in this thread (id, deliveries, key), else None."""
+        """The entry whose body runs in this thread (id, receives, key), else None."""
         return getattr(self._local, "event", None)
 
     @property
@@ -279,7 +280,7 @@ class StreamTask(RedQueueTask):
                     kind="stream",
                     group=self.group,
                     key=event.key,
-                    receives=event.deliveries,
+                    receives=event.receives,
                     message_id=event.id,
                 ):
                     self._body()(event.payload)
@@ -296,26 +297,26 @@ class StreamTask(RedQueueTask):
             except Retry as exc:
                 failures[event.id] = error_text(exc.exc if exc.exc is not None else exc)
                 when = exc.when if isinstance(exc.when, int | float) else None
-                retry_in[event.id] = self._retry_delay(event.deliveries, when)
+                retry_in[event.id] = self._retry_delay(event.receives, when)
             except Exception as exc:
                 failures[event.id] = error_text(exc)
                 if isinstance(exc, tuple(getattr(self, "dont_autoretry_for", ()) or ())):
                     dead.add(event.id)
                     logger.exception("%s: entry %s dead-lettered", self.name, event.id)
                 else:
-                    retry_in[event.id] = self._retry_delay(event.deliveries, None)
+                    retry_in[event.id] = self._retry_delay(event.receives, None)
                     logger.warning(
                         "%s: entry %s failed on delivery %d: %r",
                         self.name,
                         event.id,
-                        event.deliveries,
+                        event.receives,
                         exc,
                     )
             finally:
                 self._local.event = None
         return failures, retry_in, dead
 
-    def _retry_delay(self, deliveries: int, when: float | None) -> float:
+    def _retry_delay(self, receives: int, when: float | None) -> float:
         """Seconds before a failed entry is handed out again: ``self.retry``'s countdown, else
         ``stream_retry_delay``; with Celery's ``retry_backoff`` it doubles per delivery from
         that base (or from ``retry_backoff`` seconds when it is a number), capped by
@@ -327,7 +328,7 @@ class StreamTask(RedQueueTask):
         if not backoff:
             return float(self.stream_retry_delay)
         base = self.stream_retry_delay if backoff is True else float(backoff)
-        delay = min(float(getattr(self, "retry_backoff_max", 600)), base * 2 ** (deliveries - 1))
+        delay = min(float(getattr(self, "retry_backoff_max", 600)), base * 2 ** (receives - 1))
         return random.uniform(0, delay) if getattr(self, "retry_jitter", True) else delay
 
     def reap(self) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..structures.stream_types import PublishReceipt
+from ..structures.receipts import Receipt
 from ..structures.streams import EventStream
 from .config import get_config
 from .tracing import trace_stream
@@ -83,7 +83,7 @@ def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventS
         groups=sorted(by_group),
         key=_key_function(key_spec),
         visibility_timeout=own.stream_visibility_timeout,
-        max_deliveries=own.stream_max_deliveries,
+        max_receives=own.stream_max_receives,
         processed_guard=own.stream_processed_guard,
         ordered=reader is not None and reader.stream_key is not None,
         drain_lease=own.stream_drain_lease,
@@ -104,23 +104,21 @@ def _key_function(spec: Any) -> Callable[[Any], str] | None:
     return lambda event: event[spec]
 
 
-def _eager_publish(
-    stream: EventStream, tasks: list[StreamTask]
-) -> Callable[..., list[PublishReceipt]]:
+def _eager_publish(stream: EventStream, tasks: list[StreamTask]) -> Callable[..., list[Receipt]]:
     """In eager mode (users' unit tests) a publish runs every group's body at once, on the
     event as a worker would see it; nothing is stored."""
 
-    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[PublishReceipt]:
+    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[Receipt]:
         encoded = [stream.encode(e) for e in events]
         for data in encoded:
             for task in tasks:
                 task.apply((stream.serializer.loads(data),))
-        return [PublishReceipt(id="eager") for _ in encoded]
+        return [Receipt(id="eager") for _ in encoded]
 
     return publish_many
 
 
-def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> PublishReceipt:
+def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> Receipt:
     """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
     object is built once per process and stream)."""
     cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})

@@ -20,7 +20,7 @@ def page(name: str) -> dict[str, Any]:
 @bp.post("/feeds/<domain>")
 def add_feed(domain: str) -> dict[str, Any]:
     receipt = fetch_feed.delay(domain, "/feed.xml")
-    return {"domain": domain, "queued": receipt.queued}
+    return {"domain": domain, "kept": receipt.kept}
 
 
 @bp.get("/stats")

@@ -52,7 +52,12 @@ def test_problem_3_pool_reap_reads_a_batch_before_taking_it(
     redqueue_redis, redqueue_prefix, identities
 ):
     pool = CappedPool(
-        redqueue_redis, "p", 10, delivery="at_least_once", batch_timeout=60, prefix=redqueue_prefix
+        redqueue_redis,
+        "p",
+        10,
+        delivery="at_least_once",
+        visibility_timeout=60,
+        prefix=redqueue_prefix,
     )
     pool.add_many(["a", "b"])
     batch = pool.pop(10)
@@ -72,7 +77,7 @@ def test_problem_3_bucket_dequeue_parses_a_slot_before_taking_it(
     bucket.enqueue_many([("k", "first"), ("k", "second")])
     head = int(redqueue_redis.hget(bucket.keys("heads"), "k") or 0)
     redqueue_redis.hset(bucket.keys("items"), f"k\0{head}", b"garbage")
-    poll = bucket.poll()  # the old dequeue decremented depth, then failed on the slot
+    poll = bucket.dequeue()  # the old dequeue decremented depth, then failed on the slot
     assert poll.reservation is not None and poll.reservation.payload == "second"
     assert poll.malformed == 1
     assert bucket.commit(poll.reservation)
@@ -104,7 +109,7 @@ def test_problem_5_an_undecodable_bucket_payload_is_dead_lettered_with_its_reaso
     slot = redqueue_redis.hget(bucket.keys("items"), f"k\0{head}")
     prefix = b":".join(slot.split(b":", 3)[:3])
     redqueue_redis.hset(bucket.keys("items"), f"k\0{head}", prefix + b":\xff{not json")
-    poll = bucket.poll()  # the old poll raised, leaving the item reserved
+    poll = bucket.dequeue()  # the old poll raised, leaving the item reserved
     assert poll.reservation is not None and poll.reservation.payload == "second"
     bucket.commit(poll.reservation)
     stats = bucket.stats()
@@ -194,7 +199,7 @@ def test_a_malformed_delayed_entry_is_dead_lettered_when_due(
         assert (stats.processed, stats.dead, stats.delayed) == (1, 1, 0)
         assert identities["pool"](stats)
     else:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         assert poll.reservation.payload == "due" and poll.malformed == 1
         bucket.commit(poll.reservation)
         stats = bucket.stats()

@@ -131,7 +131,7 @@ def test_a_full_redis_gives_a_named_error_writes_nothing_and_still_reads(
     batch = pooled.structure.pop(10)
     assert len(batch) == 1
     assert pooled.structure.ack(batch)
-    reservation = bucketed.structure.dequeue()
+    reservation = bucketed.structure.dequeue().reservation
     assert reservation is not None and bucketed.structure.commit(reservation)
 
     client.config_set("maxmemory", 0)

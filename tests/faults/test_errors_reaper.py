@@ -33,12 +33,12 @@ def test_reaper_carries_on_past_broken_structures(
     client.set(unreadable.keys("meta"), b"{not json")
 
     good_bucket = LeakyBucket(
-        client, "c-good", prefix=prefix, default_rate="100/s", reservation_timeout=0.05
+        client, "c-good", prefix=prefix, default_rate="100/s", visibility_timeout=0.05
     )
     good_bucket.enqueue("k", "item")
-    assert good_bucket.dequeue() is not None
+    assert good_bucket.dequeue().reservation is not None
     good_pool = CappedPool(
-        client, "d-good", 10, prefix=prefix, delivery="at_least_once", batch_timeout=0.05
+        client, "d-good", 10, prefix=prefix, delivery="at_least_once", visibility_timeout=0.05
     )
     good_pool.add("call")
     assert len(good_pool.pop(10)) == 1
@@ -59,7 +59,7 @@ def test_reaper_carries_on_past_broken_structures(
     assert result.get("bucket:c-good") == 1
     assert result.get("pool:d-good") == 1
     assert result[FAILED_KEY] == 3
-    assert good_bucket.dequeue().receives == 2
+    assert good_bucket.dequeue().reservation.receives == 2
     assert len(good_pool.pop(10)) == 1
     logged = "\n".join(records.messages())
     assert "bucket:a-wrongtype" in logged and "WRONGTYPE" in logged

@@ -34,7 +34,7 @@ def test_problem_10_an_at_least_once_batch_outliving_its_timeout_runs_once(
     @app.task(
         base=PoolTask,
         pool_delivery="at_least_once",
-        pool_batch_timeout=2,
+        pool_visibility_timeout=2,
         pool_drain_interval=None,
     )
     def slow(i):
@@ -68,7 +68,7 @@ def test_problem_10_a_reservation_outliving_its_timeout_runs_once(
     @app.task(
         base=BucketTask,
         bucket_key="k",
-        bucket_reservation_timeout=2,
+        bucket_visibility_timeout=2,
         bucket_drain_interval=None,
     )
     def slow(k):
@@ -105,7 +105,7 @@ def test_a_renewal_that_finds_its_item_gone_is_logged_and_the_late_commit_counte
     @app.task(
         base=BucketTask,
         bucket_key="k",
-        bucket_reservation_timeout=1.5,
+        bucket_visibility_timeout=1.5,
         bucket_max_receives=1,
         bucket_drain_interval=None,
     )
@@ -137,13 +137,18 @@ def test_one_renewal_covers_every_structure_the_process_holds(
     from celery_redqueue.tasks.heartbeat import Heartbeat
 
     pool = CappedPool(
-        redqueue_redis, "p", 10, delivery="at_least_once", batch_timeout=60, prefix=redqueue_prefix
+        redqueue_redis,
+        "p",
+        10,
+        delivery="at_least_once",
+        visibility_timeout=60,
+        prefix=redqueue_prefix,
     )
-    bucket = LeakyBucket(redqueue_redis, "b", reservation_timeout=60, prefix=redqueue_prefix)
+    bucket = LeakyBucket(redqueue_redis, "b", visibility_timeout=60, prefix=redqueue_prefix)
     pool.add("x")
     batch = pool.pop(10)
     bucket.enqueue("k", "y")
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     soon = int(time.time() * 1000) + 1000
     redqueue_redis.zadd(pool.keys("inflight"), {batch.id: soon})
     redqueue_redis.zadd(bucket.keys("inflight"), {reservation.id: soon})
@@ -172,7 +177,7 @@ def test_a_renewal_racing_the_commit_logs_no_false_taken_back(
         @app.task(
             base=PoolTask,
             pool_delivery="at_least_once",
-            pool_batch_timeout=30,
+            pool_visibility_timeout=30,
             pool_drain_interval=None,
         )
         def body(i):
@@ -184,7 +189,7 @@ def test_a_renewal_racing_the_commit_logs_no_false_taken_back(
         @app.task(
             base=BucketTask,
             bucket_key="i",
-            bucket_reservation_timeout=30,
+            bucket_visibility_timeout=30,
             bucket_drain_interval=None,
         )
         def body(i):

@@ -126,7 +126,7 @@ def test_a_lost_bucket_poll_reply_returns_the_same_reservation(
     bucket = LeakyBucket(retrying_client, "q", prefix=redqueue_prefix, default_rate="1000/s")
     direct.enqueue_many([("k1", 1), ("k2", 2)])
     reply_proxy.drop(sha("bucket_dequeue"))
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     assert reply_proxy.dropped == 1
     # On main the re-sent poll reserved the other item too, orphaned until its timeout.
     assert direct.stats().in_flight == 1

@@ -30,13 +30,13 @@ def bucket_with_letters(client, prefix):
     for _ in range(2):
         reservation = None
         while reservation is None:
-            reservation = bucket.dequeue()
+            reservation = bucket.dequeue().reservation
         bucket.dead_letter(reservation, "bad")
     return bucket
 
 
 def stream_with_letters(client, prefix):
-    stream = EventStream(client, "letters", prefix=prefix, groups=["g"], max_deliveries=1)
+    stream = EventStream(client, "letters", prefix=prefix, groups=["g"], max_receives=1)
     stream.publish_many(["a", "b"])
     read = stream.read("g", "c", 10)
     stream.ack(read, failures={event.id: "bad" for event in read.events})

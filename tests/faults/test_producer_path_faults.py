@@ -56,7 +56,7 @@ def test_fractional_then_whole_busy_on_a_bucket_too(make_bucket):
     for _attempt in range(10):
         bucket.enqueue("k", 1)
         bucket.enqueue("k", 2)
-        first, second = bucket.dequeue(), bucket.dequeue()
+        first, second = bucket.dequeue().reservation, bucket.dequeue().reservation
         assert first is not None and second is not None
         before = server_second(bucket.client)
         assert bucket.commit(first, seconds=0.25)
@@ -162,7 +162,7 @@ def test_a_timed_out_call_does_not_leave_its_reply_for_the_next_call(redqueue_se
         pool = CappedPool(client, "p", 100, prefix=prefix)
         bucket = LeakyBucket(client, "b", prefix=prefix, default_rate="1000/s", default_burst=1000)
         assert pool.add("a").kept
-        assert bucket.enqueue("k", "a").queued
+        assert bucket.enqueue("k", "a").kept
         calls = {
             "pool.add": lambda: pool.add("late"),
             "bucket.enqueue": lambda: bucket.enqueue("k", "late"),
@@ -174,9 +174,9 @@ def test_a_timed_out_call_does_not_leave_its_reply_for_the_next_call(redqueue_se
         busy.join(timeout=30)
         many = pool.add_many(["x1", "x2", "x3"])
         assert [r.kept for r in many] == [True] * 3
-        queued = bucket.enqueue_many([("k", "y1"), ("j", "y2")])
-        assert [r.queued for r in queued] == [True] * 2
-        assert pool.add("z").kept and bucket.enqueue("k", "z").queued
+        stored = bucket.enqueue_many([("k", "y1"), ("j", "y2")])
+        assert [r.kept for r in stored] == [True] * 2
+        assert pool.add("z").kept and bucket.enqueue("k", "z").kept
         stats, bstats = pool.stats(), bucket.stats()
         late_pool = int(late.startswith("pool"))
         late_bucket = int(late == "bucket.enqueue")
@@ -201,12 +201,12 @@ def test_a_restart_under_a_held_connection_stores_the_next_call_once(appendonly,
         client = redis.Redis.from_url(server.url)
         pool = CappedPool(client, "p", 100)
         bucket = LeakyBucket(client, "b", default_rate="1000/s", default_burst=1000)
-        assert pool.add("a").kept and bucket.enqueue("k", "a").queued
+        assert pool.add("a").kept and bucket.enqueue("k", "a").kept
         if appendonly:
             client.execute_command("CONFIG", "SET", "appendfsync", "always")
         server.restart(kill=kill)
         assert pool.add("b").kept
-        assert bucket.enqueue("k", "b").queued
+        assert bucket.enqueue("k", "b").kept
         survived = 1 if appendonly else 0
         stats = pool.stats()
         assert (stats.offered, stats.depth) == (1 + survived, 1 + survived)
@@ -330,12 +330,12 @@ def test_bucket_identities_hold_after_a_mix_of_calls(make_bucket, overflow):
         bucket.enqueue("k0", "d", dedupe_id=f"id{round_ % 2}")
         bucket.enqueue("k1", "late", delay=0.2)
         bucket.enqueue_many([(f"k{i % 3}", i) for i in range(5)])
-        reservation = bucket.dequeue()
+        reservation = bucket.dequeue().reservation
         assert reservation is not None
         bucket.commit(reservation, seconds=0.5)
     time.sleep(0.5)
     deadline = time.monotonic() + 30
-    while (reservation := bucket.dequeue()) is not None and time.monotonic() < deadline:
+    while (reservation := bucket.dequeue().reservation) is not None and time.monotonic() < deadline:
         bucket.commit(reservation, seconds=2)
     counters = bucket.stats().as_dict()
     for statement, left, right in identities("bucket", counters):

@@ -89,7 +89,7 @@ def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_o
             pool_size=1000,
             pool_batch_size=10,
             pool_delivery="at_least_once",
-            pool_batch_timeout=3,
+            pool_visibility_timeout=3,
             pool_drain_interval=None,
         )(body)
     else:
@@ -97,7 +97,7 @@ def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_o
             base=BucketTask,
             bucket_key="i",
             bucket_rate="1000/s",
-            bucket_reservation_timeout=3,
+            bucket_visibility_timeout=3,
             bucket_drain_interval=None,
         )(body)
     structure = t.structure

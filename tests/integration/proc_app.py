@@ -25,7 +25,7 @@ app.conf.redqueue_reaper_interval = 1.0
     base=BucketTask,
     bucket_key=lambda job: "jobs",
     bucket_rate="100/s",
-    bucket_reservation_timeout=2.0,
+    bucket_visibility_timeout=2.0,
     bucket_drain_interval=1.0,
 )
 def slow_job(job):
@@ -42,7 +42,7 @@ def slow_job(job):
     pool_batch_size=10,
     pool_policy="newest",
     pool_delivery="at_least_once",
-    pool_batch_timeout=2.0,
+    pool_visibility_timeout=2.0,
     pool_drain_interval=1.0,
 )
 def durable(i):

@@ -25,7 +25,7 @@ def label(parcel):
     """The first run of "hang" never finishes: the test kills its worker mid-event."""
     client().rpush(f"{PREFIX}:started", parcel)
     if parcel == "hang":
-        client().rpush(f"{PREFIX}:hang-deliveries", label.event.deliveries)
+        client().rpush(f"{PREFIX}:hang-deliveries", label.event.receives)
         if client().incr(f"{PREFIX}:hang-runs") == 1:
             client().rpush(f"{PREFIX}:hanging", parcel)
             time.sleep(600)

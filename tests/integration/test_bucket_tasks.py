@@ -8,8 +8,8 @@ import pytest
 from celery_redqueue import (
     BucketTask,
     ConfigurationError,
-    EnqueueResult,
     InvalidArgumentError,
+    Receipt,
     RedQueueError,
     bucket_task,
 )
@@ -29,7 +29,7 @@ def test_worker_releases_each_key_at_its_rate(app, wait_for):
     fetch.bucket.set_rate("fast.example", "50/s")
     receipts = [fetch.delay("slow.example", f"/{i}") for i in range(4)]
     receipts += [fetch.delay(domain="fast.example", path=f"/{i}") for i in range(20)]
-    assert all(isinstance(r, EnqueueResult) and r.queued for r in receipts)
+    assert all(isinstance(r, Receipt) and r.kept for r in receipts)
     assert sum(r.drain_needed for r in receipts) == 1
     with running_worker(app, pool="threads", concurrency=2):
         wait_for(lambda: fetch.bucket.stats().processed == 24, timeout=60)

@@ -11,12 +11,11 @@ import threading
 import pytest
 
 from celery_redqueue import (
-    AddResult,
     BucketTask,
     BufferedReceipt,
     ConfigurationError,
-    EnqueueResult,
     PoolTask,
+    Receipt,
     ReceiptNotReadyError,
     RedisUnavailableError,
     RedQueueError,
@@ -73,7 +72,7 @@ def test_fifty_calls_pay_one_round_trip_and_all_run(
     assert unbuffered == 50
 
     assert all(isinstance(r, BufferedReceipt) and r.ready for r in receipts)
-    assert all(r.kept and isinstance(r.result, AddResult) and r for r in receipts)
+    assert all(r.kept and isinstance(r.result, Receipt) and r for r in receipts)
     assert sum(r.drain_needed for r in receipts) <= 1
     with running_worker(app):
         wait_for(lambda: pooled.pool.stats().processed == 101, message="101 processed")
@@ -136,7 +135,7 @@ def test_other_threads_are_not_buffered(pooled):
         worker.join(30)
         assert len(held) == 0
         assert pooled.pool.stats().depth == 1  # stored by the other thread at once
-    assert isinstance(seen[0], AddResult) and seen[0].kept
+    assert isinstance(seen[0], Receipt) and seen[0].kept
 
 
 def test_nested_blocks_each_store_their_own(app, pooled, limited, recorded, wait_for):
@@ -147,7 +146,7 @@ def test_nested_blocks_each_store_their_own(app, pooled, limited, recorded, wait
             third = limited.delay("ann", 3)  # not covered by the inner block
         assert second.kept and not first.ready and not third.ready
         assert (len(inner), len(outer)) == (0, 2)
-    assert first.kept and third.queued
+    assert first.kept and third.kept
     with running_worker(app):
         wait_for(lambda: len(recorded) == 3, message="3 calls run")
     assert sorted(map(str, recorded)) == ["('ann', 3)", "1", "2"]
@@ -164,7 +163,7 @@ def test_buckets_and_pools_together(app, pooled, limited, recorded, redqueue_red
         pooled.delay(1)
         delayed = limited.apply_async(("later", 1), countdown=0.5)
     assert script_calls(redqueue_redis) - before == 3  # bucket, bucket delayed, pool
-    assert all(isinstance(r.result, EnqueueResult) and r.queued for r in receipts)
+    assert all(isinstance(r.result, Receipt) and r.kept for r in receipts)
     assert delayed.delayed
     with running_worker(app):
         wait_for(lambda: len(recorded) == 44, message="44 calls run")

@@ -74,7 +74,7 @@ def test_async_apply_answers_200_with_the_receipts_id_and_stores_the_call_once(
     assert body["task-id"]
     wait_for(lambda: ran(redqueue_redis, redqueue_prefix) == ["record:1"], message="ran once")
     offered = redqueue_redis.hget(
-        f"{redqueue_prefix}:{{pool:call_paths_app.record}}:stats", "offered+accepted+queued"
+        f"{redqueue_prefix}:{{pool:call_paths_app.record}}:stats", "offered+accepted+depth"
     )
     assert int(offered) == 1
 

@@ -110,7 +110,7 @@ def test_a_paused_key_runs_nothing_until_resumed(
     spawn_metered()
     wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:pausable") == 5, timeout=90)
     held = bucket(redqueue_redis, redqueue_prefix, "pausable")
-    wait_for(lambda: held.stats().in_flight == 0 and held.poll().empty, timeout=30)
+    wait_for(lambda: held.stats().in_flight == 0 and held.dequeue().empty, timeout=30)
     assert all(r["tenant"] == "open" for r in rows(redqueue_redis, redqueue_prefix, "pausable"))
     assert held.key_stats("held").depth == 5 and held.paused()[0][0] == "held"
     run("pausable", "resume")

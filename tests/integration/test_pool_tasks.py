@@ -6,10 +6,10 @@ import pytest
 from celery import Celery
 
 from celery_redqueue import (
-    AddResult,
     ConfigurationError,
     PoolCall,
     PoolTask,
+    Receipt,
     RedQueueError,
     SerializationError,
     pool_task,
@@ -38,7 +38,7 @@ def pooled(app, recorded):
 def test_worker_drains_calls(app, pooled, recorded, wait_for):
     with running_worker(app):
         receipts = [pooled.delay(i, y=1) for i in range(200)]
-        assert all(isinstance(r, AddResult) and r.kept for r in receipts)
+        assert all(isinstance(r, Receipt) and r.kept for r in receipts)
         wait_for(lambda: pooled.pool.stats().processed == 200, message="200 processed")
     assert sorted(recorded) == list(range(1, 201))
     stats = pooled.pool.stats()

@@ -70,7 +70,7 @@ def test_failover_mid_burst(app, group, wait_for):
     app.conf.redqueue_redis_options = {"socket_timeout": 2, "socket_connect_timeout": 2}
     processed = []
 
-    @app.task(base=PoolTask, pool_size=100_000, pool_batch_size=20, pool_batch_timeout=2)
+    @app.task(base=PoolTask, pool_size=100_000, pool_batch_size=20, pool_visibility_timeout=2)
     def record(i):
         processed.append(i)
 
@@ -101,7 +101,7 @@ def test_failover_mid_burst(app, group, wait_for):
         produce(lambda: len(acked) >= after + 300)
         # The drain job running at the kill failed with the master; beat's drain entry
         # (pool_drain_interval) sends the next one. Beat is not running here: send it.
-        time.sleep(2.5)  # batches popped from the old master are past pool_batch_timeout
+        time.sleep(2.5)  # batches popped from the old master are past pool_visibility_timeout
         record.reap()
         record.send_drain()
         wait_for(lambda: record.pool.stats().depth == 0, timeout=60, message="pool drained")

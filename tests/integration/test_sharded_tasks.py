@@ -66,7 +66,7 @@ def test_reaper_reaps_sharded_structures_once(app, redqueue_redis, redqueue_pref
         base=PoolTask,
         pool_size=30,
         pool_shards=3,
-        pool_batch_timeout=0.05,
+        pool_visibility_timeout=0.05,
         pool_delivery="at_least_once",
     )
     def job(i):
@@ -80,11 +80,11 @@ def test_reaper_reaps_sharded_structures_once(app, redqueue_redis, redqueue_pref
         "used-elsewhere",
         shards=2,
         prefix=redqueue_prefix,
-        reservation_timeout=0.05,
+        visibility_timeout=0.05,
         default_rate="100/s",
     )
     other.enqueue_many([("a", 1), ("b", 2), ("c", 3)])
-    assert all(other.dequeue() for _ in range(3))
+    assert all(other.dequeue().reservation for _ in range(3))
     time.sleep(0.1)
     app.finalize()
     result = app.tasks["celery_redqueue.reap"].apply().get()
@@ -153,7 +153,7 @@ def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue
         pool_size=30,
         pool_shards=3,
         pool_delivery="at_least_once",
-        pool_batch_timeout=1,
+        pool_visibility_timeout=1,
         pool_drain_lease=1,
         pool_drain_interval=None,
     )

@@ -1,4 +1,3 @@
-
 """StreamTask with real Celery workers on a real Redis broker, and a `celery worker` subprocess
 killed with SIGKILL."""
 
@@ -17,7 +16,7 @@ import pytest
 
 from celery_redqueue import (
     ConfigurationError,
-    PublishReceipt,
+    Receipt,
     RedQueueError,
     SerializationError,
     StreamTask,
@@ -53,7 +52,7 @@ def test_three_groups_each_receive_every_event_once(
 ):
     tasks, seen = orders
     receipts = tasks["sms"].stream.publish_many([{"order": i} for i in range(60)])
-    assert all(isinstance(r, PublishReceipt) for r in receipts)
+    assert all(isinstance(r, Receipt) for r in receipts)
     assert set(receipts[0].woken) == {"sms", "slip", "points"}
     # The broker carries one argument-less drain job per group, not 180 calls.
     assert broker_depth(redqueue_redis, redqueue_prefix) == 3
@@ -106,7 +105,7 @@ def test_failing_event_is_retried_then_dead_lettered_and_requeued(app, wait_for)
         base=StreamTask,
         stream_name="orders",
         stream_group="slip",
-        stream_max_deliveries=3,
+        stream_max_receives=3,
         stream_retry_delay=0.05,
     )
     def print_slip(event):
@@ -162,8 +161,8 @@ def test_self_retry_hands_the_event_out_again(app, wait_for):
 
     @app.task(base=StreamTask, bind=True, stream_name="orders", stream_group="retrying")
     def flaky(self, event):
-        deliveries.append(self.event.deliveries)
-        if self.event.deliveries == 1:
+        deliveries.append(self.event.receives)
+        if self.event.receives == 1:
             raise self.retry(countdown=0.1, exc=TimeoutError("later"))
 
     flaky.stream.publish("x")
@@ -401,7 +400,7 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
     from celery_redqueue import EventStream
 
     stream = EventStream(
-        redqueue_redis, "parcels", prefix=redqueue_prefix, groups=["label"], max_deliveries=1
+        redqueue_redis, "parcels", prefix=redqueue_prefix, groups=["label"], max_receives=1
     )
     stream.publish_many(["a", "b", "c"])
     batch = stream.read("label", "c1", 2)
@@ -485,5 +484,5 @@ def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, 
     assert first.woken == ("g",)  # the lease was armed and a send attempted ...
     assert not redqueue_redis.exists(consume.stream.keys("group:g:drain"))  # ... and released
     assert "sending the drain job" in caplog.text
-    assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for 15 s
+    assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for the 10 s lease
     assert consume.stream.group_figures("g").lag == 2  # both events are safe in Redis

@@ -54,7 +54,7 @@ def test_stats_prints_every_counter_and_checks_identities(
 
     bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix)
     bucket.enqueue_many([("a", 1), ("b", 2)])
-    bucket.commit(bucket.dequeue())
+    bucket.commit(bucket.dequeue().reservation)
     out = redqueue(proc_env, "stats", "bucket:crawl").stdout
     assert re.search(r"enqueued\s+2\b", out) and ": ok" in out
 

@@ -33,7 +33,7 @@ def test_overview_keys_resources_and_requeue_on_a_cluster(cluster_url, redqueue_
         views = {v["id"]: v for v in ops.overview()["structures"]}
         assert all("error" not in v for v in views.values()), views
         assert [views[f"pool:jobs-{i}"]["figures"]["dead"] for i in range(4)] == [1, 1, 1, 1]
-        assert views["leases:creds"]["leases"]["leased"] == 1
+        assert views["lease:creds"]["leases"]["leased"] == 1
 
         keys = ops.keys(ops.find("crawl"), top=5)
         assert [(k["key"], k["depth"]) for k in keys] == [("a", 2), ("b", 1)]

@@ -81,7 +81,7 @@ def test_seconds_roll_into_minutes_and_old_fields_are_dropped(make_pool, redqueu
 def test_bucket_history_and_ring_bound(make_bucket, redqueue_redis):
     bucket = make_bucket(default_rate="1000/s")
     bucket.enqueue_many([(f"k{i % 5}", i) for i in range(40)])
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     bucket.commit(reservation)
     history = bucket.figures().history
     assert sum(history.minutes_in) == 40 and sum(history.minutes_out) == 1

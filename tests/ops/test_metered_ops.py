@@ -19,7 +19,7 @@ def busy_bucket(client, prefix, name="llm"):
     bucket.enqueue_many([("hot", i) for i in range(6)] + [("cold", 1), ("limited", 1)])
     released = 0
     while released < 8:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation is None:
             time.sleep(poll.wait or 0.001)
             continue
@@ -48,7 +48,7 @@ def test_cli_pause_resume_and_noisy_neighbours(proc_env, redqueue_redis, redqueu
     out = redqueue(proc_env, "resume", "bucket:llm", "limited").stdout
     assert "'limited' resumed" in out and bucket.paused_count() == 1
     time.sleep(0.01)
-    assert bucket.dequeue().key == "limited"  # it goes again, at once
+    assert bucket.dequeue().reservation.key == "limited"  # it goes again, at once
     assert "was not paused" in redqueue(proc_env, "resume", "bucket:llm", "limited").stdout
     stats = redqueue(proc_env, "stats", "bucket:llm", "--json").stdout
     assert json.loads(stats)["counters"]["backoffs"] == 1

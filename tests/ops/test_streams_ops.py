@@ -16,7 +16,7 @@ def test_dashboard_shows_a_stream_with_its_groups_and_drains_each_group(
 
     @app.task(
         base=StreamTask, name="ops.sms", stream_name="orders", stream_group="sms",
-        stream_max_deliveries=1,
+        stream_max_receives=1,
     )  # fmt: skip
     def sms(event):
         pass

@@ -75,11 +75,11 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     status, head, overview = request(base + "api/overview")
     assert status == 200 and "script-src 'self'" in head["Content-Security-Policy"]
     views = {v["id"]: v for v in overview["structures"]}
-    assert set(views) == {"pool:jobs", "bucket:crawl", "leases:api-keys"}
+    assert set(views) == {"pool:jobs", "bucket:crawl", "lease:api-keys"}
     assert views["pool:jobs"]["figures"]["dead"] == 3
     assert views["pool:jobs"]["counters"]["accepted"] == 5
     assert views["pool:jobs"]["history"] is None  # the overview stays small: detail has it
-    assert views["leases:api-keys"]["leases"]["leased"] == 1
+    assert views["lease:api-keys"]["leases"]["leased"] == 1
 
     _, _, pool_detail = request(base + "api/structure?id=pool:jobs&dead_count=2")
     assert sum(pool_detail["history"]["minutes_in"]) == 5
@@ -95,14 +95,14 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     _, _, found = request(base + "api/structure?id=bucket:crawl&q=b.ex")
     assert [k["key"] for k in found["keys"]] == ["b.example"]
 
-    _, _, lease_detail = request(base + "api/structure?id=leases:api-keys")
+    _, _, lease_detail = request(base + "api/structure?id=lease:api-keys")
     states = {r["resource"]: (r["state"], r["acquisitions"]) for r in lease_detail["resources"]}
     other = ({"k1", "k2"} - {lease.resource}).pop()
     assert states == {lease.resource: ("held", 1), other: ("free", 0)}
 
     status, _, missing = request(base + "api/structure?id=pool:nope")
     assert status == 400
-    assert "no pool, bucket, stream or leases named 'pool:nope'" in missing["error"]
+    assert "no pool, bucket, stream or lease named 'pool:nope'" in missing["error"]
 
 
 def test_requeue_needs_token_csrf_and_same_origin(dashboard, failed_pool):

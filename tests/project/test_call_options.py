@@ -3,7 +3,7 @@
 import pytest
 from celery import chain, chord, group
 
-from celery_redqueue import AddResult, PoolTask, RedQueueError, bucket_task
+from celery_redqueue import PoolTask, Receipt, RedQueueError, bucket_task
 from tests.integration.conftest import broker_depth
 
 from .conftest import running_worker
@@ -60,7 +60,7 @@ def test_an_unknown_option_is_refused_with_a_hint(pooled):
 
 def test_queue_routes_the_drain_job(app, pooled, redqueue_redis, redqueue_prefix, wait_for):
     receipt = pooled.apply_async((1,), queue="drains")
-    assert isinstance(receipt, AddResult) and receipt.drain_needed
+    assert isinstance(receipt, Receipt) and receipt.drain_needed
     assert broker_depth(redqueue_redis, redqueue_prefix, "drains") == 1
     assert broker_depth(redqueue_redis, redqueue_prefix, "celery") == 0
     with running_worker(app, queues=["drains"]):
@@ -68,9 +68,9 @@ def test_queue_routes_the_drain_job(app, pooled, redqueue_redis, redqueue_prefix
 
 
 def test_signatures_store_their_call(app, pooled, wait_for):
-    assert isinstance(pooled.s(1).delay(), AddResult)
-    assert isinstance(pooled.si(2).apply_async(countdown=0), AddResult)
-    assert isinstance(pooled.signature((3,)).apply_async(), AddResult)
+    assert isinstance(pooled.s(1).delay(), Receipt)
+    assert isinstance(pooled.si(2).apply_async(countdown=0), Receipt)
+    assert isinstance(pooled.signature((3,)).apply_async(), Receipt)
     with running_worker(app):
         wait_for(lambda: sorted(pooled.ran) == [1, 2, 3], message="three signature calls ran")
 

@@ -33,7 +33,7 @@ def test_pages_store_calls_and_a_worker_runs_them_in_the_app_context(flask_app, 
             reply = client.get(f"/page/p{i % 3}")
             assert reply.status_code == 200 and reply.json["kept"]
         for domain in ("a.example", "b.example", "a.example"):
-            assert client.post(f"/feeds/{domain}").json["queued"]
+            assert client.post(f"/feeds/{domain}").json["kept"]
 
         def settled():
             stats = client.get("/stats").json

@@ -48,8 +48,8 @@ def test_ring_sums_keep_only_the_last_minute():
 
 
 def test_unfold_adds_a_folded_counter_to_each_counter_it_names():
-    counters = {"offered+accepted+queued": 5, "offered": 2, "rejected": 2, "seq": 7}
-    assert unfold(counters) == {"offered": 7, "accepted": 5, "queued": 5, "rejected": 2, "seq": 7}
+    counters = {"offered+accepted+depth": 5, "offered": 2, "rejected": 2, "seq": 7}
+    assert unfold(counters) == {"offered": 7, "accepted": 5, "depth": 5, "rejected": 2, "seq": 7}
 
 
 def test_compute_figures():

@@ -17,7 +17,7 @@ def _consume(url, prefix, seconds, queue):
     started = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation:
             started.append((poll.reservation.key, poll.reservation.released_at))
             bucket.commit(poll.reservation)
@@ -76,13 +76,13 @@ def test_hot_key_delays_a_cold_key_by_at_most_one_interval(make_bucket):
     bucket = make_bucket(default_rate="1000/s")
     for start in range(0, 100_000, 5000):
         bucket.enqueue_many([("hot", i) for i in range(start, start + 5000)])
-    hot = bucket.dequeue()
+    hot = bucket.dequeue().reservation
     assert hot.key == "hot"
     bucket.commit(hot)
     bucket.enqueue("cold", "only")
     released = []
     while len(released) < 3:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation:
             released.append(poll.reservation.key)
             bucket.commit(poll.reservation)
@@ -95,14 +95,14 @@ def test_refilled_key_keeps_its_schedule(make_bucket):
     """A key that empties and refills at once must not be 'eligible now' again."""
     bucket = make_bucket(default_rate="2/s")
     bucket.enqueue("k", 1)
-    first = bucket.dequeue()
+    first = bucket.dequeue().reservation
     bucket.commit(first)
     bucket.enqueue("k", 2)
-    poll = bucket.poll()
+    poll = bucket.dequeue()
     assert poll.reservation is None
     assert 0.3 < poll.wait <= 0.5
     time.sleep(poll.wait)
-    second = bucket.dequeue()
+    second = bucket.dequeue().reservation
     assert second.payload == 2
     assert second.released_at - first.released_at >= 0.5 - 1e-6
 
@@ -110,7 +110,7 @@ def test_refilled_key_keeps_its_schedule(make_bucket):
 def test_key_without_a_rate_uses_the_default(make_bucket):
     bucket = make_bucket(default_rate="100/s")
     bucket.enqueue("unknown-key", {"x": 1})
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     assert reservation.payload == {"x": 1}
     assert bucket.key_stats("unknown-key").interval == pytest.approx(0.01)
 
@@ -120,10 +120,10 @@ def _hold_forever(url, prefix, ready):
         redis.Redis.from_url(url),
         "reap",
         prefix=prefix,
-        reservation_timeout=0.3,
+        visibility_timeout=0.3,
         default_rate="100/s",
     )
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     ready.put(reservation.payload)
     time.sleep(600)
 
@@ -131,7 +131,7 @@ def _hold_forever(url, prefix, ready):
 def test_killed_consumer_item_comes_back_after_the_reaper(
     redqueue_server_url, redqueue_prefix, make_bucket
 ):
-    bucket = make_bucket("reap", reservation_timeout=0.3, default_rate="100/s")
+    bucket = make_bucket("reap", visibility_timeout=0.3, default_rate="100/s")
     bucket.enqueue("only-item-key", "precious")
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Queue()
@@ -140,12 +140,14 @@ def test_killed_consumer_item_comes_back_after_the_reaper(
     assert ready.get(timeout=60) == "precious"
     os.kill(consumer.pid, signal.SIGKILL)
     consumer.join()
-    assert bucket.dequeue() is None  # reserved by the dead consumer; its key's queue is empty
+    # Reserved by the dead consumer; its key's queue is empty.
+    assert bucket.dequeue().reservation is None
     assert bucket.reap().returned == 0  # not expired yet
     time.sleep(0.4)
     reaped = bucket.reap()
     assert (reaped.returned, reaped.dead_lettered) == (1, 0)
-    again = bucket.dequeue()  # the key was made eligible again, though its queue had emptied
+    # The key was made eligible again, though its queue had emptied.
+    again = bucket.dequeue().reservation
     assert (again.payload, again.receives) == ("precious", 2)
     assert bucket.commit(again)
     stats = bucket.stats()
@@ -153,25 +155,25 @@ def test_killed_consumer_item_comes_back_after_the_reaper(
 
 
 def test_commit_after_the_reaper_took_it_back_is_refused(make_bucket):
-    bucket = make_bucket(reservation_timeout=0.05, default_rate="100/s")
+    bucket = make_bucket(visibility_timeout=0.05, default_rate="100/s")
     bucket.enqueue("k", 1)
-    stale = bucket.dequeue()
+    stale = bucket.dequeue().reservation
     time.sleep(0.1)
     bucket.reap()
-    fresh = bucket.dequeue()
+    fresh = bucket.dequeue().reservation
     assert fresh.receives == 2 and fresh.id != stale.id
     assert bucket.commit(stale) is False
     assert bucket.commit(fresh) is True
 
 
 def test_past_max_receives_an_item_is_dead_lettered(make_bucket):
-    bucket = make_bucket(reservation_timeout=0.05, max_receives=2, default_rate="1000/s")
+    bucket = make_bucket(visibility_timeout=0.05, max_receives=2, default_rate="1000/s")
     bucket.enqueue("k", {"order": 7})
     for _ in range(2):
-        assert bucket.dequeue() is not None
+        assert bucket.dequeue().reservation is not None
         time.sleep(0.08)
         bucket.reap()
-    assert bucket.dequeue() is None
+    assert bucket.dequeue().reservation is None
     (letter,) = bucket.dead_letters()
     assert (letter.key, letter.payload, letter.receives) == ("k", {"order": 7}, 2)
     assert "expired" in letter.error
@@ -181,7 +183,7 @@ def test_past_max_receives_an_item_is_dead_lettered(make_bucket):
 def test_dead_letter_keeps_the_error_text(make_bucket):
     bucket = make_bucket()
     bucket.enqueue("k", "bad")
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     assert bucket.dead_letter(reservation, "ValueError: malformed order")
     assert bucket.dead_letters()[0].error == "ValueError: malformed order"
 
@@ -191,26 +193,26 @@ def test_ordered_mode_allows_one_item_in_flight_per_key(make_bucket):
     bucket.enqueue_many(
         [("order-1", s) for s in ("placed", "paid", "packed")] + [("order-2", "placed")]
     )
-    first = bucket.dequeue()
-    second = bucket.dequeue()
+    first = bucket.dequeue().reservation
+    second = bucket.dequeue().reservation
     assert {first.key, second.key} == {"order-1", "order-2"}
-    assert bucket.dequeue() is None  # order-1's next step waits for "placed" to finish
+    assert bucket.dequeue().reservation is None  # order-1's next step waits for "placed" to finish
     one = first if first.key == "order-1" else second
     assert one.payload == "placed"
     bucket.commit(one)
     time.sleep(0.002)
-    assert bucket.dequeue().payload == "paid"
+    assert bucket.dequeue().reservation.payload == "paid"
 
 
 def test_retry_later_with_delay_holds_the_key(make_bucket):
     bucket = make_bucket(default_rate="1000/s")
     bucket.enqueue_many([("api", 1), ("api", 2)])
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     assert bucket.retry_later(reservation, delay=0.5)
-    poll = bucket.poll()
+    poll = bucket.dequeue()
     assert poll.reservation is None and poll.wait > 0.3
     time.sleep(poll.wait)
-    again = bucket.dequeue()
+    again = bucket.dequeue().reservation
     assert (again.payload, again.receives) == (1, 2)  # back at the head, order kept
 
 
@@ -226,7 +228,7 @@ def test_max_depth_reject_and_drop_oldest(make_bucket):
     dropping = make_bucket("d", max_depth=2, overflow="drop_oldest", default_rate="1000/s")
     results = dropping.enqueue_many([("k", i) for i in range(4)])
     assert [r.dropped_oldest for r in results] == [False, False, True, True]
-    assert dropping.dequeue().payload == 2
+    assert dropping.dequeue().reservation.payload == 2
     assert dropping.stats().dropped == 2
 
 
@@ -257,7 +259,7 @@ def test_non_finite_rates_are_refused_and_store_nothing(make_bucket, rate):
         bucket.set_rate("k", "10/s", burst=float("inf"))
     assert bucket.client.hgetall(bucket.keys("rates")) == {}
     assert bucket.enqueue("k", 1)
-    assert bucket.dequeue().payload == 1
+    assert bucket.dequeue().reservation.payload == 1
 
 
 def test_bad_keys_and_reservations_are_refused(make_bucket):
@@ -268,23 +270,10 @@ def test_bad_keys_and_reservations_are_refused(make_bucket):
             bucket.enqueue(key, 1)
     assert bucket.stats().enqueued == 0
     other.enqueue("k", 1)
-    foreign = other.dequeue()
+    foreign = other.dequeue().reservation
     with pytest.raises(ReservationError):
         bucket.commit(foreign)
     with pytest.raises(ReservationError):
         bucket.commit("not-an-id")
     assert bucket.commit("123.1") is False  # well-formed but not held
     assert other.commit(foreign) is True
-
-
-def test_release_is_a_deprecated_name_of_retry_later(make_bucket):
-    bucket = make_bucket(default_rate="1/s", default_burst=5)  # the burst: eligible again at once
-    bucket.enqueue("api", 1)
-    reservation = bucket.dequeue()
-    with pytest.warns(DeprecationWarning, match="retry_later"):
-        assert bucket.release(reservation)
-    again = bucket.dequeue()
-    assert (again.payload, again.receives) == (1, 2)
-    with pytest.warns(DeprecationWarning, match="drain_lease"):
-        old = make_bucket(name="old", drain_flag_ttl=3)
-    assert old.drain_lease_ms == 3000

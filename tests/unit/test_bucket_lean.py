@@ -39,7 +39,7 @@ def batch_enqueue(bucket, key, payload):
 
 def plain_enqueue(bucket, key, payload):
     result = bucket.enqueue(key, payload)
-    status = 0 if not result.queued else 2 if result.dropped_oldest else 1
+    status = 0 if not result.kept else 2 if result.dropped_oldest else 1
     return int(result.drain_needed), result.wake_in is not None, status
 
 
@@ -77,9 +77,9 @@ def scenario(bucket, enqueue):
     bucket.set_rate("b", "1/h", burst=1)  # a stored rate: "b" refills with a release in hand
     replies = [enqueue(bucket, "a", 1), enqueue(bucket, "a", 2), enqueue(bucket, "b", 3)]
     replies += [enqueue(bucket, "a", i) for i in range(4, 7)]  # past a cap of 3 on "a"
-    first = bucket.poll().reservation  # "a" waits a minute now (rate 1/m)
+    first = bucket.dequeue().reservation  # "a" waits a minute now (rate 1/m)
     replies.append(enqueue(bucket, "a", 7))  # ordered: "a" waits for its item in flight
-    second = bucket.poll().reservation
+    second = bucket.dequeue().reservation
     bucket.commit(second)
     # No drain job running, nothing eligible now: the next enqueue schedules a wake-up...
     bucket.client.delete(bucket.keys("drains"), bucket.keys("wake"))
@@ -88,7 +88,7 @@ def scenario(bucket, enqueue):
     replies.append(enqueue(bucket, "a", 9))
     bucket.commit(first)
     replies.append(enqueue(bucket, "c", 10))  # a new key, eligible now: a drain job
-    third = bucket.poll().reservation
+    third = bucket.dequeue().reservation
     bucket.commit(third)
     # Keys that emptied and refill keep their schedule: "c" waits its interval (unless the
     # default burst covers it), "b" has a release in hand (its stored burst of 1).
@@ -139,20 +139,20 @@ def test_the_scenario_covers_every_drain_plan(make_bucket):
 
 
 def test_folded_counters_keep_the_identity_through_a_full_cycle(make_bucket, redqueue_redis):
-    bucket = make_bucket(default_rate="1000000/s", max_receives=1, reservation_timeout=0.05)
+    bucket = make_bucket(default_rate="1000000/s", max_receives=1, visibility_timeout=0.05)
     for i in range(6):
-        assert bucket.enqueue(f"k{i % 2}", i).queued
+        assert bucket.enqueue(f"k{i % 2}", i).kept
     bucket.enqueue_many([("k0", "batch-1"), ("k1", "batch-2")])
     assert identity_holds(bucket.stats())
     raw = raw_counters(redqueue_redis, bucket)
     # Six single items in the folded field, the batch of two in the named counters.
     assert (raw["enqueued+depth"], raw["enqueued"], raw["depth"]) == (6, 2, 2)
-    committed = bucket.poll().reservation
+    committed = bucket.dequeue().reservation
     assert bucket.commit(committed)
-    assert bucket.dead_letter(bucket.poll().reservation, "boom")
-    retried = bucket.poll().reservation
+    assert bucket.dead_letter(bucket.dequeue().reservation, "boom")
+    retried = bucket.dequeue().reservation
     assert bucket.retry_later(retried)
-    assert bucket.poll().reservation  # held past its timeout: dead-lettered (max_receives 1)
+    assert bucket.dequeue().reservation  # held past its timeout: dead-lettered (max_receives 1)
     time.sleep(0.1)
     assert bucket.reap().dead_lettered == 1
     assert bucket.requeue_dead(limit=1) == 1
@@ -176,7 +176,7 @@ def test_a_full_key_counts_every_item_exactly(make_bucket, redqueue_redis, overf
     bucket.enqueue("other", "x")
     stats = bucket.stats()
     if overflow == "reject":
-        assert [r.queued for r in results] == [True] * 2 + [False] * 5
+        assert [r.kept for r in results] == [True] * 2 + [False] * 5
         assert (stats.enqueued, stats.rejected, stats.dropped) == (3, 5, 0)
         kept = [0, 1]
     else:
@@ -187,7 +187,7 @@ def test_a_full_key_counts_every_item_exactly(make_bucket, redqueue_redis, overf
     assert flow_in(redqueue_redis, bucket) == 8  # every offer, kept or not
     assert bucket.figures().depth == 3
     taken = []
-    while (reservation := bucket.poll().reservation) is not None:
+    while (reservation := bucket.dequeue().reservation) is not None:
         taken.append(reservation.payload)
         bucket.commit(reservation)
     assert sorted(taken, key=str) == sorted([*kept, "x"], key=str)
@@ -204,7 +204,7 @@ def test_ids_stay_unique_across_single_items_batches_and_delays(make_bucket, red
     assert int(redqueue_redis.hget(bucket.keys("stats"), "seq")) == 5
     ids = set()
     for _ in range(4):
-        ids.add(bucket.poll().reservation.id.split(".")[0])
+        ids.add(bucket.dequeue().reservation.id.split(".")[0])
     assert len(ids) == 4
 
 
@@ -226,7 +226,7 @@ def test_a_sharded_bucket_takes_the_plain_path_on_each_shard(make_bucket, redque
 
     bucket = ShardedBucket(redqueue_redis, "sharded", shards=3, prefix=make_bucket().keys.prefix)
     for i in range(30):
-        assert bucket.enqueue(f"k{i}", i).queued
+        assert bucket.enqueue(f"k{i}", i).kept
     folded = sum(
         raw_counters(redqueue_redis, shard).get("enqueued+depth", 0) for shard in bucket.shards
     )

@@ -12,11 +12,11 @@ from celery_redqueue.structures.sharded import ShardedBucket
 
 
 def drain_for(bucket, seconds, commit=True):
-    """Poll one bucket for ``seconds``; returns the reservations (committed at once)."""
+    """Dequeued one bucket for ``seconds``; returns the reservations (committed at once)."""
     got = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation:
             got.append(poll.reservation)
             if commit:
@@ -62,18 +62,18 @@ def test_a_cost_no_period_allows_is_refused_and_nothing_is_stored(make_bucket):
 def test_a_reported_cost_corrects_the_budget(make_bucket):
     bucket = make_bucket(default_rate="1000/s", cost_rate="10/s")
     bucket.enqueue_many([("a", 1, 1), ("a", 2, 1)])
-    first = bucket.dequeue()
+    first = bucket.dequeue().reservation
     assert bucket.commit(first, cost=20)  # it cost 20 units, not 1: two seconds' budget
     stats = bucket.key_stats("a")
     assert stats.next_eligible - first.released_at >= 1.9
-    assert bucket.dequeue() is None
+    assert bucket.dequeue().reservation is None
     # A refund brings the key forward again.
     bucket.enqueue("b", 1, cost=8)
     bucket.enqueue("b", 2, cost=1)
-    held = bucket.dequeue()
+    held = bucket.dequeue().reservation
     assert held.key == "b" and bucket.commit(held, cost=0)
     time.sleep(0.01)  # the call rate's 1 ms
-    assert bucket.dequeue().key == "b"
+    assert bucket.dequeue().reservation.key == "b"
 
 
 def test_total_rate_holds_across_keys_and_keeps_them_fair(make_bucket):
@@ -100,7 +100,7 @@ def test_sharded_total_rate_is_split_between_shards(redqueue_redis, redqueue_pre
 def test_backoff_pauses_the_key_and_does_not_count_a_receive(make_bucket):
     bucket = make_bucket(default_rate="100/s", max_receives=1, cost_rate="100/s")
     bucket.enqueue_many([("a", 1, 5), ("a", 2, 5), ("b", 3, 5), ("b", 4, 5)])
-    first = bucket.dequeue()
+    first = bucket.dequeue().reservation
     assert first.key == "a" and first.receives == 1
     assert bucket.backoff(first, 0.5)
     stats = bucket.key_stats("a")
@@ -120,7 +120,7 @@ def take(bucket, n):
     got = []
     deadline = time.monotonic() + 5
     while len(got) < n and time.monotonic() < deadline:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation:
             got.append(poll.reservation)
         elif poll.wait is None:
@@ -131,7 +131,7 @@ def take(bucket, n):
 
 
 def test_concurrency_limits_in_flight_per_key_and_the_reaper_frees_a_slot(make_bucket):
-    bucket = make_bucket(default_rate="1000/s", concurrency=2, reservation_timeout=1.0)
+    bucket = make_bucket(default_rate="1000/s", concurrency=2, visibility_timeout=1.0)
     bucket.enqueue_many([("a", i) for i in range(5)] + [("b", 9)])
     held = take(bucket, 4)
     assert sorted(r.key for r in held) == ["a", "a", "b"]  # a has two in flight: no third
@@ -161,7 +161,7 @@ def test_pause_and_resume_by_hand(make_bucket):
     bucket.enqueue("a", 3)  # still accepts calls
     got = drain_for(bucket, 0.3)
     assert [r.key for r in got] == ["b"]
-    assert bucket.poll().empty  # nothing may go while a is paused
+    assert bucket.dequeue().empty  # nothing may go while a is paused
     sent = []
     bucket.drain_sender = lambda: sent.append(1)
     assert bucket.resume("a") and sent == [1]
@@ -174,10 +174,10 @@ def test_timed_pause_runs_out_by_itself(make_bucket):
     bucket = make_bucket(default_rate="1000/s")
     bucket.enqueue("a", 1)
     bucket.pause("a", 0.3)
-    poll = bucket.poll()
+    poll = bucket.dequeue()
     assert poll.reservation is None and 0.1 < poll.wait <= 0.3
     time.sleep(poll.wait)
-    assert bucket.dequeue().payload == 1
+    assert bucket.dequeue().reservation.payload == 1
 
 
 def test_noisy_neighbour_figures(make_bucket):

@@ -36,13 +36,14 @@ def test_pool_works_across_cluster_nodes(cluster_client, redqueue_prefix):
     ]
     for pool in pools:
         pool.add_many(range(8))
-        assert pool.add("later", delay=0.05).delayed
+        # Due in 1 s: long enough that a loaded machine does not reach the first pop after it.
+        assert pool.add("later", delay=1.0).delayed
         batch = pool.pop(10)
         assert [i.payload for i in batch.items] == [3, 4, 5, 6, 7]
         pool.ack(batch, failures={0: "ValueError: x"})
         assert [x.payload for x in pool.dead_letters()] == [3]
         assert pool.requeue_dead() == 1
-        time.sleep(0.06)
+        time.sleep(1.05)
         assert [i.payload for i in pool.pop(10).items] == ["later", 3]
         stats = pool.stats()
         assert stats.offered == stats.accepted + stats.rejected
@@ -58,19 +59,19 @@ def test_bucket_works_across_cluster_nodes(cluster_client, redqueue_prefix):
             f"crawl-{i}",
             prefix=redqueue_prefix,
             default_rate="1000/s",
-            reservation_timeout=0.05,
+            visibility_timeout=0.05,
             ordered=True,
         )
         bucket.set_rate("a", "500/s")
         bucket.enqueue_many([("a", 1), ("a", 2), ("b", 3)])
         assert bucket.enqueue("c", 4, delay=0.02).delayed
-        first = bucket.dequeue()
-        second = bucket.dequeue()
+        first = bucket.dequeue().reservation
+        second = bucket.dequeue().reservation
         assert {first.key, second.key} == {"a", "b"}
         assert bucket.commit(second)
         time.sleep(0.06)
         assert bucket.reap().returned == 1
-        bucket.dead_letter(bucket.dequeue(), "boom")
+        bucket.dead_letter(bucket.dequeue().reservation, "boom")
         assert bucket.requeue_dead() == 1
         figures = bucket.figures()
         assert figures.depth + figures.in_flight + figures.delayed >= 1

@@ -37,7 +37,7 @@ def test_bucket_figures_and_per_key_drain_time(make_bucket):
     bucket.set_rate("slow", "2/s")
     bucket.enqueue_many([("slow", i) for i in range(10)] + [("fast", i) for i in range(10)])
     time.sleep(0.1)
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     bucket.commit(reservation, seconds=0.25)
     figures = bucket.figures()
     assert (figures.depth, figures.offered, figures.processed) == (19, 20, 1)

@@ -398,8 +398,12 @@ def test_killed_holder_loses_its_resource_when_the_lease_expires(
     )
     child.start()
     try:
-        _, held = redqueue_redis.blpop([ready_key], timeout=60)
-        assert held == b"device"
+        # The spawned child may take longer to start than the client's 5 s socket timeout on a
+        # busy machine: wait in BLPOPs shorter than that.
+        deadline, ready = time.monotonic() + 60, None
+        while ready is None and time.monotonic() < deadline:
+            ready = redqueue_redis.blpop([ready_key], timeout=2)
+        assert ready is not None and ready[1] == b"device"
         os.kill(child.pid, signal.SIGKILL)
         child.join(timeout=30)
         assert child.exitcode == -signal.SIGKILL
@@ -447,9 +451,9 @@ def test_keys_share_one_hash_tag(make, redqueue_redis, redqueue_prefix):
     pool.acquire(ttl=30)
     pool.release(lease)
     pool.renew(pool.acquire(ttl=30), 30)
-    listed = {f"{redqueue_prefix}:registry", f"{redqueue_prefix}:{{leases:api-keys}}:meta"}
+    listed = {f"{redqueue_prefix}:registry", f"{redqueue_prefix}:{{lease:api-keys}}:meta"}
     keys = {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")} - listed
-    assert keys and all(k.startswith(f"{redqueue_prefix}:{{leases:api-keys}}:") for k in keys)
+    assert keys and all(k.startswith(f"{redqueue_prefix}:{{lease:api-keys}}:") for k in keys)
     pool.clear()
     assert {k.decode() for k in redqueue_redis.scan_iter(match=f"{redqueue_prefix}:*")} == listed
 

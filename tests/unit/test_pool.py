@@ -233,7 +233,7 @@ def test_fan_out_is_bounded_by_max_drains(make_pool):
 
 
 def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool, assert_identities):
-    pool = make_pool(capacity=10, batch_timeout=0.05)
+    pool = make_pool(capacity=10, visibility_timeout=0.05)
     pool.add_many(range(4))
     batch = pool.pop(3)
     time.sleep(0.1)

@@ -8,7 +8,9 @@ from celery_redqueue import ConfigurationError
 
 
 def test_at_least_once_returns_a_dead_drains_batch(make_pool, assert_identities):
-    pool = make_pool(capacity=10, policy="reject", delivery="at_least_once", batch_timeout=0.05)
+    pool = make_pool(
+        capacity=10, policy="reject", delivery="at_least_once", visibility_timeout=0.05
+    )
     pool.add_many(["a", "b", "c"])
     batch = pool.pop(2)
     assert [i.receives for i in batch.items] == [1, 1]
@@ -98,7 +100,7 @@ def test_processed_guard_skips_a_redelivered_completed_entry(make_pool, assert_i
         capacity=10,
         policy="newest",
         delivery="at_least_once",
-        batch_timeout=0.05,
+        visibility_timeout=0.05,
         processed_guard=60,
     )
     pool.add_many(["points for order 1", "points for order 2"])
@@ -115,7 +117,7 @@ def test_processed_guard_skips_a_redelivered_completed_entry(make_pool, assert_i
 
 
 def test_without_the_guard_the_copy_is_delivered_again(make_pool):
-    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05)
+    pool = make_pool(capacity=10, delivery="at_least_once", visibility_timeout=0.05)
     pool.add("points")
     slow = pool.pop(1)
     time.sleep(0.1)
@@ -144,7 +146,7 @@ def test_bad_delay_stores_nothing(make_pool):
 
 
 def test_a_returned_entry_that_evicts_another_keeps_the_depth_exact(make_pool, assert_identities):
-    pool = make_pool(capacity=2, policy="newest", delivery="at_least_once", batch_timeout=0.05)
+    pool = make_pool(capacity=2, policy="newest", delivery="at_least_once", visibility_timeout=0.05)
     pool.add("a")
     batch = pool.pop(1)
     pool.add_many(["b", "c"])  # full again while "a" is in flight
@@ -165,7 +167,7 @@ def test_guard_skipping_everything_popped_does_not_strand_the_pool(make_pool):
         capacity=10,
         policy="newest",
         delivery="at_least_once",
-        batch_timeout=0.05,
+        visibility_timeout=0.05,
         processed_guard=60,
     )
     pool.add("done already")
@@ -228,7 +230,7 @@ def test_ack_matches_outcomes_to_entries_by_id(make_pool):
 
 
 def test_reaper_asks_for_a_drain_even_while_the_dead_drains_flag_lives(make_pool):
-    pool = make_pool(capacity=10, delivery="at_least_once", batch_timeout=0.05)
+    pool = make_pool(capacity=10, delivery="at_least_once", visibility_timeout=0.05)
     pool.add_many(["a", "b"])
     pool.pop(1)  # the drain dies holding "a"; its flag stays for minutes
     time.sleep(0.1)

@@ -102,8 +102,8 @@ def test_bucket_ages_point_at_the_head_item(make_bucket, redqueue_redis):
 
 def test_bucket_counts_only_what_moved(make_bucket, redqueue_redis):
     bucket = make_bucket(max_depth=1)
-    assert bucket.enqueue("k", 1).queued
-    assert not bucket.enqueue("k", 2).queued
+    assert bucket.enqueue("k", 1).kept
+    assert not bucket.enqueue("k", 2).kept
     raw = {k.decode(): int(v) for k, v in redqueue_redis.hgetall(bucket.keys("stats")).items()}
     counters = unfold(raw)  # the single-item script folds enqueued and depth into one field
     assert counters["enqueued"] == 1 and counters["rejected"] == 1 and counters["depth"] == 1

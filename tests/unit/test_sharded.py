@@ -136,7 +136,7 @@ def test_dead_letters_reap_and_heartbeat_per_shard(redqueue_redis, redqueue_pref
         capacity=300,
         delivery="at_least_once",
         max_receives=1,
-        batch_timeout=0.2,
+        visibility_timeout=0.2,
     )
     pool.add_many(range(60))
     failed = 0
@@ -209,7 +209,7 @@ def test_bucket_keys_live_on_one_shard_and_keep_their_rate(redqueue_redis, redqu
     shards_seen = []
     deadline = time.monotonic() + 10
     while sum(len(v) for v in released.values()) < 36 and time.monotonic() < deadline:
-        poll = bucket.poll()
+        poll = bucket.dequeue()
         if poll.reservation is None:
             time.sleep(min(poll.wait or 0.01, 0.05))
             continue
@@ -236,11 +236,11 @@ def test_bucket_reservations_route_to_their_shard(redqueue_redis, redqueue_prefi
         shards=2,
         prefix=redqueue_prefix,
         default_rate="1000/s",
-        reservation_timeout=0.2,
+        visibility_timeout=0.2,
         max_receives=2,
     )
     bucket.enqueue_many([(f"k{i}", i) for i in range(6)])
-    held = [bucket.dequeue() for _ in range(6)]
+    held = [bucket.dequeue().reservation for _ in range(6)]
     assert all(held)
     assert bucket.retry_later(held[0]) and bucket.dead_letter(held[1], "ValueError: no")
     assert bucket.renew([held[2].id]) == []
@@ -300,7 +300,7 @@ def test_shards_land_on_distinct_cluster_masters(cluster_url, redqueue_prefix):
         done = 0
         deadline = time.monotonic() + 10
         while done < 30 and time.monotonic() < deadline:
-            reservation = bucket.dequeue()
+            reservation = bucket.dequeue().reservation
             if reservation is None:
                 time.sleep(0.01)
                 continue

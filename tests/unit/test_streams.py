@@ -105,41 +105,41 @@ def test_seek_to_id_time_and_end(make_stream):
 
 
 def test_unacknowledged_entries_are_claimed_after_the_visibility_timeout(make_stream):
-    stream = make_stream(groups=["g"], visibility_timeout=0.05, max_deliveries=3)
+    stream = make_stream(groups=["g"], visibility_timeout=0.05, max_receives=3)
     stream.publish_many(["a", "b"])
     first = stream.read("g", "dies", 10)
-    assert [(e.payload, e.deliveries) for e in first.events] == [("a", 1), ("b", 1)]
+    assert [(e.payload, e.receives) for e in first.events] == [("a", 1), ("b", 1)]
     assert not stream.read("g", "other", 10)  # still within their visibility timeout
     time.sleep(0.1)
     again = stream.read("g", "other", 10)
-    assert [(e.payload, e.deliveries) for e in again.events] == [("a", 2), ("b", 2)]
+    assert [(e.payload, e.receives) for e in again.events] == [("a", 2), ("b", 2)]
     assert stream.ack(first).stale == 0  # the first consumer's ack still settles them ...
     assert stream.ack(again).stale == 2  # ... and the second finds them settled
     figures = stream.group_figures("g")
     assert (figures.processed, figures.redelivered, figures.pending) == (2, 2, 0)
 
 
-def test_past_max_deliveries_an_entry_is_dead_lettered_with_the_reason(make_stream):
-    stream = make_stream(groups=["g"], visibility_timeout=0.02, max_deliveries=2)
+def test_past_max_receives_an_entry_is_dead_lettered_with_the_reason(make_stream):
+    stream = make_stream(groups=["g"], visibility_timeout=0.02, max_receives=2)
     stream.publish_many(["stuck", "fine"])
     for expected in (1, 2):
         batch = stream.read("g", "c", 1)
-        assert [(e.payload, e.deliveries) for e in batch.events] == [("stuck", expected)]
+        assert [(e.payload, e.receives) for e in batch.events] == [("stuck", expected)]
         time.sleep(0.05)
     assert drain(stream, "g") == ["fine"]
     (letter,) = stream.dead_letters()
     assert (letter.payload, letter.receives, letter.key) == ("stuck", 2, "g")
-    assert "not acknowledged after 2 deliveries" in letter.error
+    assert "not acknowledged after 2 receives" in letter.error
     assert stream.group_figures("g").dead == 1
 
 
 def test_failures_retry_then_dead_letter_and_requeue_reaches_only_that_group(make_stream):
-    stream = make_stream(groups=["g", "other"], max_deliveries=2)
+    stream = make_stream(groups=["g", "other"], max_receives=2)
     stream.publish_many(["poison", "ok"])
     for attempt in (1, 2):
         batch = stream.read("g", "c", 10)
         poison = next(e for e in batch.events if e.payload == "poison")
-        assert poison.deliveries == attempt
+        assert poison.receives == attempt
         result = stream.ack(batch, failures={poison.id: f"ValueError: #{attempt}"})
         assert (result.retried, result.dead) == ((1, 0) if attempt == 1 else (0, 1))
     assert not stream.read("g", "c", 10)
@@ -165,7 +165,7 @@ def test_retry_delay_is_kept(make_stream):
     assert not stream.read("g", "c")
     time.sleep(0.1)
     again = stream.read("g", "c")
-    assert [(e.payload, e.deliveries) for e in again.events] == [("x", 2)]
+    assert [(e.payload, e.receives) for e in again.events] == [("x", 2)]
 
 
 def test_undecodable_entries_are_dead_lettered_at_once(make_stream, redqueue_redis):
@@ -215,12 +215,12 @@ def test_ordered_group_holds_later_events_of_a_busy_key(make_stream):
     result = stream.ack(first, failures={first.events[0].id: "boom"})
     assert result.retried == 1
     again = stream.read("g", "c2", 10)
-    assert [(e.payload["step"], e.deliveries) for e in again.events] == [(1, 2)]  # A/1, not A/2
+    assert [(e.payload["step"], e.receives) for e in again.events] == [(1, 2)]  # A/1, not A/2
     stream.release_drain("g")  # as if the drain had ended: the ack must arm the lease itself
     result = stream.ack(again)
     assert result.drain_needed  # A/2 came free and the lease was armed for it
     last = stream.read("g", "c2", 10)
-    assert [(e.payload["step"], e.deliveries) for e in last.events] == [(2, 1)]
+    assert [(e.payload["step"], e.receives) for e in last.events] == [(2, 1)]
     stream.ack(last)
     assert stream.group_figures("g").pending == 0
 
@@ -232,9 +232,9 @@ def test_ordered_held_entries_survive_the_visibility_timeout(make_stream):
     assert [e.payload for e in first.events] == ["a1"]
     time.sleep(0.05)
     again = stream.read("g", "c2", 10)  # a1 is claimed again; a2 stays held
-    assert [(e.payload, e.deliveries) for e in again.events] == [("a1", 2)]
+    assert [(e.payload, e.receives) for e in again.events] == [("a1", 2)]
     stream.ack(again)
-    assert [(e.payload, e.deliveries) for e in stream.read("g", "c2").events] == [("a2", 1)]
+    assert [(e.payload, e.receives) for e in stream.read("g", "c2").events] == [("a2", 1)]
 
 
 def test_cap_trims_and_counts_exactly(make_stream, redqueue_redis):
@@ -335,7 +335,7 @@ def test_bad_input_raises_at_the_call_and_stores_nothing(make_stream, redqueue_r
         stream.publish_many([1, 2], keys=["a"])
     assert stream.stats()["published"] == 0
     assert redqueue_redis.xlen(stream.keys("events")) == 0
-    for bad in ({"maxlen": 0}, {"visibility_timeout": 0}, {"max_deliveries": 0}):
+    for bad in ({"maxlen": 0}, {"visibility_timeout": 0}, {"max_receives": 0}):
         with pytest.raises(ConfigurationError):
             EventStream(redqueue_redis, "x", **bad)
     for group in ("", "has space", "br{ace}", 7):
