@@ -15,11 +15,11 @@ from redis.crc import key_slot
 from ..errors import ConfigurationError
 from ..redis.keys import StructureKeys, validate_name
 from ..redis.serializers import Serializer
+from ..redis.server import server_warnings
 from ..validation import positive_int
 from . import catalog
 from .deadletters import DeadLetter, parse_dead_letter
 from .figures import Figures, compute, read_flow, ring_history, ring_sums
-from .health import server_warnings
 from .receipts import Receipt
 
 SLOTS = 16384

@@ -2,7 +2,7 @@
 
 A redqueue task's ``delay()`` stores the call in its structure; the broker only carries
 argument-less drain jobs of the same task name, marked by a message header
-(:data:`~celery_redqueue.tasks.beat.DRAIN_HEADER`). The worker runs a drain job by taking calls
+(:data:`~celery_redqueue.tasks.wire.DRAIN_HEADER`). The worker runs a drain job by taking calls
 from the structure and calling the body for each. The task kinds live beside this module:
 :mod:`.pool`, :mod:`.bucket` and :mod:`.lease`.
 """
@@ -23,11 +23,12 @@ from celery.utils.time import maybe_make_aware
 
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
-from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
+from .beat import register_beat
 from .buffer import CallBuffer, buffered_call
 from .composition import CallComposition, entry_point
 from .config import get_config
 from .options import check_option_names, drain_options, warn_if_task_cls_dropped
+from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
 

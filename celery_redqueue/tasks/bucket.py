@@ -18,11 +18,12 @@ from ..structures.bucket import Receipt, Reservation, validate_bucket_options
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import function_option, optional_seconds, seconds
 from .base import RedQueueTask, error_text
-from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_key_parameter, check_structure_name
+from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 

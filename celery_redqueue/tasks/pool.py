@@ -23,11 +23,12 @@ from ..structures.pool import (
 from ..structures.sharded import AnyPool, make_pool, validate_shards
 from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
 from .base import RedQueueTask, error_text
-from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_structure_name
+from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 

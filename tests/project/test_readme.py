@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
