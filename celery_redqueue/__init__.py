@@ -16,6 +16,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 
 from .errors import (
     ConfigurationError,
+    CorruptDataError,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -25,6 +26,7 @@ from .errors import (
     SerializationError,
     UndecodableItemsError,
 )
+from .redis.serializers import Serializer
 from .structures.bucket import (
     BucketStats,
     Dequeued,
@@ -64,6 +66,7 @@ __all__ = [
     "CallBuffer",
     "CappedPool",
     "ConfigurationError",
+    "CorruptDataError",
     "DeadLetter",
     "Dequeued",
     "DrainSummary",
@@ -93,6 +96,7 @@ __all__ = [
     "ResourcePool",
     "ScheduledSet",
     "SerializationError",
+    "Serializer",
     "ShardedBucket",
     "ShardedPool",
     "SortedSet",

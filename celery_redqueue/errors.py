@@ -75,3 +75,8 @@ class RedisServerNotFound(RedQueueError):
 
 class ReceiptNotReadyError(RedQueueError):
     """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""
+
+
+class CorruptDataError(RedQueueError, ValueError):
+    """A structure's stored field cannot be read (another program wrote it, or it was
+    corrupted); the message names the structure's key and the field."""

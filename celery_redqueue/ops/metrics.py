@@ -77,18 +77,20 @@ class RedQueueCollector:
         processed = counter("redqueue_processed", "Items processed.", labels=labels)
         dropped = counter("redqueue_dropped", "Items shed, by reason.", labels=[*labels, "reason"])
         key_depth = gauge(
-            "redqueue_key_depth", "Depth of a bucket's busiest keys.", labels=["name", "key"]
+            "redqueue_key_depth", "Depth of a bucket's busiest keys.", labels=[*labels, "key"]
         )
         key_flight = gauge(
             "redqueue_key_in_flight",
             "In-flight items of a bucket's busiest keys.",
-            labels=["name", "key"],
+            labels=[*labels, "key"],
         )
         resources = gauge(
-            "redqueue_resources", "Resources of a resource pool by state.", labels=["name", "state"]
+            "redqueue_resources",
+            "Resources of a resource pool by state.",
+            labels=[*labels, "state"],
         )
-        acquired = counter("redqueue_leases_acquired", "Leases granted.", labels=["name"])
-        group_labels = ["name", "group"]
+        acquired = counter("redqueue_leases_acquired", "Leases granted.", labels=labels)
+        group_labels = [*labels, "group"]
         group_lag = gauge(
             "redqueue_stream_group_lag",
             "Entries kept in a stream that a consumer group has not read yet.",
@@ -115,8 +117,8 @@ class RedQueueCollector:
             if "leases" in view:
                 stats = view["leases"]
                 for state in ("free", "leased", "expired"):
-                    resources.add_metric([target.name, state], stats[state])
-                acquired.add_metric([target.name], stats["acquired"])
+                    resources.add_metric([*ids, state], stats[state])
+                acquired.add_metric(ids, stats["acquired"])
                 continue
             if "figures" not in view:
                 continue
@@ -129,7 +131,7 @@ class RedQueueCollector:
             for reason in DROP_REASONS.get(target.kind, ()):
                 dropped.add_metric([*ids, reason], counters.get(reason, 0))
             for group in view.get("groups", ()):
-                ids_group = [target.name, group["group"]]
+                ids_group = [*ids, group["group"]]
                 group_lag.add_metric(ids_group, group["lag"])
                 group_pending.add_metric(ids_group, group["pending"])
                 if group["oldest_pending_age"] is not None:
@@ -141,8 +143,8 @@ class RedQueueCollector:
                 except (RedQueueError, redis.exceptions.RedisError):
                     continue
                 for row in rows:
-                    key_depth.add_metric([target.name, row["key"]], row["depth"])
-                    key_flight.add_metric([target.name, row["key"]], row["in_flight"])
+                    key_depth.add_metric([*ids, row["key"]], row["depth"])
+                    key_flight.add_metric([*ids, row["key"]], row["in_flight"])
         yield from g.values()
         yield from (offered, processed, dropped, key_depth, key_flight, resources, acquired, up)
         yield from (group_lag, group_pending, group_age, group_processed)

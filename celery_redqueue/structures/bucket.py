@@ -57,7 +57,7 @@ from .bucket_types import (
     parse_rate,
     validate_bucket_options,
 )
-from .figures import Figures, structure_figures, unfold
+from .figures import Figures, parse_counters, structure_figures, unfold
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -363,7 +363,7 @@ class LeakyBucket(Structure, BucketProducer):
                 self.client,
                 [("HGETALL", self.keys("stats"), ()), ("ZCARD", self.keys("ready"), ())],
             )
-        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
+        counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
         extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
         return BucketStats(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +34,10 @@ def parse_rate(rate: str | float | int) -> float:
                 f"bad rate {rate!r}: use a number per unit like '10/s', '100/m', '5/h', '0.5/s'"
             )
         per_second = float(match.group(1)) / _UNITS[match.group(2) or "s"]
-    if not per_second > 0:
-        raise ConfigurationError(f"bad rate {rate!r}: it must be greater than zero")
+    # An infinite rate is an interval of 0 ms, and a rate so small that its interval overflows
+    # is an infinite one: either stored makes every later release of the key fail.
+    if not (per_second > 0 and math.isfinite(per_second) and math.isfinite(1000.0 / per_second)):
+        raise ConfigurationError(f"bad rate {rate!r}: it must be a finite number greater than zero")
     return 1000.0 / per_second
 
 
@@ -157,8 +160,13 @@ class KeyStats:
 
 
 def _check_burst(burst: Any, name: str = "burst") -> None:
-    if isinstance(burst, bool) or not isinstance(burst, int | float) or not burst >= 0:
-        raise ConfigurationError(f"{name} must be a number >= 0, got {burst!r}")
+    if (
+        isinstance(burst, bool)
+        or not isinstance(burst, int | float)
+        or not burst >= 0
+        or not math.isfinite(burst)
+    ):
+        raise ConfigurationError(f"{name} must be a finite number >= 0, got {burst!r}")
 
 
 def validate_bucket_options(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CorruptDataError
 from ..redis.client import redis_errors
 from ..redis.lua import script
 from ..redis.server import server_warnings
@@ -101,6 +102,22 @@ def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
     return slots
 
 
+def parse_counters(where: str, flat: Mapping[bytes, bytes]) -> dict[str, int]:
+    """A stats hash's fields as integers; a field that is not an integer (written by another
+    program, or corrupted) raises :class:`CorruptDataError` naming ``where`` (the hash's key)
+    and the field, rather than a bare ``ValueError`` from deep inside ``stats()``."""
+    counters: dict[str, int] = {}
+    for name, value in flat.items():
+        text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        try:
+            counters[text] = int(value)
+        except (TypeError, ValueError):
+            raise CorruptDataError(
+                f"{where}: counter field {text!r} holds {value!r}, not an integer"
+            ) from None
+    return counters
+
+
 def unfold(counters: Mapping[str, int]) -> dict[str, int]:
     """Counters with each folded field added to every counter it names: the hot scripts bump
     one field "offered+accepted+depth" where three HINCRBYs would say the same thing."""
@@ -156,7 +173,9 @@ def read_flow(
     stats, flow, oldest, now = script("read_flow")(
         client, [stats_key, flow_key, ages_key], [depth_field]
     )
-    counters = unfold({stats[i].decode(): int(stats[i + 1]) for i in range(0, len(stats), 2)})
+    counters = unfold(
+        parse_counters(stats_key, {stats[i]: stats[i + 1] for i in range(0, len(stats), 2)})
+    )
     flow_map = {flow[i]: flow[i + 1] for i in range(0, len(flow), 2)}
     return counters, flow_map, (float(oldest) if oldest else None), float(now)
 

@@ -55,6 +55,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
 from . import catalog
+from .figures import parse_counters
 from .lease_types import Lease as Lease
 from .lease_types import LeaseStats as LeaseStats
 from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
@@ -346,7 +347,9 @@ class ResourcePool:
             "lease_stats",
             [],
         )
-        counters = {_text(reply[i]): int(reply[i + 1]) for i in range(4, len(reply), 2)}
+        counters = parse_counters(
+            self.keys("stats"), {reply[i]: reply[i + 1] for i in range(4, len(reply), 2)}
+        )
         return LeaseStats(
             resources=int(reply[0]),
             free=int(reply[1]),

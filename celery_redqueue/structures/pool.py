@@ -56,7 +56,7 @@ from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
-from .figures import Figures, structure_figures, unfold
+from .figures import Figures, parse_counters, structure_figures, unfold
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -402,7 +402,7 @@ class CappedPool(Structure, PoolProducer):
                     ("GET", self.keys("drains"), ()),
                 ],
             )
-        counters = unfold({k.decode(): int(v) for k, v in pairs(flat).items()})
+        counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("depth", 0),

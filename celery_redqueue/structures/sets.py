@@ -9,9 +9,11 @@ Three classes over one Redis sorted set each (``<prefix>:{set:<name>}:items``):
 * :class:`ScheduledSet`: scored by the time the item becomes due; ``pop``/``take``/``peek``
   see only items whose score is not in the future, and ``available()`` counts them.
 
-Items are serialized (JSON by default; any object with ``dumps``/``loads`` will do) and the
-serialized bytes are the set's members, so equal items are one member: adding an item that is
-already present only updates its score.
+Items are serialized (JSON by default; ``"str"`` stores ``str(item)`` and gives back text, as
+``redset`` does; any object with ``dumps``/``loads`` will do, its ``loads`` receiving ``str`` as in
+``redset``) and the serialized bytes are the set's members, so equal items are one member: adding
+an item that is already present only updates its score. The constructor takes ``redset``'s
+positional order (client, name, scorer, serializer): a ``redset`` user changes the import.
 
 Every pop is one atomic server-side step (``ZPOPMIN``, or one Lua script for scheduled sets), so
 any number of consumers in any number of processes each receive an item exactly once, and no
@@ -41,7 +43,13 @@ from ..errors import ConfigurationError, UndecodableItemsError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
-from ..redis.serializers import Serializer, get_serializer, to_bytes
+from ..redis.serializers import (
+    JSONSerializer,
+    KombuSerializer,
+    Serializer,
+    get_serializer,
+    to_bytes,
+)
 from ..validation import count
 
 Scorer = Callable[[Any], float]
@@ -56,15 +64,34 @@ def _check_score(score: Any, what: str = "score") -> float:
     return value
 
 
+class StrSerializer:
+    """``redset``'s default: an item is stored as ``str(item)`` (bytes as they are) and comes
+    back as text, so ``add(1)`` then ``pop()`` gives ``"1"``. Chosen with ``serializer="str"``."""
+
+    name = "str"
+
+    def dumps(self, obj: Any) -> bytes | str:
+        return obj if isinstance(obj, bytes | str) else str(obj)
+
+    def loads(self, data: str) -> str:
+        return data
+
+
+def _set_serializer(spec: str | Serializer | None) -> Serializer:
+    return StrSerializer() if spec == "str" else get_serializer(spec)
+
+
 class SortedSet:
     """A Redis sorted set of serialized items, lowest score first.
 
     Args:
         client: a ``redis.Redis`` (or ``RedisCluster``) client.
         name: the set's name; together with ``prefix`` it names the Redis key.
-        serializer: ``"json"`` (default), another kombu serializer name, or any object with
-            ``dumps(obj) -> bytes | str`` and ``loads(bytes) -> obj``.
         scorer: ``scorer(item) -> float``, used by ``add`` when no score is given.
+        serializer: ``"json"`` (default), ``"str"`` (``redset``'s default: ``str(item)`` in,
+            text out), another kombu serializer name, or any object with
+            ``dumps(obj) -> bytes | str`` and ``loads(str) -> obj`` (it receives text, as in
+            ``redset``; a member that is not UTF-8 is reported as undecodable).
         prefix: namespace of the key.
 
     Example::
@@ -81,15 +108,17 @@ class SortedSet:
         self,
         client: Any,
         name: str,
-        serializer: str | Serializer | None = None,
         scorer: Scorer | None = None,
+        serializer: str | Serializer | None = None,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
         if scorer is not None and not callable(scorer):
             raise ConfigurationError(f"scorer must be callable, got {scorer!r}")
         self.client = client
         self.name = name
-        self.serializer = get_serializer(serializer)
+        self.serializer = _set_serializer(serializer)
+        # Our own serializers read bytes; any other object gets text, as redset gave it.
+        self._loads_text = not isinstance(self.serializer, JSONSerializer | KombuSerializer)
         self.scorer = scorer
         self.keys = StructureKeys(prefix, self.kind, name)
         self.key = self.keys("items")
@@ -108,7 +137,8 @@ class SortedSet:
         raw: list[bytes] = []
         for member in members:
             try:
-                items.append(self.serializer.loads(member))
+                data = member.decode() if self._loads_text else member
+                items.append(self.serializer.loads(data))
             except Exception:
                 raw.append(member)
         if raw:
@@ -149,10 +179,10 @@ class SortedSet:
         with redis_errors(f"removing from {self.key}"):
             return bool(self.client.zrem(self.key, self.encode(item)))
 
-    def clear(self) -> None:
-        """Delete every item (this set's key only)."""
+    def clear(self) -> bool:
+        """Delete every item (this set's key only); returns whether there was anything."""
         with redis_errors(f"clearing {self.key}"):
-            self.client.delete(self.key)
+            return bool(self.client.delete(self.key))
 
     # Reading
 
@@ -200,13 +230,14 @@ class SortedSet:
         return items[0]
 
     def take(self, n: int) -> list[Any]:
-        """Atomically remove and return up to ``n`` items, lowest score first.
+        """Atomically remove and return up to ``n`` items, lowest score first; ``n <= 0``
+        takes nothing and returns ``[]`` (as ``redset``).
 
         Raises UndecodableItemsError (carrying every popped item) if a member cannot be read.
         """
-        count("take count", n)
-        if n == 0:
+        if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
             return []
+        count("take count", n)
         return self._decode_all(self._pop_members(n))
 
     def _pop_members(self, n: int) -> list[Any]:

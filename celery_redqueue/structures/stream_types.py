@@ -3,6 +3,7 @@ it is given (group names, partition keys, seek positions)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,15 +185,24 @@ def partition_key(event: Any, given: Any, key_function: Callable[[Any], Any] | N
 def seek_target(position: Any) -> tuple[str, str]:
     """What stream_seek.lua takes for a position: ``("start"|"end", "")`` or ``("id", id)``.
     A time becomes the id ``"<ms>-0"`` (the first entry published at or after it); a naive
-    datetime is local time, as ``datetime.timestamp`` reads it."""
+    datetime is local time, as ``datetime.timestamp`` reads it. The epoch, and any time or id
+    before the first entry (a datetime before 1970, a negative number), mean ``"start"``:
+    Redis has no id before ``0-0`` to read after."""
     if position in ("start", "end"):
         return str(position), ""
+    millis: int | None = None
     if isinstance(position, str) and ENTRY_ID.match(position):
-        return "id", position
+        return ("start", "") if position == "0-0" else ("id", position)
     if isinstance(position, datetime):
-        return "id", f"{int(position.timestamp() * 1000)}-0"
-    if isinstance(position, int | float) and not isinstance(position, bool) and position >= 0:
-        return "id", f"{int(position * 1000)}-0"
+        millis = int(position.timestamp() * 1000)
+    elif (
+        isinstance(position, int | float)
+        and not isinstance(position, bool)
+        and math.isfinite(position)
+    ):
+        millis = int(position * 1000)
+    if millis is not None:
+        return ("start", "") if millis <= 0 else ("id", f"{millis}-0")
     raise ConfigurationError(
         "seek position must be 'start', 'end', an entry id like '1700000000000-0', a "
         f"datetime or seconds since the epoch, got {position!r}"

@@ -40,7 +40,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
 from ..validation import positive_int, seconds
 from .base import DRAIN_LEASE, Structure
-from .figures import Figures, compute
+from .figures import Figures, compute, parse_counters
 from .receipts import ReapResult, Receipt
 from .stream_types import (
     AckResult,
@@ -311,7 +311,8 @@ class EventStream(Structure):
         """Move ``group``'s read position; the next read starts at ``position``: ``"start"``
         (the oldest entry kept: replay), ``"end"`` (only what is published next), an entry id
         (that entry and after) or a time (a datetime, or seconds since the epoch: entries
-        published at or after it). Pending entries stay pending. Returns the last-delivered
+        published at or after it; the epoch or any time before the first entry is the same as
+        ``"start"``). Pending entries stay pending. Returns the last-delivered
         id now set for the group."""
         validate_group(group)
         kind, target = seek_target(position)
@@ -380,7 +381,7 @@ class EventStream(Structure):
             pipe.xlen(self.keys("events"))
             pipe.hlen(self.keys("groups"))
             raw, length, groups = pipe.execute()
-        counters = {k.decode(): int(v) for k, v in raw.items()}
+        counters = parse_counters(self.keys("stats"), raw)
         return {
             **{n: counters.get(n, 0) for n in ("published", "requeued", "trimmed", "purged")},
             "length": int(length),

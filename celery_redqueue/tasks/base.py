@@ -144,9 +144,10 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         if (
             not isinstance(payload, list | tuple)
-            or len(payload) != 2
+            or not 2 <= len(payload) <= 3  # a third element: the caller's trace context
             or not isinstance(payload[0], list | tuple)
             or not isinstance(payload[1], dict)
+            or (len(payload) == 3 and not isinstance(payload[2], dict))
         ):
             raise SerializationError(
                 f"{self.name}: stored call has an unexpected shape: {payload!r}"
@@ -270,7 +271,7 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
     def _run_eagerly(self, prepared: Any, **options: Any) -> Any:
         """Run the body now, on the call as a worker would see it (after the serializer)."""
         encoded = prepared[1] if isinstance(prepared, tuple) else prepared
-        stored_args, stored_kwargs = self.structure.serializer.loads(encoded)
+        stored_args, stored_kwargs = self._unpack(self.structure.serializer.loads(encoded))
         return self.apply(stored_args, stored_kwargs, **options)
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:

@@ -17,6 +17,7 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import Receipt, Reservation, validate_bucket_options
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import function_option, optional_seconds, seconds
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
@@ -252,7 +253,10 @@ class BucketTask(RedQueueTask):
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
-        return key, self.bucket.encode([list(args or ()), dict(kwargs or {})])
+        call = [list(args or ()), dict(kwargs or {})]
+        if get_config(self.app).tracing:
+            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
+        return key, self.bucket.encode(call)
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -305,7 +309,20 @@ class BucketTask(RedQueueTask):
         started = time.monotonic()
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
-            self._run_call(*call_args, **call_kwargs)
+            try:
+                with tracing.processing(  # tracing hook
+                    self,
+                    [tracing.call_context(reservation.payload)],
+                    destination=self.bucket_name or self.name,
+                    kind="bucket",
+                    key=reservation.key,
+                    receives=reservation.receives,
+                    message_id=reservation.id,
+                ):
+                    self._run_call(*call_args, **call_kwargs)
+            finally:
+                # Whatever the body did, a commit, release or dead letter follows at once.
+                heartbeat().settling(bucket, reservation.id)
         except Retry as exc:
             # self.retry() inside the body: the drain's request knows nothing of this item's
             # retries, so the item's own receive count decides.

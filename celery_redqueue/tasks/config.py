@@ -14,6 +14,7 @@ from ..redis.client import get_client
 from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
 from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
+from .tracing import setting as tracing_setting
 
 REDIS_SCHEMES = (
     "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
@@ -42,6 +43,10 @@ class RedQueueConfig:
     beat: bool = True
     #: Seconds between runs of the reaper job under beat.
     reaper_interval: float = 30.0
+    #: ``redqueue_tracing``: stored calls keep their caller's trace context and run in
+    #: OpenTelemetry ``process`` spans linked to it (:mod:`.tracing`). False when OpenTelemetry
+    #: is not installed.
+    tracing: bool = False
 
     def client(self) -> Any:
         return get_client(self.url, {**self.redis_options, **self.transport_options})
@@ -91,6 +96,7 @@ def load_config(conf: Any) -> RedQueueConfig:
         transport_options=sentinel_options(url, transport),
         beat=True if beat is None else bool(beat),
         reaper_interval=float(interval),
+        tracing=tracing_setting(conf),
     )
 
 

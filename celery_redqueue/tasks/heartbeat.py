@@ -36,6 +36,8 @@ class _Held:
     interval: float
     next_at: float
     ids: Counter[str] = field(default_factory=Counter)
+    #: Held ids whose body ended and whose settle call (ack, commit) may be under way.
+    settling: set[str] = field(default_factory=set)
     drains: int = 0
 
 
@@ -98,8 +100,23 @@ class Heartbeat:
                 held.ids[item_id] -= 1
                 if held.ids[item_id] <= 0:
                     del held.ids[item_id]
+                    held.settling.discard(item_id)
             if held.drains <= 0 and not held.ids:
                 del self._held[id(structure)]
+
+    def settling(self, structure: Any, item_id: str) -> None:
+        """``item_id``'s body has ended and its settle call is about to be sent: a renewal that
+        finds it gone from now on is that settle, not the reaper, so it says nothing (a settle
+        that comes too late reports itself: ``ack``/``commit`` return False)."""
+        parts = getattr(structure, "heartbeat_parts", None)
+        if parts is not None:
+            for part, part_id in parts(item_id):
+                self.settling(part, part_id)
+            return
+        with self._lock:
+            held = self._held.get(id(structure))
+            if held is not None and item_id in held.ids:
+                held.settling.add(item_id)
 
     def _due(self) -> tuple[list[tuple[Any, list[str]]], float]:
         """What is due for renewal now, and the seconds until the next renewal.
@@ -163,7 +180,16 @@ class Heartbeat:
 
     def _renewed(self, structure: Any, missing: list[str]) -> None:
         self.rounds += 1
-        for item_id in missing:
+        with self._lock:
+            # The renewal sent the ids held when it was due; one settled since (committed,
+            # then dropped, or its commit under way) is gone for a good reason.
+            held = self._held.get(id(structure))
+            taken = [
+                item_id
+                for item_id in missing
+                if held is not None and item_id in held.ids and item_id not in held.settling
+            ]
+        for item_id in taken:
             logger.warning(
                 "redqueue: %s: %s was taken back before its body finished; it may run again",
                 structure.keys.base,

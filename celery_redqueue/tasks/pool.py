@@ -22,6 +22,7 @@ from ..structures.pool import (
 )
 from ..structures.sharded import AnyPool, make_pool, validate_shards
 from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
@@ -227,7 +228,10 @@ class PoolTask(RedQueueTask):
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
             )
-        return self.pool.encode([list(args or ()), call_kwargs])
+        call = [list(args or ()), call_kwargs]
+        if get_config(self.app).tracing and not self.pool_coalesce:
+            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
+        return self.pool.encode(call)
 
     # Consuming
 
@@ -274,6 +278,7 @@ class PoolTask(RedQueueTask):
             with heartbeat().holding(pool, batch.id):
                 failures = self._run_batch(batch)
                 last_work = time.monotonic()  # linger is counted from when the work ended
+                heartbeat().settling(pool, batch.id)
                 acked = pool.ack(batch, failures=failures, seconds=last_work - started)
             if not acked:
                 logger.warning(
@@ -301,7 +306,8 @@ class PoolTask(RedQueueTask):
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
-                self._run_call(calls)
+                with self._processing(batch.items, batch=True):  # tracing hook
+                    self._run_call(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
                 self.send_drain_or_release()  # this job ends here; the rest needs one
@@ -316,7 +322,8 @@ class PoolTask(RedQueueTask):
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                self._run_call(*call_args, **call_kwargs)
+                with self._processing([item]):  # tracing hook
+                    self._run_call(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
@@ -326,6 +333,20 @@ class PoolTask(RedQueueTask):
                 logger.exception("%s: pooled call %r failed", self.name, item.payload)
                 failures[index] = error_text(exc)
         return failures
+
+    def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
+        """The tracing span stored calls run in (a no-op context when tracing is off)."""
+        if not get_config(self.app).tracing:
+            return tracing.OFF
+        return tracing.processing(
+            self,
+            [tracing.call_context(item.payload) for item in items],
+            destination=self.pool_name or self.name,
+            batch=batch,
+            kind="pool",
+            receives=max(item.receives for item in items),
+            message_id=None if batch else items[0].id or None,
+        )
 
     def reap(self) -> int:
         result = self.pool.reap()

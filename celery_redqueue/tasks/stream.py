@@ -8,6 +8,7 @@ the group's lease and the visibility of the entries at work.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -26,6 +27,7 @@ from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
+from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
 from .decorators import decorate_task
@@ -259,9 +261,22 @@ class StreamTask(RedQueueTask):
         retry_in: dict[str, float] = {}
         dead: set[str] = set()
         for index, event in enumerate(batch.events):
+            payload, carrier = tracing.unwrap_event(event.payload)  # tracing hook
+            if carrier is not None:
+                event = dataclasses.replace(event, payload=payload)
             self._local.event = event
             try:
-                self._body()(event.payload)
+                with tracing.processing(  # tracing hook
+                    self,
+                    [carrier],
+                    destination=str(self.stream_name),
+                    kind="stream",
+                    group=self.group,
+                    key=event.key,
+                    receives=event.receives,
+                    message_id=event.id,
+                ):
+                    self._body()(event.payload)
             except SoftTimeLimitExceeded:
                 # This job ends here; what it did not finish is claimed again after the
                 # visibility timeout by the drain job sent now.

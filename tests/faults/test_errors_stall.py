@@ -64,6 +64,6 @@ def test_the_package_clients_have_timeouts_unless_overridden(make_app, redqueue_
         kwargs = get_config(app).client().connection_pool.connection_kwargs
         return kwargs.get("socket_timeout"), kwargs.get("socket_connect_timeout")
 
-    assert timeouts(make_app(redqueue_server_url)) == (5.0, 5.0)  # as the README says
+    assert timeouts(make_app(redqueue_server_url)) == (5.0, 5.0)  # as the docs say (failure modes)
     custom = make_app(redqueue_server_url, redqueue_redis_options={"socket_timeout": 1.5})
     assert timeouts(custom) == (1.5, 5.0)

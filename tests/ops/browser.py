@@ -41,7 +41,8 @@ class BrowserError(RuntimeError):
 
 
 class Browser:
-    def __init__(self, executable, profile_dir):
+    def __init__(self, executable, profile_dir, shots_dir):
+        self.shots_dir = shots_dir
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
 
@@ -139,7 +140,7 @@ class Page:
         return result["result"].get("value")
 
     def wait_for(self, expression, timeout=30.0, message=None):
-        """Dequeued a JavaScript expression until it is truthy; returns its value."""
+        """Poll a JavaScript expression until it is truthy; returns its value."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -152,7 +153,10 @@ class Page:
                 raise AssertionError(f"timed out waiting for {message or expression}")
             time.sleep(0.1)
 
-    def screenshot(self, path):
+    def screenshot(self, name):
+        """Save the page as redqueue-dashboard-<name>.png in the test's own directory (a temp
+        dir: nothing is written to a fixed path another user or run could share)."""
+        path = os.path.join(self.browser.shots_dir, f"redqueue-dashboard-{name}.png")
         data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
         with open(path, "wb") as out:
             out.write(base64.b64decode(data["data"]))

@@ -60,6 +60,6 @@ def chromium():
 
 @pytest.fixture
 def browser(chromium, tmp_path):
-    started = Browser(chromium, tmp_path / "chromium-profile")
+    started = Browser(chromium, tmp_path / "chromium-profile", tmp_path)
     yield started
     started.close()

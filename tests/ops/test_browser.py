@@ -1,6 +1,7 @@
 """The dashboard page in a real headless Chromium: live figures, chart, escaping, actions.
 
-Screenshots are written to /tmp/redqueue-dashboard-*.png for a human to look at.
+Screenshots are written to each test's tmp_path (redqueue-dashboard-*.png) for a human to
+look at: pytest keeps the last runs' under its base temp directory.
 """
 
 import http.server
@@ -16,7 +17,6 @@ from .conftest import TOKEN, running_worker
 
 SCRIPT_PAYLOAD = "<script>window.pwned = 'payload'</script>"
 ERROR_TEXT = "ValueError: <img src=x onerror=\"window.pwned='error'\">"
-SHOTS = "/tmp/redqueue-dashboard-{}.png"
 
 
 def cell(row_id, column):
@@ -74,7 +74,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
         )
         page.wait_for(f"{cell('pool:ops.slow', 7)} !== '0.00'", message="out-rate shown")
         page.wait_for("Number(document.getElementById('chart').dataset.points) > 0")
-        page.screenshot(SHOTS.format("draining"))
+        page.screenshot("draining")
         page.wait_for(f"{cell('pool:ops.slow', 2)} === '0'", timeout=120, message="drained")
     assert page.eval("window.sameDocument") is True
     # The chart was drawn: bars and the depth line put coloured pixels on the canvas.
@@ -91,7 +91,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
         " document.getElementById('span').dispatchEvent(new Event('change'))"
     )
     page.wait_for("Number(document.getElementById('chart').dataset.points) > 1")
-    page.screenshot(SHOTS.format("per-second"))
+    page.screenshot("per-second")
 
     # Dead letters: markup in payloads and errors is shown as text, never run or parsed.
     page.eval("location.hash = '#pool%3Aevil'; location.reload()")
@@ -133,7 +133,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     assert (stats.dead, stats.depth) == (1, 1)
     assert evil.pop(10).items[0].payload == SCRIPT_PAYLOAD
     page.wait_for("document.querySelectorAll('#dead tbody tr').length === 1")
-    page.screenshot(SHOTS.format("dead-letters"))
+    page.screenshot("dead-letters")
 
     # A bucket's busiest keys, searchable.
     page.eval("location.hash = '#bucket%3Acrawl'; location.reload()")
@@ -145,7 +145,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
         " document.querySelector('#key-search button').click()"
     )
     page.wait_for("document.querySelectorAll('#keys tbody tr').length === 1")
-    page.screenshot(SHOTS.format("bucket-keys"))
+    page.screenshot("bucket-keys")
 
     # Set a key's rate from the page (the token is still set in this tab).
     page.eval(
@@ -177,7 +177,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
         redqueue_redis, "creds", ["key-1", "key-2", "key-3"], prefix=redqueue_prefix
     )
     lease = creds.acquire(ttl=120)
-    page.eval("location.hash = '#leases%3Acreds'; location.reload()")
+    page.eval("location.hash = '#lease%3Acreds'; location.reload()")
     page.wait_for("document.querySelectorAll('#resources tbody tr').length === 3")
     rows = page.eval(
         "[...document.querySelectorAll('#resources tbody tr')]"
@@ -190,7 +190,7 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     )
     assert held == "1"
     assert page.eval("document.getElementById('chart').hidden") is True
-    page.screenshot(SHOTS.format("leases"))
+    page.screenshot("leases")
 
 
 class _AttackerPage(http.server.BaseHTTPRequestHandler):
@@ -238,7 +238,7 @@ def test_actions_from_another_origin_are_refused(dashboard, browser, evil):
             message="the form's answer",
         )
         assert json.loads(text) == {"error": "cross-site request refused"}
-        page.screenshot(SHOTS.format("cross-origin"))
+        page.screenshot("cross-origin")
     finally:
         server.shutdown()
         server.server_close()
@@ -261,4 +261,4 @@ def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
     assert visible == []
     assert page.eval("document.querySelectorAll('#dead input').length") == 0
     assert page.eval("document.getElementById('readonly').getClientRects().length") > 0
-    page.screenshot(SHOTS.format("read-only"))
+    page.screenshot("read-only")

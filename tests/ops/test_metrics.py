@@ -6,6 +6,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
 
+from .promtool import promtool
+
 
 def samples(text):
     """{(sample name, frozenset of labels): value} of an exposition text."""
@@ -50,5 +52,16 @@ def test_metrics_endpoint_parses_with_conventional_names(
         if name == "redqueue_key_depth"
     }
     assert key_series == {f"k{i:02}": i + 1 for i in range(20, 30)}
-    assert found["redqueue_resources", frozenset({("name", "creds"), ("state", "leased")})] == 1
-    assert found["redqueue_leases_acquired_total", frozenset({("name", "creds")})] == 1
+    lease_labels = frozenset({("kind", ResourcePool.kind), ("name", "creds")})
+    assert found["redqueue_resources", lease_labels | {("state", "leased")}] == 1
+    assert found["redqueue_leases_acquired_total", lease_labels] == 1
+    assert found["redqueue_key_depth", bucket_labels | {("key", "k29")}] == 30
+
+    # Every series carries kind and name (the per-key, per-group and lease ones lacked kind),
+    # so one selector such as {kind="bucket", name="crawl"} finds all of a structure's series.
+    unlabelled = sorted(
+        name for name, labels in found if not {"kind", "name"} <= {label for label, _ in labels}
+    )
+    assert unlabelled == []
+    lint = promtool("check", "metrics", stdin=text)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -81,8 +81,8 @@ def test_metrics_export_lag_and_pending_per_group_for_the_most_behind_groups(
         if name == "redqueue_stream_group_lag"
     }
     assert lag == {name: (2 if name == "g05" else 3) for name in names[5:]}  # bounded
-    g05 = frozenset({("name", "clicks"), ("group", "g05")})
-    g06 = frozenset({("name", "clicks"), ("group", "g06")})
+    g05 = frozenset({("kind", "stream"), ("name", "clicks"), ("group", "g05")})
+    g06 = frozenset({("kind", "stream"), ("name", "clicks"), ("group", "g06")})
     assert found["redqueue_stream_group_pending", g05] == 1
     assert found["redqueue_stream_group_pending", g06] == 0
     assert found["redqueue_stream_group_oldest_pending_age_seconds", g05] >= 0
@@ -117,7 +117,7 @@ def test_page_lists_groups_under_their_stream_and_in_its_detail(
         ".map((tr) => [...tr.cells].slice(0, 3).map((td) => td.textContent))"
     )
     assert detail == [["notify", "3", "0"], ["label", "1", "2"]]
-    page.screenshot("/tmp/redqueue-dashboard-stream.png")
+    page.screenshot("stream")
 
     # Live: more events raise every group's lag on the next refresh, without a reload.
     page.eval("window.sameDocument = true")

@@ -148,7 +148,7 @@ def test_beat_prune_removes_rows_of_removed_tasks(running):
 
 
 def test_wsgi_py_mounts_the_dashboard_beside_django(running, product):
-    """proj/wsgi.py (quoted by the README): /redqueue/ is the dashboard, the rest is Django."""
+    """proj/wsgi.py (quoted in docs/operations.md): /redqueue/ is the dashboard, else Django."""
     import json
     from wsgiref.util import setup_testing_defaults
 

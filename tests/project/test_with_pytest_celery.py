@@ -1,5 +1,5 @@
 """Testing your own pooled and bucket tasks with pytest-celery's fixtures and
-celery_redqueue.testing together (the README shows this file)."""
+celery_redqueue.testing together (docs/testing.md shows this file)."""
 
 import time
 

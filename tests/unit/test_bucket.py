@@ -249,6 +249,19 @@ def test_bad_rates_are_refused(make_bucket, rate):
         bucket.set_rate("k", rate)
 
 
+@pytest.mark.parametrize("rate", [float("inf"), float("nan"), 0.0, 5e-324, "1" + "0" * 400])
+def test_non_finite_rates_are_refused_and_store_nothing(make_bucket, rate):
+    # inf used to store "0.0 0.0" as the key's rate, and every later enqueue on it raised.
+    bucket = make_bucket()
+    with pytest.raises(ConfigurationError, match="rate"):
+        bucket.set_rate("k", rate)
+    with pytest.raises(ConfigurationError, match="burst"):
+        bucket.set_rate("k", "10/s", burst=float("inf"))
+    assert bucket.client.hgetall(bucket.keys("rates")) == {}
+    assert bucket.enqueue("k", 1)
+    assert bucket.dequeue().reservation.payload == 1
+
+
 def test_bad_keys_and_reservations_are_refused(make_bucket):
     bucket = make_bucket()
     other = make_bucket("other")

@@ -11,6 +11,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from celery_redqueue import Serializer
 from celery_redqueue.errors import ConfigurationError, RedisUnavailableError, SerializationError
 from celery_redqueue.structures.sets import (
     ScheduledSet,
@@ -82,9 +83,10 @@ def test_len_contains_discard_clear(make, redqueue_redis):
     assert s.discard("x") is True
     assert s.discard("x") is False
     assert "x" not in s and len(s) == 1
-    s.clear()
+    assert s.clear() is True  # redset's contract: whether anything was deleted
     assert len(s) == 0
     assert not redqueue_redis.exists(s.key)
+    assert s.clear() is False
 
 
 def test_peek_and_peek_score_leave_items_in_place(make):
@@ -112,6 +114,7 @@ def test_pop_and_take(make):
         s.add(i, score=i)
     assert s.pop() == 0
     assert s.take(0) == []
+    assert s.take(-1) == []  # redset's: n <= 0 takes nothing
     assert s.take(3) == [1, 2, 3]
     assert s.take(10) == [4]
     with pytest.raises(KeyError):
@@ -134,16 +137,17 @@ def test_json_round_trips(make):
     assert s.take(len(items)) == items
 
 
-class Upper:
-    """A serializer that is not JSON: any object with dumps/loads will do."""
+class Upper(Serializer):
+    """A serializer that is not JSON: any object with dumps/loads will do (subclassing the
+    public protocol, as redset's users subclass redset.interfaces.Serializer, is optional)."""
 
     def dumps(self, obj):
         return "U:" + obj.upper()
 
     def loads(self, data):
-        text = data.decode()
-        assert text.startswith("U:")
-        return text[2:].lower()
+        assert isinstance(data, str)  # text, as redset passed it: a redset serializer works
+        assert data.startswith("U:")
+        return data[2:].lower()
 
 
 def test_custom_serializer_objects(make, redqueue_redis):
@@ -155,6 +159,26 @@ def test_custom_serializer_objects(make, redqueue_redis):
     stdlib = make(name="stdlib", serializer=json)  # a module with dumps/loads works as is
     stdlib.add({"k": [1, 2]}, 1)
     assert stdlib.pop() == {"k": [1, 2]}
+
+
+def test_redset_positional_order_and_str_serializer(redqueue_redis, redqueue_prefix):
+    """redset's constructor order (client, name, scorer, serializer) and, with one argument,
+    its default of str in, text out."""
+    s = SortedSet(redqueue_redis, "redset", lambda item: -item, "str", redqueue_prefix)
+    for i in range(3):
+        s.add(i)
+    assert redqueue_redis.zrange(s.key, 0, -1) == [b"2", b"1", b"0"]
+    assert s.peek() == "2" and 1 in s and "1" in s
+    assert s.take(3) == ["2", "1", "0"]
+
+
+def test_a_custom_serializer_reads_non_utf8_members_as_undecodable(make, redqueue_redis):
+    s = make(serializer=Upper())
+    s.add("ok", 1)
+    redqueue_redis.zadd(s.key, {b"U:\xff": 2})
+    with pytest.raises(UndecodableItemsError) as caught:
+        s.take(10)
+    assert caught.value.items == ["ok"] and caught.value.raw == [b"U:\xff"]
 
 
 def test_undecodable_members_are_reported_not_lost(make, redqueue_redis):
@@ -180,7 +204,7 @@ def test_bad_input_is_refused_and_stores_nothing(make, redqueue_redis):
     with pytest.raises(ConfigurationError, match="scorer result"):
         make(name="bad-scorer", scorer=lambda item: "high").add("x")
     assert not redqueue_redis.exists(s.key)
-    for bad_count in [-1, 1.5, True, "3"]:
+    for bad_count in [1.5, True, "3", None]:
         with pytest.raises(ConfigurationError):
             s.take(bad_count)
     with pytest.raises(ConfigurationError):

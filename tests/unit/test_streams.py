@@ -1,7 +1,7 @@
 """EventStream on a real Redis: groups, at-least-once, dead letters, ordering, cap, seek."""
 
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -79,11 +79,27 @@ def test_seek_to_id_time_and_end(make_stream):
     stream.seek("g", "end")
     assert drain(stream, "g") == []
     millis = int(ids[0].split("-")[0])
-    stream.seek("g", datetime.fromtimestamp(millis / 1000, UTC))
+    stream.seek("g", datetime.fromtimestamp(millis / 1000, timezone.utc))
     assert drain(stream, "g") == [f"e{i}" for i in range(5)]
     stream.seek("g", (millis + 10**6) / 1000)  # a time after everything
     assert drain(stream, "g") == []
-    for bad in ("middle", "12-x", -1, True, None, [1]):
+    # The epoch, and any time or id before the first entry, replay from the oldest kept entry
+    # (seek(g, 0) raised a raw RedisCommandError: Redis has nothing before 0-0).
+    before_first = datetime.fromtimestamp(millis / 1000 - 60, timezone.utc)
+    for early in (
+        0,
+        0.0,
+        -1,
+        "0-0",
+        "0-1",
+        datetime(1960, 1, 1, tzinfo=timezone.utc),
+        before_first,
+    ):
+        stream.seek("g", "end")
+        assert stream.seek("g", early) == "0-0", early
+        assert stream.group_figures("g").lag == 5, early
+        assert drain(stream, "g") == [f"e{i}" for i in range(5)], early
+    for bad in ("middle", "12-x", True, None, [1], float("nan"), float("-inf")):
         with pytest.raises(ConfigurationError):
             stream.seek("g", bad)
 
