@@ -137,8 +137,8 @@ class Operations:
             for kind, name, settings in registered(self.client, self.prefix):
                 structure: Any
                 if kind == ResourcePool.kind:
-                    structure = ResourcePool(self.client, name, prefix=self.prefix)
-                    structure._registered = True  # it is listed: reading must not write
+                    # It is listed already: reading must not write.
+                    structure = ResourcePool(self.client, name, prefix=self.prefix, listed=True)
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)

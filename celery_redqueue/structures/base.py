@@ -31,7 +31,7 @@ def decode_ids(reply: Any) -> list[str]:
     return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
 
 
-class Structure(DeadLetterTools):
+class Structure(DeadLetterTools, catalog.Registered):
     """Base of pools, buckets and other queue structures (not used directly).
 
     Subclasses set ``kind`` (the middle of the hash tag: ``prefix:{<kind>:<name>}:<part>``),
@@ -49,19 +49,20 @@ class Structure(DeadLetterTools):
             catalog.add_kind(cls.kind, cls)
 
     def _setup(
-        self, client: Any, name: str, prefix: str, serializer: str | Serializer | None
+        self,
+        client: Any,
+        name: str,
+        prefix: str,
+        serializer: str | Serializer | None,
+        listed: bool = False,
     ) -> None:
         self.client = client
         self.name = name
         self.serializer = get_serializer(serializer)
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
-        self._registered = False
+        self._registered = listed
         self._bound_scripts: dict[tuple[str, Any], BoundScript] = {}
-
-    def settings(self) -> dict[str, Any]:
-        """What another process needs to open this structure (the registry keeps it)."""
-        raise NotImplementedError
 
     def _script_head(self) -> list[Any]:
         """The arguments every script of this kind takes before its own."""
@@ -72,16 +73,10 @@ class Structure(DeadLetterTools):
 
         The first call of a process records the structure in the registry.
         """
-        self._register_once()
+        self.register_once()
         return script(name)(
             self.client, self._keys if keys is None else keys, self._script_head() + args
         )
-
-    def _register_once(self) -> None:
-        """Record the structure in the registry on this process's first script call."""
-        if not self._registered:
-            catalog.register(self.client, self.keys, self.settings())
-            self._registered = True
 
     def _bound(
         self, name: str, keys: Sequence[str], head: Sequence[Any] = (), variant: Any = None
@@ -92,7 +87,7 @@ class Structure(DeadLetterTools):
         groups; the settings in the common head do not change after construction)."""
         bound = self._bound_scripts.get((name, variant))
         if bound is None:
-            self._register_once()
+            self.register_once()
             bound = self._bound_scripts[name, variant] = script(name).bind(
                 self.client, keys, [*self._script_head(), *head]
             )

@@ -58,6 +58,7 @@ from .bucket_types import (
     validate_bucket_options,
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
+from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -89,15 +90,17 @@ logger = logging.getLogger(__name__)
 
 
 class BucketProducer:
-    """What a bucket offers producers, on top of ``encode`` and ``_enqueue_encoded``: shared by
+    """What a bucket offers producers, on top of ``encode`` and ``store_encoded``: shared by
     :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
+
+    store_chunk = ENQUEUE_CHUNK
 
     def encode(self, payload: Any) -> bytes:
         raise NotImplementedError
 
-    def _enqueue_encoded(
+    def store_encoded(
         self,
-        encoded: list[tuple[str, bytes]],
+        encoded: Sequence[tuple[str, bytes]],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -114,18 +117,16 @@ class BucketProducer:
         the same id was seen within ``dedupe_window``.
         """
         encoded = [(_check_key(key), self.encode(payload))]
-        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
+        return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def enqueue_many(
         self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
     ) -> list[Receipt]:
         """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
         encoded = [(_check_key(k), self.encode(p)) for k, p in items]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ENQUEUE_CHUNK):
-            chunk = encoded[start : start + ENQUEUE_CHUNK]
-            results.extend(self._enqueue_encoded(chunk, delay=delay))
-        return results
+        return in_chunks(
+            lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ENQUEUE_CHUNK
+        )
 
 
 class LeakyBucket(Structure, BucketProducer):
@@ -153,6 +154,7 @@ class LeakyBucket(Structure, BucketProducer):
         max_drains: int = 1,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        listed: bool = False,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
@@ -166,7 +168,7 @@ class LeakyBucket(Structure, BucketProducer):
             overflow=overflow,
             max_drains=max_drains,
         )
-        self._setup(client, name, prefix, serializer)
+        self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
         self.ordered = ordered
@@ -224,9 +226,9 @@ class LeakyBucket(Structure, BucketProducer):
 
     # Producing
 
-    def _enqueue_encoded(
+    def store_encoded(
         self,
-        encoded: list[tuple[str, bytes]],
+        encoded: Sequence[tuple[str, bytes]],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,

@@ -66,6 +66,7 @@ from .pool_types import (
     PoolStats,
     validate_pool_options,
 )
+from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -105,13 +106,15 @@ _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
 class PoolProducer:
-    """What a pool offers producers, on top of ``encode`` and ``_add_encoded``: shared by
+    """What a pool offers producers, on top of ``encode`` and ``store_encoded``: shared by
     :class:`CappedPool` and the sharded pool, which differ only in where an encoded call goes."""
+
+    store_chunk = ADD_CHUNK
 
     def encode(self, payload: Any) -> bytes:
         raise NotImplementedError
 
-    def _add_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[bytes],
         *,
@@ -126,7 +129,7 @@ class PoolProducer:
         ``delay`` holds the call in the delayed set for that many seconds before it is offered;
         ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
         """
-        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
         """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
@@ -135,10 +138,7 @@ class PoolProducer:
         At most one result has ``drain_needed`` set.
         """
         encoded = [self.encode(p) for p in payloads]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
-        return results
+        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
 
 
 class CappedPool(Structure, PoolProducer):
@@ -165,6 +165,7 @@ class CappedPool(Structure, PoolProducer):
         max_receives: int = 5,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        listed: bool = False,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
         seconds("drain_lease", drain_lease, positive=True)
@@ -178,7 +179,7 @@ class CappedPool(Structure, PoolProducer):
                 "processed_guard is not available on coalescing pools: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
-        self._setup(client, name, prefix, serializer)
+        self._setup(client, name, prefix, serializer, listed)
         self.capacity = capacity
         self.policy = policy
         self.coalesce = coalesce
@@ -213,7 +214,7 @@ class CappedPool(Structure, PoolProducer):
             "drain_lease": self.drain_lease_ms / 1000,
         }
 
-    def _add_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[bytes],
         *,

@@ -88,15 +88,18 @@ class ShardedPool(Sharded, PoolProducer):
         shards: int,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
+        listed: bool = False,
         **options: Any,
     ) -> None:
         validate_shards("shards", shards, capacity)
         caps = [capacity // shards + (1 if i < capacity % shards else 0) for i in range(shards)]
         parts = [
-            CappedPool(client, shard, cap, prefix=prefix, serializer=serializer, **options)
+            CappedPool(
+                client, shard, cap, prefix=prefix, serializer=serializer, listed=True, **options
+            )
             for shard, cap in zip(shard_names(self.kind, name, shards), caps, strict=True)
         ]
-        self._setup_logical(client, name, prefix, parts)
+        self._setup_logical(client, name, prefix, parts, listed)
         self.capacity = capacity
         self.policy = parts[0].policy
         self.coalesce = parts[0].coalesce
@@ -118,7 +121,7 @@ class ShardedPool(Sharded, PoolProducer):
 
     # Producing
 
-    def _add_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[bytes],
         *,
@@ -129,7 +132,7 @@ class ShardedPool(Sharded, PoolProducer):
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n], ids[n]),
-            lambda shard, data, ds: shard._add_encoded(data, delay=delay, dedupe_ids=ds),
+            lambda shard, data, ds: shard.store_encoded(data, delay=delay, dedupe_ids=ds),
             ids,
         )
 
@@ -171,7 +174,7 @@ class ShardedPool(Sharded, PoolProducer):
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Reap every shard; the counts are summed."""
-        self._register()
+        self.register_once()
         return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
 
     # Reading
@@ -205,14 +208,15 @@ class ShardedBucket(Sharded, BucketProducer):
         shards: int,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
+        listed: bool = False,
         **options: Any,
     ) -> None:
         validate_shards("shards", shards)
         parts = [
-            LeakyBucket(client, shard, prefix=prefix, serializer=serializer, **options)
+            LeakyBucket(client, shard, prefix=prefix, serializer=serializer, listed=True, **options)
             for shard in shard_names(self.kind, name, shards)
         ]
-        self._setup_logical(client, name, prefix, parts)
+        self._setup_logical(client, name, prefix, parts, listed)
         self.ordered = parts[0].ordered
         self.default_interval_ms = parts[0].default_interval_ms
         self.default_burst = parts[0].default_burst
@@ -237,9 +241,9 @@ class ShardedBucket(Sharded, BucketProducer):
 
     # Producing
 
-    def _enqueue_encoded(
+    def store_encoded(
         self,
-        encoded: list[tuple[str, bytes]],
+        encoded: Sequence[tuple[str, bytes]],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -247,7 +251,7 @@ class ShardedBucket(Sharded, BucketProducer):
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n][0]),
-            lambda shard, items, ds: shard._enqueue_encoded(items, delay=delay, dedupe_ids=ds),
+            lambda shard, items, ds: shard.store_encoded(items, delay=delay, dedupe_ids=ds),
             dedupe_ids,
         )
 
@@ -301,7 +305,7 @@ class ShardedBucket(Sharded, BucketProducer):
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Reap every shard; the counts are summed."""
-        self._register()
+        self.register_once()
         return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
 
     # Reading

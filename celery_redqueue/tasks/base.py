@@ -23,6 +23,7 @@ from celery.utils.time import maybe_make_aware
 
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
+from ..structures.protocols import Drained, Producer
 from .beat import register_beat
 from .buffer import CallBuffer, buffered_call
 from .composition import CallComposition, entry_point
@@ -282,7 +283,7 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
         return count
 
     @property
-    def structure(self) -> Any:
+    def structure(self) -> Drained:
         """The Redis structure behind this task (subclasses)."""
         raise NotImplementedError
 
@@ -372,8 +373,11 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
                 self.name,
                 error_text(exc),
             )
+            producer = self.structure
+            # Streams release per group (StreamTask's own send); pools and buckets here.
+            assert isinstance(producer, Producer)
             try:
-                self.structure.release_drain(flag=countdown is None, wake=countdown is not None)
+                producer.release_drain(flag=countdown is None, wake=countdown is not None)
             except RedQueueError as release_exc:
                 logger.warning(
                     "%s: could not release the drain flag either (%s); it frees itself when "

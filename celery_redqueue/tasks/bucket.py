@@ -260,7 +260,7 @@ class BucketTask(RedQueueTask):
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.bucket._enqueue_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
+        result: Receipt = self.bucket.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     # Consuming

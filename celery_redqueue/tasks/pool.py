@@ -14,12 +14,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
-    ADD_CHUNK,
     DELIVERIES,
     PoolBatch,
     Receipt,
     validate_pool_options,
 )
+from ..structures.protocols import in_chunks
 from ..structures.sharded import AnyPool, make_pool, validate_shards
 from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
 from . import tracing
@@ -196,7 +196,7 @@ class PoolTask(RedQueueTask):
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
+        result: Receipt = self.pool.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
@@ -208,9 +208,7 @@ class PoolTask(RedQueueTask):
         encoded = [self._prepare_call(a, k) for a, k in calls]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
+        results = in_chunks(self.pool.store_encoded, encoded, self.pool.store_chunk)
         for i, result in enumerate(results):
             if result.drain_needed:
                 results[i] = self._after_add(result)
