@@ -58,7 +58,7 @@ from .bucket_types import (
     validate_bucket_options,
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
-from .protocols import in_chunks
+from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -89,23 +89,11 @@ MAX_UNDECODABLE_PER_POLL = 100
 logger = logging.getLogger(__name__)
 
 
-class BucketProducer:
-    """What a bucket offers producers, on top of ``encode`` and ``store_encoded``: shared by
+class BucketProducer(Producer[tuple[str, bytes]]):
+    """What a bucket offers producers on top of :class:`~.protocols.Producer`: shared by
     :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
 
     store_chunk = ENQUEUE_CHUNK
-
-    def encode(self, payload: Any) -> bytes:
-        raise NotImplementedError
-
-    def store_encoded(
-        self,
-        encoded: Sequence[tuple[str, bytes]],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        raise NotImplementedError
 
     def enqueue(
         self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None

@@ -66,7 +66,7 @@ from .pool_types import (
     PoolStats,
     validate_pool_options,
 )
-from .protocols import in_chunks
+from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -105,23 +105,11 @@ logger = logging.getLogger(__name__)
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class PoolProducer:
-    """What a pool offers producers, on top of ``encode`` and ``store_encoded``: shared by
+class PoolProducer(Producer[bytes]):
+    """What a pool offers producers on top of :class:`~.protocols.Producer`: shared by
     :class:`CappedPool` and the sharded pool, which differ only in where an encoded call goes."""
 
     store_chunk = ADD_CHUNK
-
-    def encode(self, payload: Any) -> bytes:
-        raise NotImplementedError
-
-    def store_encoded(
-        self,
-        encoded: Sequence[bytes],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        raise NotImplementedError
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
