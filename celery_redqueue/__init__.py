@@ -15,8 +15,11 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallRefusedError,
     ConfigurationError,
     CorruptDataError,
+    InvalidArgumentError,
+    KeyBackoff,
     NoFreeResourceError,
     PickleWarning,
     ReceiptNotReadyError,
@@ -25,6 +28,7 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    retry_after,
 )
 from .redis.serializers import Serializer
 from .structures.bucket import (
@@ -64,6 +68,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallRefusedError",
     "CappedPool",
     "ConfigurationError",
     "CorruptDataError",
@@ -73,6 +78,8 @@ __all__ = [
     "EventStream",
     "Figures",
     "GroupFigures",
+    "InvalidArgumentError",
+    "KeyBackoff",
     "KeyStats",
     "LeakyBucket",
     "Lease",
@@ -113,5 +120,6 @@ __all__ = [
     "pool_task",
     "publish",
     "resource_pool",
+    "retry_after",
     "stream_task",
 ]

@@ -77,6 +77,57 @@ class ReceiptNotReadyError(RedQueueError):
     """A buffered call's receipt was read before its buffer stored it (or it was discarded)."""
 
 
+class CallRefusedError(RedQueueError):
+    """The structure refused a call (a full ``reject`` pool or bucket key, a duplicate): with
+    per-call results on, this is the call's result, so whoever waits on its id learns it."""
+
+
 class CorruptDataError(RedQueueError, ValueError):
     """A structure's stored field cannot be read (another program wrote it, or it was
     corrupted); the message names the structure's key and the field."""
+
+
+class KeyBackoff(RedQueueError):
+    """Raised by a bucket task's body (an upstream answered 429): pause this call's key for
+    ``seconds`` in every worker, and put the call back at the head of its key without counting
+    a receive, so backing off never dead-letters it. Other keys go on. ``cost``: the units the
+    upstream counted for the refused call (None: none, its charge is refunded).
+
+    Example::
+
+        response = session.post(url, json=body)
+        if response.status_code == 429:
+            raise retry_after(response.headers.get("Retry-After"), default=5)
+    """
+
+    def __init__(self, seconds: float, *, cost: float | None = None) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds < 86400 * 366
+        ):
+            raise InvalidArgumentError(f"KeyBackoff needs 0 <= seconds < a year, got {seconds!r}")
+        super().__init__(f"back off this key for {seconds:g} s")
+        self.seconds = float(seconds)
+        self.cost = cost
+
+
+def retry_after(value: str | int | float | None, *, default: float = 1.0) -> KeyBackoff:
+    """A :class:`KeyBackoff` from an HTTP ``Retry-After`` value: seconds (``"20"``) or an HTTP
+    date (``"Wed, 21 Oct 2015 07:28:00 GMT"``; a date in the past is 0 s). ``default`` when the
+    header is missing or unreadable."""
+    import email.utils
+    import time
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return KeyBackoff(max(float(value), 0.0))
+    text = (value or "").strip() if isinstance(value, str) else ""
+    try:
+        return KeyBackoff(max(float(text), 0.0))
+    except (ValueError, InvalidArgumentError):
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return KeyBackoff(default)
+    return KeyBackoff(min(max(when - time.time(), 0.0), 86400 * 365.0))

@@ -8,7 +8,6 @@ Run it with ``./run-demo crawler``.
 """
 
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -17,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from celery_redqueue.testing.embedded import EmbeddedRedis
-from example_project.demo import Interrupted, celery, interrupt, stop
+from example_project.demo import celery, stop, stoppable, watch_command
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES_PER_DOMAIN = 30
@@ -63,12 +62,15 @@ def max_per_second(times):
     return best
 
 
-def main():
+def main(log):
     hits = {name: [] for name in RATES}
     sites = {name: start_site(name, hits[name]) for name in RATES}
     for name, site in sites.items():
         site.others = [s.base for n, s in sites.items() if n != name][:1]
     with EmbeddedRedis() as server, tempfile.TemporaryDirectory() as tmp:
+        print(f"embedded Redis at {server.url}")
+        log.announce()
+        watch_command({"REDQUEUE_DEMO_URL": server.url})
         os.environ["REDQUEUE_DEMO_URL"] = server.url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         from celery_redqueue.tasks.config import get_config
@@ -77,8 +79,17 @@ def main():
         for name, site in sites.items():
             crawl.bucket.set_rate(site.base.split("//")[1], RATES[name])
         procs = [
-            celery("worker", "--pool=prefork", "--concurrency=3", env=env, cwd=tmp),
-            celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
+            celery(
+                "worker",
+                "--pool=prefork",
+                "--concurrency=3",
+                "-l",
+                "info",
+                env=env,
+                cwd=tmp,
+                log=log,
+            ),
+            celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp, log=log),
         ]
         try:
             for site in sites.values():
@@ -124,13 +135,7 @@ def main():
 
 def run():
     """main(), stopped cleanly (worker, beat, Redis, temporary files) by Ctrl-C or SIGTERM."""
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        return main()
-    except Interrupted as stopped:
-        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
-        return 128 + stopped.signum
+    return stoppable("crawler", main)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ calls so the rates move.
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,14 +29,65 @@ ERROR_REPORTS = 5_000
 FINGERPRINTS = ["KeyError@cart", "Timeout@pay", "404@img"]
 
 
-def celery(*args, env, cwd):
+DEMO_APP = "example_project.celery_app"
+
+
+class CeleryLog:
+    """Where a demo's worker and beat write: a file the demo names when it starts (``tail -f``
+    it to watch them), removed with the other temporary files when the demo succeeds or is
+    stopped, kept and its end quoted when the demo fails (a broken worker shows there, not only
+    as "did not drain")."""
+
+    def __init__(self, demo):
+        # Its own temporary directory: the demo's working directory goes when the demo ends,
+        # and a failed demo's log must outlive it.
+        self.dir = Path(tempfile.mkdtemp(prefix=f"redqueue-{demo}-log-"))
+        self.path = self.dir / "worker-and-beat.log"
+        self.file = self.path.open("ab")
+
+    def announce(self):
+        print(f"worker and beat log to {self.path} (kept if the demo fails)", flush=True)
+
+    def close(self, status):
+        """Status 0 or None (stopped by a signal): remove the log; else keep and quote it."""
+        self.file.close()
+        if not status:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        tail = self.path.read_text(errors="replace").splitlines()[-40:]
+        print(
+            f"\nthe demo failed; the worker's and beat's log is kept at {self.path}. It ends with:",
+            *(f"  | {line}" for line in tail),
+            sep="\n",
+            file=sys.stderr,
+        )
+
+
+def celery(*args, env, cwd, log, app=DEMO_APP):
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "example_project.celery_app", *args],
+        [sys.executable, "-m", "celery", "-A", app, *args],
         env=env,
         cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log.file,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
+    )
+
+
+def watch_command(settings, app=DEMO_APP, cd=None):
+    """Print the command that watches this demo from another terminal. The CLI reads the Redis
+    its app is configured with, so it is given the demo's (else it reads whatever listens on
+    6379). ``cd``: a directory, relative to the repository root, to run it from."""
+    here = ROOT / cd if cd else ROOT
+    executable = Path(sys.executable).parent / "celery"
+    if executable.is_relative_to(ROOT):
+        executable = Path(os.path.relpath(executable, here))
+    assignments = " ".join(f"{name}={value}" for name, value in settings.items())
+    print(
+        "watch it from the repository root in another terminal while it runs (stats, list and"
+        f" dashboard work the same way):\n  {f'cd {cd} && ' if cd else ''}{assignments}"
+        f" {executable} -A {app} redqueue top",
+        flush=True,
     )
 
 
@@ -88,10 +140,10 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def start_dashboard(env, cwd):
+def start_dashboard(env, cwd, log):
     """`celery -A example_project.celery_app redqueue dashboard` on a free port, once it answers."""
     port = free_port()
-    proc = celery("redqueue", "dashboard", "--port", str(port), env=env, cwd=cwd)
+    proc = celery("redqueue", "dashboard", "--port", str(port), env=env, cwd=cwd, log=log)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -121,20 +173,24 @@ def trickle(seconds, url):
     print("dashboard stopped")
 
 
-def run(server, tmp, dashboard_seconds=None):
+def run(server, tmp, log, dashboard_seconds=None):
     print(f"embedded Redis at {server.url} ({server.binary})")
     print(f"worker and beat run in {tmp}")
+    log.announce()
+    watch_command({"REDQUEUE_DEMO_URL": server.url})
     os.environ["REDQUEUE_DEMO_URL"] = server.url
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     from example_project.celery_app import app, count_error, record_page_view
 
     procs = [
-        celery("worker", "--pool=prefork", "--concurrency=2", env=env, cwd=tmp),
-        celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
+        celery(
+            "worker", "--pool=prefork", "--concurrency=2", "-l", "info", env=env, cwd=tmp, log=log
+        ),
+        celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp, log=log),
     ]
     try:
         if dashboard_seconds is not None:
-            dashboard, url = start_dashboard(env, tmp)
+            dashboard, url = start_dashboard(env, tmp, log)
             procs.append(dashboard)
             print(f"dashboard at {url}: open it now to watch the burst")
         print(
@@ -193,14 +249,30 @@ def main(argv=()):
         dashboard_seconds = float(argv[1]) if len(argv) > 1 else 300.0
     elif argv:
         raise SystemExit("usage: python -m example_project.demo [dashboard [SECONDS]]")
+    return stoppable("demo", lambda log: demo(log, dashboard_seconds))
+
+
+def demo(log, dashboard_seconds):
+    with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-demo-") as tmp:
+        return run(server, tmp, log, dashboard_seconds)
+
+
+def stoppable(name, body):
+    """Run ``body(log)``, stopped cleanly (worker, beat, Redis, temporary files) by Ctrl-C or
+    SIGTERM; the worker's and beat's log is quoted and kept when it fails."""
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
+    log = CeleryLog(name)
+    status = 1  # an exception on the way out is a failure too: quote the log
     try:
-        with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-demo-") as tmp:
-            return run(server, tmp, dashboard_seconds)
+        status = body(log)
+        return status
     except Interrupted as stopped:
+        status = None
         print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
         return 128 + stopped.signum
+    finally:
+        log.close(status)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ Ctrl-C or SIGTERM at any moment stops the worker, beat and Redis and removes the
 """
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,13 +20,14 @@ from celery import Celery
 
 from celery_redqueue import publish, stream_task
 from celery_redqueue.tasks.config import get_config
-from example_project.demo import Interrupted, interrupt, stop
+from example_project.demo import celery, stop, stoppable, watch_command
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDERS = 200
 
+APP = "example_project.orders"
 app = Celery(
-    "example_project.orders",
+    APP,
     broker=os.environ.get("REDQUEUE_DEMO_URL", "redis://localhost:6379/0"),
 )
 app.conf.update(
@@ -72,17 +71,6 @@ def loyalty_points(event):
 GROUPS = {"sms": send_sms, "packing": packing_slip, "loyalty": loyalty_points}
 
 
-def celery(*args, env, cwd):
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "example_project.orders", *args],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
 def wait(condition, timeout=120):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -112,17 +100,20 @@ def settled(expected):
     )
 
 
-def main():
+def main(log):
     from celery_redqueue.testing.embedded import EmbeddedRedis
 
     with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-orders-") as tmp:
         print(f"embedded Redis at {server.url}")
+        log.announce()
+        watch_command({"REDQUEUE_DEMO_URL": server.url}, app=APP)
         os.environ["REDQUEUE_DEMO_URL"] = server.url
         app.conf.broker_url = server.url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
+        where = {"env": env, "cwd": tmp, "log": log}
         procs = [
-            celery("worker", "--pool=prefork", "--concurrency=2", env=env, cwd=tmp),
-            celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", env=env, cwd=tmp),
+            celery("worker", "-P", "prefork", "-c", "2", "-l", "info", **where, app=APP),
+            celery("beat", "--max-interval=1", "-s", f"{tmp}/beat", **where, app=APP),
         ]
         try:
             events = [
@@ -174,13 +165,7 @@ def main():
 
 def run():
     """main(), stopped cleanly (worker, beat, Redis, temporary files) by Ctrl-C or SIGTERM."""
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        return main()
-    except Interrupted as stopped:
-        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
-        return 128 + stopped.signum
+    return stoppable("orders", main)
 
 
 if __name__ == "__main__":

@@ -5,29 +5,16 @@ Ctrl-C or SIGTERM at any moment stops everything and removes the temporary files
 """
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from celery_redqueue.testing.embedded import EmbeddedRedis
-from example_project.demo import Interrupted, interrupt, stop
+from example_project.demo import celery, stop, stoppable, watch_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DJANGO_DIR = ROOT / "example_project" / "django_shop"
-
-
-def celery(app, *args, env, cwd, log):
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", app, *args],
-        env=env,
-        cwd=cwd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def wait(predicate, what, timeout=60):
@@ -57,11 +44,24 @@ def django(url, tmp, log):
     from shop.models import Product, SupplierNotice
 
     call_command("migrate", verbosity=0)
+    watch_command(
+        {"SHOP_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": "proj.settings"},
+        app="proj",
+        cd="example_project/django_shop",
+    )
     print("migrated the shop's SQLite database; starting `celery -A proj worker` and `beat`")
     procs = [
-        celery("proj", "worker", "-P", "solo", "-l", "info", env=env, cwd=DJANGO_DIR, log=log),
+        celery("worker", "-P", "solo", "-l", "info", env=env, cwd=DJANGO_DIR, log=log, app="proj"),
         celery(
-            "proj", "beat", "-l", "info", "--max-interval", "1", env=env, cwd=DJANGO_DIR, log=log
+            "beat",
+            "-l",
+            "info",
+            "--max-interval",
+            "1",
+            env=env,
+            cwd=DJANGO_DIR,
+            log=log,
+            app="proj",
         ),
     ]
     try:
@@ -104,10 +104,13 @@ def flask(url, tmp, log):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     app = create_app()
     celery_app = "example_project.flask_app.make_celery"
+    watch_command({"FLASK_CELERY__broker_url": url}, app=celery_app)
     print("starting `celery -A example_project.flask_app.make_celery worker` and `beat`")
     procs = [
-        celery(celery_app, "worker", "-P", "solo", "-l", "info", env=env, cwd=tmp, log=log),
-        celery(celery_app, "beat", "-l", "info", "-s", f"{tmp}/beat", env=env, cwd=tmp, log=log),
+        celery("worker", "-P", "solo", "-l", "info", env=env, cwd=tmp, log=log, app=celery_app),
+        celery(
+            "beat", "-l", "info", "-s", f"{tmp}/beat", env=env, cwd=tmp, log=log, app=celery_app
+        ),
     ]
     try:
         client = app.test_client()
@@ -138,26 +141,17 @@ def main(argv):
     if project not in ("django", "flask"):
         print("usage: python -m example_project.projects django|flask", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        with (
-            EmbeddedRedis() as server,
-            tempfile.TemporaryDirectory(prefix=f"redqueue-{project}-") as tmp,
-            open(Path(tmp) / "celery.log", "wb") as log,
-        ):
-            print(f"embedded Redis at {server.url}; {project} example in {tmp}")
-            status = (django if project == "django" else flask)(server.url, tmp, log)
-            if status:
-                log.flush()
-                tail = Path(log.name).read_text(errors="replace").splitlines()[-30:]
-                print(
-                    "something went wrong; the worker's and beat's log ends with:", *tail, sep="\n"
-                )
-            return status
-    except Interrupted as stopped:
-        print(f"\n{stopped}: stopped the worker, beat and Redis; removed the temporary files")
-        return 128 + stopped.signum
+    return stoppable(project, lambda log: run(project, log))
+
+
+def run(project, log):
+    with (
+        EmbeddedRedis() as server,
+        tempfile.TemporaryDirectory(prefix=f"redqueue-{project}-") as tmp,
+    ):
+        print(f"embedded Redis at {server.url}; {project} example in {tmp}")
+        log.announce()
+        return (django if project == "django" else flask)(server.url, tmp, log)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..22]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named
@@ -17,7 +17,8 @@ local parsed = {}
 for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
   local info, payload = parse_letter(entry)
   if info and type(info['key']) == 'string' and (action ~= 'requeue' or info['key'] ~= '') then
-    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload}
+    parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload,
+                           cost = tonumber(info['cost'])}
   elseif action == 'purge' then
     parsed[#parsed + 1] = {entry = entry, key = false}
   end
@@ -27,11 +28,11 @@ for _, p in ipairs(parsed) do
   if redis.call('LREM', K_DEAD, 1, p.entry) == 1 then entries[#entries + 1] = p end
 end
 for _, p in ipairs(entries) do
-  local key, payload = p.key, p.payload
+  local key, payload, cost = p.key, p.payload, p.cost
   if key then redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1) end
   if action == 'requeue' then
     local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
-    if append(key, make_slot(0, id, now, payload), now) > 0 then
+    if append(key, make_slot(0, id, now, payload, cost), now) > 0 then
       requeued = requeued + 1
     else
       redis.call('HINCRBY', K_STATS, 'rejected', 1)

@@ -1,5 +1,5 @@
 -- Release the head item of the key that has been eligible longest, and reserve it.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..22]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms, ARGV[9] most drain jobs at once (fan-out limit),
 -- ARGV[10] processed-guard (1|0): skip items whose id completed already.
@@ -9,7 +9,8 @@
 --   {LATER, wait_ms, schedule, malformed}  items queued or delayed, none may go for wait_ms
 --                                     more; the flag was released, and schedule = 1 asks the
 --                                     caller for a drain job with that countdown
---   {TAKEN, key, reservation id, payload, receives, deadline ms, now ms, fan_out, malformed}
+--   {TAKEN, key, reservation id, payload, receives, deadline ms, now ms, fan_out, cost,
+--    malformed}                     cost: the call's units ('' when it has none)
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
 -- (plus at most 100 due delayed items moved in, and at most 100 skipped items).
@@ -18,6 +19,8 @@
 local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local now = now_ms()
 local malformed = offer_due_items(now)
+-- Pauses that ran out (KeyBackoff) are forgotten; their keys' ready times already say when.
+forget_expired(K_PAUSED, now)
 
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.
@@ -39,10 +42,12 @@ for _ = 1, 100 do
     return {EMPTY, malformed}
   end
   local key, when = top[1], tonumber(top[2])
+  -- Under a total rate the key eligible longest still goes first, when the total allows.
+  when = math.max(when, total_ready_at())
   if when > now then return sleep_until(math.min(when, due_at or when)) end
 
   local slot, remaining = take_head(key)
-  local receives, id, at, payload = parse_slot(slot)
+  local receives, id, at, payload, cost = parse_slot(slot)
   if not receives then
     bury(key, slot, 'malformed entry: unreadable slot', now)
     malformed = malformed + 1
@@ -56,12 +61,19 @@ for _ = 1, 100 do
     if remaining <= 0 then redis.call('ZREM', K_READY, key) end
   else
     local reservation, deadline = reserve(key, id, receives + 1, at, payload, remaining,
-                                          timeout_ms, now)
+                                          timeout_ms, now, cost)
     -- One drain job per key eligible now, up to the fan-out limit.
     local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
+    if CONCURRENCY > 1 and remaining > 0 then
+      -- A key with room for more calls in flight wants drain jobs for them (its own rate may
+      -- make it wait a moment, which ZCOUNT does not see); this job holds one.
+      local held = tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0')
+      eligible = eligible + math.max(CONCURRENCY - held, 0) + 1
+    end
     local fan_out = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, eligible)
     return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
-            string.format('%.17g', now), fan_out, malformed}
+            string.format('%.17g', now), fan_out, cost and string.format('%.17g', cost) or '',
+            malformed}
   end
 end
 return {LATER, '0', 0, malformed}

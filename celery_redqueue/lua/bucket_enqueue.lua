@@ -1,7 +1,8 @@
 -- Append items to their keys' FIFO queues (or hold them until due), make those keys eligible,
 -- and plan the drain job they need. KEYS and ARGV[1..7]: see bucket_common.lua.
 -- ARGV[8] dedupe window ms (0: no producer-side deduplication)
--- ARGV[9], ARGV[10], ... groups of 4: key, payload, dedupe id ('' for none), delay ms
+-- ARGV[9], ARGV[10], ... groups of 5: key, payload, dedupe id ('' for none), delay ms, cost
+-- ('' for none: a bucket without bucket_cost)
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status: 0 refused (key full), 1 enqueued, 2 queued and the key's oldest item dropped,
@@ -9,12 +10,23 @@
 -- What a call does not use (dedupe, the delayed set) costs nothing.
 --#include bucket_common
 local window = tonumber(ARGV[8])
-local count = (#ARGV - 8) / 4
+local count = (#ARGV - 8) / 5
 local dedupe = false
 -- Check every item, and the stored rate of every key an item joins now, before writing.
-for i = 9, #ARGV, 4 do
+for i = 9, #ARGV, 5 do
   local delay = tonumber(ARGV[i + 3])
   if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
+  local cost = ARGV[i + 4]
+  if cost ~= '' then
+    local units, limit = tonumber(cost), select(3, cost_rate_of(ARGV[i]))
+    if not units or units < 0 then return redis.error_reply('ERR bucket_enqueue: bad cost ' .. cost) end
+    -- A call one period's budget can never cover (a key's own cost rate may be lower than the
+    -- bucket's, which the caller checked already).
+    if limit > 0 and units > limit then
+      return redis.error_reply('ERR bucket cost ' .. cost .. ' of key ' .. ARGV[i]
+        .. ' exceeds what its cost rate allows in one period (' .. limit .. ')')
+    end
+  end
   if delay <= 0 and not select(3, rate_of(ARGV[i])) then
     return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i]
       .. ' is malformed; set it again (set_rate)')
@@ -31,19 +43,21 @@ if dedupe then forget_expired(K_DEDUPE, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
 local id = redis.call('HINCRBY', K_STATS, 'seq', count) - count
-for i = 9, #ARGV, 4 do
+for i = 9, #ARGV, 5 do
   local key, payload, dedupe_id, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local cost = tonumber(ARGV[i + 4])
   id = id + 1
   local status
   if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
     status = 4
     duplicates = duplicates + 1
   elseif delay > 0 then
-    redis.call('ZADD', K_SCHEDULED, now + delay, id .. ' ' .. key .. '\0' .. payload)
+    local stamp = cost and (id .. '/' .. string.format('%.17g', cost)) or id
+    redis.call('ZADD', K_SCHEDULED, now + delay, stamp .. ' ' .. key .. '\0' .. payload)
     delayed = delayed + 1
     status = 5
   else
-    status = append(key, make_slot(0, id, now, payload), now)
+    status = append(key, make_slot(0, id, now, payload, cost), now)
     if status == 0 then rejected = rejected + 1 else enqueued = enqueued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.

@@ -8,6 +8,7 @@
 -- KEYS and ARGV[1..7]: see bucket_common.lua.
 -- ARGV[8] key
 -- ARGV[9] payload
+-- ARGV[10] cost ('' or absent: none; a bucket with bucket_cost gives every call one)
 -- Returns {send_drain, wake_in_ms, status} as bucket_enqueue does for one item: status 0
 -- refused (key full), 1 queued, 2 queued and the key's oldest item dropped.
 -- Bounded: O(log K), about nine commands (twelve when the bucket has no work due now).
@@ -17,14 +18,25 @@
 -- The keys and settings bucket_schedule's helpers use, named as bucket_common.lua names them.
 local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_STATS, K_KEYSTATS, K_DRAINS, K_WAKE = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
-local K_AGES, K_SCHEDULED, K_FLOW = KEYS[15], KEYS[16], KEYS[19]
+local K_AGES, K_SCHEDULED, K_FLOW, K_PAUSED = KEYS[15], KEYS[16], KEYS[19], KEYS[20]
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
-local ORDERED, MAX_DEPTH, DRAIN_LEASE_MS = ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[6])
+local MAX_DEPTH, DRAIN_LEASE_MS = tonumber(ARGV[4]), tonumber(ARGV[6])
+--#include bucket_limits
 --#include bucket_schedule
 --#include bucket_slot
-local key, payload = ARGV[8], ARGV[9]
+local key, payload, cost_arg = ARGV[8], ARGV[9], ARGV[10] or ''
 if not key or not payload or not DEFAULT_INTERVAL or not DEFAULT_BURST or not MAX_DEPTH then
   return redis.error_reply('ERR bucket_enqueue_plain: bad settings, or no key or payload')
+end
+local cost = tonumber(cost_arg)
+if cost_arg ~= '' then
+  local limit = select(3, cost_rate_of(key))
+  if not cost or cost < 0 then return redis.error_reply('ERR bucket_enqueue_plain: bad cost') end
+  -- A key's own cost rate may allow less in one period than the bucket's (checked by the caller).
+  if limit > 0 and cost > limit then
+    return redis.error_reply('ERR bucket cost ' .. cost_arg .. ' of key ' .. key
+      .. ' exceeds what its cost rate allows in one period (' .. limit .. ')')
+  end
 end
 
 -- Read before writing: the key's stored rate, and whether a capped key is full.
@@ -39,7 +51,7 @@ if MAX_DEPTH > 0 and tonumber(redis.call('HGET', K_TAILS, key) or '0')
   --#include bucket_common
   local now = now_ms()
   local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
-  local status = append(key, make_slot(0, id, now, payload), now)
+  local status = append(key, make_slot(0, id, now, payload, cost), now)
   redis.call('HINCRBY', K_STATS, status == 0 and 'rejected' or 'enqueued', 1)
   tick(K_FLOW, 'in', 1, now)
   local send, wait = plan_bucket_drain(now)
@@ -52,7 +64,7 @@ local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
 -- HINCRBY answers the new tail; the item goes at the old one (a key that emptied has no head or
 -- tail field: both start again at 0).
 local position = redis.call('HINCRBY', K_TAILS, key, 1) - 1
-redis.call('HSET', K_ITEMS, key .. '\0' .. position, make_slot(0, id, now, payload))
+redis.call('HSET', K_ITEMS, key .. '\0' .. position, make_slot(0, id, now, payload, cost))
 -- One folded counter for enqueued and depth (figures.unfold and read_flow.lua read it).
 redis.call('HINCRBY', K_STATS, 'enqueued+depth', 1)
 tick(K_FLOW, 'in', 1, now)
@@ -60,12 +72,12 @@ tick(K_FLOW, 'in', 1, now)
 -- A key in the ready set has waiting items, so `ages` has it already (refresh_age keeps both).
 local when = tonumber(redis.call('ZSCORE', K_READY, key))
 if not when then
-  -- NX: a key with waiting items (an ordered key with one in flight) keeps its head's time.
+  -- NX: a key with waiting items (one at its concurrency limit) keeps its head's time.
   redis.call('ZADD', K_AGES, 'NX', math.floor(now), key)
-  if not ORDERED
-      or tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0') <= 0 then
-    when = scheduled_at(key, interval, burst, now)
-    redis.call('ZADD', K_READY, when, key)
+  if not at_capacity(key) then
+    when = math.max(scheduled_at(key, interval, burst, now), limits_at(key))
+    -- A key paused until resumed stays out of the ready set.
+    if when < math.huge then redis.call('ZADD', K_READY, when, key) else when = nil end
   end
 end
 

@@ -19,14 +19,14 @@ local function refresh_age(key)
   end
 end
 
--- Make a key eligible if it has items, is not already, and (ordered) has none in flight.
+-- Make a key eligible if it has items, is not already, has room for another call in flight
+-- (bucket_concurrency; an ordered key has none while one is) and is not paused until resumed.
 -- `depth`: the key's depth when the caller knows it (nil: read it).
 local function make_eligible(key, earliest, depth)
   if redis.call('ZSCORE', K_READY, key) or (depth or key_depth(key)) <= 0 then return nil end
-  if ORDERED and tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0') > 0 then
-    return nil
-  end
+  if at_capacity(key) then return nil end
   local when = eligible_at(key, earliest)
+  if when == math.huge then return nil end
   redis.call('ZADD', K_READY, when, key)
   return when
 end

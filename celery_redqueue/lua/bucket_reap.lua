@@ -1,6 +1,6 @@
 -- Return reservations whose deadline passed to the head of their key's queue and make the key
 -- eligible again; past max receives the item goes to the dead-letter list instead.
--- KEYS[1..19]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..22]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] most reservations to reap in this call.
 -- Reply: {returned, dead_lettered, send_drain}. Bounded: O(limit * log K).
@@ -33,7 +33,15 @@ for _, reservation in ipairs(expired) do
   end
 end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'reaped', returned) end
--- Items that may go need a drain job even if the dead drain's lease has not run out yet:
--- re-arm it and tell the caller to send one.
-local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #expired > 0 and redis.call('ZCARD', K_READY) > 0)
+-- Items that may go need a drain job even if the dead drain's lease has not run out yet; work
+-- under no lease needs one too (drain_lease.lua's rearm_drain): a key or delayed item due now,
+-- or later with no drain job scheduled for it (the sent drain schedules one).
+local due = false
+for _, zset in ipairs({K_READY, K_SCHEDULED}) do
+  local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  if #first > 0 and (tonumber(first[2]) <= now or redis.call('EXISTS', K_WAKE) == 0) then
+    due = true
+  end
+end
+local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #expired > 0, due)
 return {returned, buried, send}

@@ -17,10 +17,10 @@ end
 -- Append a dead letter with its key, id, receives and the text of its last failure (a
 -- malformed slot is kept whole as the payload).
 local function bury(key, slot, err, now)
-  local receives, id, at, payload = parse_slot(slot)
+  local receives, id, at, payload, cost = parse_slot(slot)
   if not receives then receives, id, at, payload = 0, nil, now, slot or '' end
   local info = cjson.encode({key = key, id = tonumber(id), receives = receives, error = err,
-                             at = now, offered_at = at})
+                             at = now, offered_at = at, cost = cost})
   redis.call('RPUSH', K_DEAD, info .. '\n' .. payload)
   redis.call('HINCRBY', K_STATS, 'dead', 1)
   redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', 1)

@@ -1,5 +1,5 @@
 -- When bucket keys may release items, and the drain jobs that needs (spliced in by
--- bucket_common.lua, whose K_* keys and settings it uses).
+-- bucket_common.lua, after bucket_limits, whose K_* keys, settings and helpers it uses).
 
 -- A key's interval (ms between releases) and burst allowance (items), or the defaults; the
 -- third value is false when the key's stored rate is malformed (the defaults are used then).
@@ -23,9 +23,10 @@ local function scheduled_at(key, interval, burst, earliest)
   return math.max(tat - burst * interval, earliest)
 end
 
+-- With the key's other limits (bucket_limits.lua): math.huge while it is paused until resumed.
 local function eligible_at(key, earliest)
   local interval, burst = rate_of(key)
-  return scheduled_at(key, interval, burst, earliest)
+  return math.max(scheduled_at(key, interval, burst, earliest), limits_at(key))
 end
 
 -- When the bucket next has work: the earliest of the first eligible key and the first due

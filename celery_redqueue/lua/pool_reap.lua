@@ -55,7 +55,11 @@ if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
 if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'depth', returned - pushed_out) end
 if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
--- Returned calls need a drain job even if the dead drain's lease has not run out yet: re-arm
--- it and tell the caller to send one.
-local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #batches > 0 and redis.call('ZCARD', K_ITEMS) > 0)
+-- Returned calls need a drain job even if the dead drain's lease has not run out yet; calls
+-- under no lease need one too (drain_lease.lua's rearm_drain), and delayed calls due now, or
+-- later with no drain job scheduled for them (the sent drain schedules one).
+local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+local due = redis.call('ZCARD', K_ITEMS) > 0 or (#first > 0
+  and (tonumber(first[2]) <= now or redis.call('EXISTS', K_WAKE) == 0))
+local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #batches > 0, due)
 return {lost, returned, buried, send}

@@ -12,6 +12,8 @@ Structures are found through the registry, so the command needs only the app's s
     celery -A proj redqueue drain pool:proj.record   # send a drain job now
     celery -A proj redqueue keys bucket:crawl [--top N] [--search TEXT]
     celery -A proj redqueue set-rate crawl example.com 5/s [--burst N]
+    celery -A proj redqueue noisy bucket:llm [--top N]
+    celery -A proj redqueue pause bucket:llm tenant-7 [--seconds S] / resume bucket:llm tenant-7
     celery -A proj redqueue leases lease:api-keys
     celery -A proj redqueue reap                     # what beat's reaper does, once
     celery -A proj redqueue metrics                  # Prometheus text format
@@ -211,6 +213,36 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
             f"{row['burst']:6g} {when}"
         )
     click.echo("(* the bucket's default rate)")
+
+
+@redqueue.command()
+@click.argument("bucket")
+@click.option("--top", default=10, show_default=True, help="How many keys in each list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.pass_context
+@cli_errors
+def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
+    """Noisy neighbours: the busiest keys (their share of the last minute's releases), the
+    longest-waiting keys (age of their oldest call) and the paused keys."""
+    figures = open_ops(ctx).noisy(find_target(open_ops(ctx), bucket, ("bucket",)), top)
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    click.echo(f"busiest (last minute):   {'releases':>9} {'share':>7}")
+    for row in figures["busiest"] or [{"key": "-", "releases": 0, "share": 0}]:
+        click.echo(f"  {row['key']:38} {row['releases']:9g} {row['share']:7.1%}")
+    click.echo("longest waiting:         oldest call (s)")
+    for row in figures["longest_waiting"] or [{"key": "-", "oldest_age": 0}]:
+        click.echo(f"  {row['key']:38} {row['oldest_age']:9.1f}")
+    click.echo(f"paused ({figures['paused_count']}):")
+    for row in figures["paused"]:
+        until = row["until"]
+        left = (
+            "until resumed"
+            if until is None
+            else time.strftime("until %H:%M:%S", time.localtime(until))
+        )
+        click.echo(f"  {row['key']:38} {left}")
 
 
 @redqueue.command()

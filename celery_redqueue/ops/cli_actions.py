@@ -1,5 +1,6 @@
-"""The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate, reap,
-seek, beat-prune. Registered on the group of :mod:`.cli_base`; :mod:`.cli` imports this module."""
+"""The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate, pause,
+resume, reap, seek, beat-prune. Registered on the group of :mod:`.cli_base`; :mod:`.cli`
+imports this module."""
 
 from __future__ import annotations
 
@@ -64,6 +65,29 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
     """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
     ops = open_ops(ctx)
     click.echo(ops.set_rate(find_target(ops, bucket, ("bucket",)), key, rate, burst))
+
+
+@redqueue.command()
+@click.argument("bucket")
+@click.argument("key")
+@click.option("--seconds", type=float, default=None, help="For this long (default: until resumed).")
+@click.pass_context
+@cli_errors
+def pause(ctx: click.Context, bucket: str, key: str, seconds: float | None) -> None:
+    """Pause one key of a bucket for every worker: it keeps accepting calls and releases none."""
+    ops = open_ops(ctx)
+    click.echo(ops.pause(find_target(ops, bucket, ("bucket",)), key, seconds))
+
+
+@redqueue.command()
+@click.argument("bucket")
+@click.argument("key")
+@click.pass_context
+@cli_errors
+def resume(ctx: click.Context, bucket: str, key: str) -> None:
+    """End a key's pause (by hand or a KeyBackoff) and send a drain job for its calls."""
+    ops = open_ops(ctx)
+    click.echo(ops.resume(find_target(ops, bucket, ("bucket",)), key))
 
 
 @redqueue.command()

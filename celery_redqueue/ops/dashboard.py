@@ -199,6 +199,7 @@ class Dashboard:
         if target.kind == "bucket":
             top = _int(query, "top", 20, 200)
             detail["keys"] = self.ops.keys(target, top, query.get("q", [""])[0][:200])
+            detail["noisy"] = self.ops.noisy(target, 10)
         return detail
 
     # Acting
@@ -262,6 +263,16 @@ class Dashboard:
             message = self.ops.set_rate(
                 target, str(body.get("key", "")), str(body.get("rate")), burst
             )
+        elif action in ("pause", "resume") and target.kind == "bucket":
+            key, seconds = str(body.get("key", "")), body.get("seconds")
+            if seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, int | float)
+            ):
+                raise HTTPError("400 Bad Request", "seconds must be a number or null")
+            if action == "pause":
+                message = self.ops.pause(target, key, seconds)
+            else:
+                message = self.ops.resume(target, key)
         else:
             raise HTTPError("400 Bad Request", f"no action {action!r} for {target.id}")
         logger.info("redqueue dashboard: %s on %s: %s", action, target.id, message)

@@ -12,6 +12,7 @@ Needs ``prometheus_client`` (``pip install 'celery-redqueue[dashboard]'``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,6 +110,14 @@ class RedQueueCollector:
         group_processed = counter(
             "redqueue_stream_group_processed", "Entries a group acknowledged.", labels=group_labels
         )
+        paused = gauge(
+            "redqueue_bucket_keys_paused",
+            "Keys of a bucket paused now (a KeyBackoff or by hand): one series per bucket.",
+            labels=labels,
+        )
+        backoffs = counter(
+            "redqueue_bucket_backoffs", "Calls put back by KeyBackoff (429s).", labels=labels
+        )
         up = gauge("redqueue_structure_up", "1 when the structure could be read.", labels=labels)
         for target in self.ops.targets():
             view = self.ops.view(target)
@@ -137,6 +146,10 @@ class RedQueueCollector:
                 if group["oldest_pending_age"] is not None:
                     group_age.add_metric(ids_group, group["oldest_pending_age"])
                 group_processed.add_metric(ids_group, group["processed"])
+            if target.kind == "bucket":
+                backoffs.add_metric(ids, counters.get("backoffs", 0))
+                with contextlib.suppress(RedQueueError, redis.exceptions.RedisError):
+                    paused.add_metric(ids, target.structure.paused_count())
             if target.kind == "bucket" and self.top_keys > 0:
                 try:
                     rows = self.ops.keys(target, top=self.top_keys)
@@ -147,6 +160,7 @@ class RedQueueCollector:
                     key_flight.add_metric([*ids, row["key"]], row["in_flight"])
         yield from g.values()
         yield from (offered, processed, dropped, key_depth, key_flight, resources, acquired, up)
+        yield from (paused, backoffs)
         yield from (group_lag, group_pending, group_age, group_processed)
 
 

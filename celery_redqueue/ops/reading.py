@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -410,8 +411,38 @@ class Operations:
         return "drain job sent"
 
     def set_rate(self, target: Target, key: str, rate: str, burst: float | None = None) -> str:
+        self._bucket(target).set_rate(key, rate, burst)
+        return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")
+
+    def _bucket(self, target: Target) -> LeakyBucket | ShardedBucket:
         bucket = target.structure
         if not isinstance(bucket, LeakyBucket | ShardedBucket):
-            raise ConfigurationError(f"{target.id} is not a bucket: it has no per-key rates")
-        bucket.set_rate(key, rate, burst)
-        return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")
+            raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
+        return bucket
+
+    def pause(self, target: Target, key: str, seconds: float | None = None) -> str:
+        """Pause one key of a bucket (None: until resumed); it keeps accepting calls."""
+        changed = self._bucket(target).pause(key, seconds)
+        span = "until resumed" if seconds is None else f"for {seconds:g} s"
+        return f"{key!r} paused {span}" + ("" if changed else " (a longer pause was kept)")
+
+    def resume(self, target: Target, key: str) -> str:
+        """End a key's pause and send a drain job for its waiting calls."""
+        if not self._bucket(target).resume(key):
+            return f"{key!r} was not paused"
+        return f"{key!r} resumed; {self.send_drain(target)}"
+
+    def noisy(self, target: Target, top: int = 10) -> dict[str, Any]:
+        """A bucket's noisy-neighbour figures: the busiest keys (share of the last minute's
+        releases), the longest-waiting keys (age of their oldest call), the paused keys; each
+        a bounded top-N read."""
+        bucket = self._bucket(target)
+        return {
+            "busiest": [row.__dict__ for row in bucket.busiest(top)],
+            "longest_waiting": [row.__dict__ for row in bucket.longest_waiting(top)],
+            "paused": [
+                {"key": key, "until": None if math.isinf(until) else until}
+                for key, until in bucket.paused(top)
+            ],
+            "paused_count": bucket.paused_count(),
+        }

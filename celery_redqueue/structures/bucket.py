@@ -34,7 +34,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -44,11 +44,14 @@ from ..redis.lua import EMPTY, LATER
 from ..redis.serializers import Serializer
 from ..validation import seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
+from .bucket_limits import BucketLimits, KeyLoad, Limits
+from .bucket_producer import ENQUEUE_CHUNK, BucketProducer, _cost_arg
 from .bucket_types import (
     _QUIET_RESULTS,
     OVERFLOWS,
     BucketStats,
     Dequeued,
+    EncodedCall,
     KeyStats,
     Reservation,
     _check_burst,
@@ -58,15 +61,18 @@ from .bucket_types import (
     validate_bucket_options,
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
-from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
+    "ENQUEUE_CHUNK",
     "OVERFLOWS",
+    "BucketProducer",
     "BucketStats",
     "Dequeued",
+    "KeyLoad",
     "KeyStats",
     "LeakyBucket",
+    "Limits",
     "ReapResult",
     "Receipt",
     "Reservation",
@@ -79,50 +85,23 @@ __all__ = [
 PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
     "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
-    "flow",
+    "flow", "paused", "releases", "releases_prev",
 )
 # fmt: on
-ENQUEUE_CHUNK = 1000
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
 logger = logging.getLogger(__name__)
 
 
-class BucketProducer(Producer[tuple[str, bytes]]):
-    """What a bucket offers producers on top of :class:`~.protocols.Producer`: shared by
-    :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
-
-    store_chunk = ENQUEUE_CHUNK
-
-    def enqueue(
-        self, key: str, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None
-    ) -> Receipt:
-        """Append ``payload`` to ``key``'s queue; one round trip.
-
-        ``delay`` holds the item for that many seconds before it joins its key's queue (its
-        reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
-        the same id was seen within ``dedupe_window``.
-        """
-        encoded = [(_check_key(key), self.encode(payload))]
-        return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def enqueue_many(
-        self, items: Iterable[tuple[str, Any]], *, delay: float = 0.0
-    ) -> list[Receipt]:
-        """Append many ``(key, payload)`` pairs; every one is checked before any is stored."""
-        encoded = [(_check_key(k), self.encode(p)) for k, p in items]
-        return in_chunks(
-            lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ENQUEUE_CHUNK
-        )
-
-
-class LeakyBucket(Structure, BucketProducer):
+class LeakyBucket(Structure, BucketProducer, BucketLimits):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
     parts = PARTS
     dead_script = "bucket_dead"
+    unstored_counters = ("enqueued", "dead")
+    keyed_letters = True
 
     def __init__(
         self,
@@ -143,6 +122,12 @@ class LeakyBucket(Structure, BucketProducer):
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
         listed: bool = False,
+        concurrency: int | None = None,
+        cost_rate: str | float | None = None,
+        cost_burst: float = 0,
+        total_rate: str | float | None = None,
+        total_burst: float = 0,
+        total_shares: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
@@ -156,10 +141,28 @@ class LeakyBucket(Structure, BucketProducer):
             overflow=overflow,
             max_drains=max_drains,
         )
+        # Concurrency, costs and the total rate (bucket_limits.py); a shard of a sharded
+        # bucket meters its share of the total (total_shares).
+        self.limits = Limits.build(
+            ordered=ordered,
+            concurrency=concurrency,
+            cost_rate=cost_rate,
+            cost_burst=cost_burst,
+            total_rate=total_rate,
+            total_burst=total_burst,
+        ).share(total_shares)
+        self._limit_options = {
+            "concurrency": concurrency,
+            "cost_rate": cost_rate,
+            "cost_burst": cost_burst,
+            "total_rate": total_rate,
+            "total_burst": total_burst,
+            "total_shares": total_shares,
+        }
         self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
-        self.ordered = ordered
+        self.ordered = self.limits.concurrency == 1
         self.visibility_timeout_ms = int(visibility_timeout * 1000)
         self.max_receives = max_receives
         self.max_depth = max_depth or 0
@@ -181,6 +184,7 @@ class LeakyBucket(Structure, BucketProducer):
             "overflow": self.overflow,
             "max_drains": self.max_drains,
             "drain_lease": self.drain_lease_ms / 1000,
+            **self._limit_options,
         }
 
     def __repr__(self) -> str:
@@ -190,7 +194,7 @@ class LeakyBucket(Structure, BucketProducer):
         return [
             repr(self.default_interval_ms),
             repr(self.default_burst),
-            int(self.ordered),
+            self.limits.spec(),
             self.max_depth,
             self.overflow,
             self.drain_lease_ms,
@@ -216,7 +220,7 @@ class LeakyBucket(Structure, BucketProducer):
 
     def store_encoded(
         self,
-        encoded: Sequence[tuple[str, bytes]],
+        encoded: Sequence[EncodedCall],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -229,14 +233,11 @@ class LeakyBucket(Structure, BucketProducer):
             and delay_ms == 0
             and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
         ):
-            return [self._enqueue_plain(*encoded[0])]
+            return [self._enqueue_plain(encoded[0])]
         args: list[Any] = [self.dedupe_window_ms]
-        if dedupe_ids is None:
-            for key, data in encoded:
-                args += (key, data, "", delay_ms)
-        else:
-            for (key, data), dedupe_id in zip(encoded, dedupe_ids, strict=True):
-                args += (key, data, dedupe_id or "", delay_ms)
+        ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
+        for call, dedupe_id in zip(encoded, ids, strict=True):
+            args += (call[0], call[1], dedupe_id or "", delay_ms, _cost_arg(call))
         reply = self._run("bucket_enqueue", args)
         send, wake_ms = reply[0] == 1, int(reply[1])
         statuses = reply[2:]
@@ -248,10 +249,14 @@ class LeakyBucket(Structure, BucketProducer):
             )
         return results
 
-    def _enqueue_plain(self, key: str, data: bytes) -> Receipt:
+    def _enqueue_plain(self, call: EncodedCall) -> Receipt:
         """One item with no dedupe id and no delay: the smaller script, run bound (its keys
         and settings packed once)."""
-        send, wake_ms, status = self._bound("bucket_enqueue_plain", self._keys)(key, data)
+        script = self._bound("bucket_enqueue_plain", self._keys)
+        if len(call) > 2:
+            send, wake_ms, status = script(call[0], call[1], _cost_arg(call))
+        else:
+            send, wake_ms, status = script(call[0], call[1])
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
         result: Receipt = _QUIET_RESULTS[status]
@@ -288,23 +293,47 @@ class LeakyBucket(Structure, BucketProducer):
                 self.dead_letter(res_id.decode(), reason)
                 malformed += 1
                 continue
-            reservation = Reservation.from_reply(reply[1:8], decoded, self.keys.base)
+            reservation = Reservation.from_reply(reply[1:9], decoded, self.keys.base)
             return Dequeued(reservation, malformed=malformed)
         return Dequeued(wait=0.0, malformed=malformed)
 
     def _settle(
-        self, reservation: Reservation | str, action: str, detail: Any, seconds: float = 0.0
+        self,
+        reservation: Reservation | str,
+        action: str,
+        detail: Any,
+        seconds: float = 0.0,
+        cost: float | None = None,
     ) -> bool:
         res_id = Reservation.id_of(reservation, self.keys.base)
-        args = [res_id, action, detail, self.processed_guard_ms, repr(float(seconds))]
+        actual = (
+            ""
+            if cost is None
+            else repr(self.limits.check_cost(cost, "reported cost", reported=True))
+        )
+        args = [res_id, action, detail, self.processed_guard_ms, repr(float(seconds)), actual]
         held, _send_drain = self._run("bucket_settle", args)
         return bool(held)
 
-    def commit(self, reservation: Reservation | str, *, seconds: float = 0.0) -> bool:
+    def commit(
+        self, reservation: Reservation | str, *, seconds: float = 0.0, cost: float | None = None
+    ) -> bool:
         """Finish an item. False when it is no longer held (the reaper took it back); with the
         processed-guard on, its id is recorded either way, so a returned copy is skipped.
-        ``seconds`` (the time the body took) feeds the workers-needed figure."""
-        return self._settle(reservation, "commit", "", seconds)
+        ``seconds`` (the time the body took) feeds the workers-needed figure; ``cost``, the
+        call's actual cost when known only now, corrects its key's budget."""
+        return self._settle(reservation, "commit", "", seconds, cost)
+
+    def backoff(
+        self, reservation: Reservation | str, seconds: float, *, cost: float | None = None
+    ) -> bool:
+        """Put an item back at the head of its key and pause the key for ``seconds`` in every
+        process (an upstream's 429 with Retry-After). Its receive is not counted, so backing
+        off never dead-letters it; its charged cost is refunded unless ``cost`` says what the
+        upstream counted. False when the reservation is no longer held."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+            raise ConfigurationError(f"backoff lasts >= 0 seconds, got {seconds!r}")
+        return self._settle(reservation, "backoff", int(seconds * 1000), cost=cost)
 
     def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
         """Put an item back at the head of its key's queue; the key waits ``delay`` seconds.
@@ -355,7 +384,8 @@ class LeakyBucket(Structure, BucketProducer):
             )
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
-        extra = ("receives", "redelivered", "delayed", "duplicates", "purged", "requeued", "late")
+        extra: tuple[str, ...] = ("receives", "redelivered", "delayed", "duplicates", "purged")
+        extra += ("requeued", "late", "backoffs")
         return BucketStats(
             **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),
@@ -373,37 +403,4 @@ class LeakyBucket(Structure, BucketProducer):
             depth="depth",
             offered=("enqueued", "rejected", "duplicates"),
             dropped=("rejected", "dropped", "duplicates"),
-        )
-
-    def key_stats(self, key: str) -> KeyStats:
-        """One key's figures in one read-only script (consistent, and works at maxmemory)."""
-        _check_key(key)
-        from ..redis.lua import read_atomic
-
-        fields = [f"{key}\0{c}" for c in ("in_flight", "processed", "dead")]
-        with redis_errors(f"reading stats of {self.keys.base}"):
-            head, tail, counters, ready, rate = read_atomic(
-                self.client,
-                [
-                    ("HGET", self.keys("heads"), (key,)),
-                    ("HGET", self.keys("tails"), (key,)),
-                    ("HMGET", self.keys("keystats"), fields),
-                    ("ZSCORE", self.keys("ready"), (key,)),
-                    ("HGET", self.keys("rates"), (key,)),
-                ],
-            )
-        in_flight, processed, dead = (int(c or 0) for c in counters)
-        if rate:
-            interval_ms, burst = (float(x) for x in rate.split())
-        else:
-            interval_ms, burst = self.default_interval_ms, self.default_burst
-        return KeyStats(
-            key=key,
-            depth=int(tail or 0) - int(head or 0),
-            in_flight=in_flight,
-            processed=processed,
-            dead=dead,
-            next_eligible=None if ready is None else float(ready) / 1000.0,
-            interval=interval_ms / 1000.0,
-            burst=burst,
         )

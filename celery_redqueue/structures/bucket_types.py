@@ -15,6 +15,9 @@ from .receipts import Receipt
 
 OVERFLOWS = ("reject", "drop_oldest")
 
+#: A call ready for a bucket's scripts: ``(key, data)``, or ``(key, data, cost)``.
+EncodedCall = tuple[str, bytes] | tuple[str, bytes, float]
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RESERVATION_ID = re.compile(r"^\d+\.\d+$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smhd]))?\s*$")
@@ -64,11 +67,13 @@ class Reservation:
     bucket: str = ""
     #: The bucket is busy: one more drain job should be sent to share the work.
     fan_out: bool = False
+    #: The units it was charged (a bucket with a cost rate), None when it has no cost.
+    cost: float | None = None
 
     @classmethod
     def from_reply(cls, fields: Sequence[Any], payload: Any, bucket: str) -> Reservation:
-        """From bucket_dequeue's fields key .. fan_out (the payload already decoded)."""
-        key, res_id, _, receives, deadline, now, fan_out = fields
+        """From bucket_dequeue's fields key .. cost (the payload already decoded)."""
+        key, res_id, _, receives, deadline, now, fan_out, cost = fields
         return cls(
             id=res_id.decode(),
             key=key.decode(),
@@ -78,6 +83,7 @@ class Reservation:
             released_at=float(now) / 1000.0,
             bucket=bucket,
             fan_out=bool(fan_out),
+            cost=float(cost) if cost else None,
         )
 
     @staticmethod
@@ -135,6 +141,8 @@ class BucketStats:
     guard_skipped: int = 0
     #: Commits of reservations the reaper had taken back (the item may run again).
     late: int = 0
+    #: Calls a body put back with KeyBackoff (their key paused; no receive counted).
+    backoffs: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -152,6 +160,18 @@ class KeyStats:
     #: Interval between releases (seconds) and burst allowance in force for the key.
     interval: float
     burst: float
+    #: Server time (seconds) until which the key is paused (``inf``: until resumed); None: not.
+    paused_until: float | None = None
+    #: Times a body backed the key off (KeyBackoff), since the bucket began.
+    backoffs: int = 0
+    #: Seconds its oldest waiting call has waited; None when nothing waits.
+    oldest_age: float | None = None
+    #: Its releases over about the last minute, and their share of the bucket's (0..1).
+    releases_last_minute: float = 0.0
+    release_share: float = 0.0
+    #: Milliseconds per unit of cost and the unit burst in force (None: calls have no cost).
+    cost_interval: float | None = None
+    cost_burst: float = 0.0
 
     @property
     def drain_eta(self) -> float:

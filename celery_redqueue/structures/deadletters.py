@@ -83,6 +83,10 @@ class DeadLetterTools:
     keys: Any
     serializer: Serializer
     dead_script: str
+    #: Counters a call dead-lettered before it was stored adds one to (see bury_unstored).
+    unstored_counters: tuple[str, ...] = ("dead",)
+    #: Dead letters of this kind carry their key (buckets).
+    keyed_letters = False
 
     def _run(self, name: str, args: list[Any]) -> Any:
         raise NotImplementedError
@@ -119,6 +123,19 @@ class DeadLetterTools:
             offset += len(window) - (len(named) if count else 0)
             limit = limit - len(named) if limit > 0 else limit
         return total
+
+    def bury_unstored(self, payload: bytes, error: str) -> None:
+        """Dead-letter a call that never entered the structure (a by-name message that could
+        not be stored as a call), with ``error`` as its reason; counted so that the structure's
+        identities still hold."""
+        from ..redis.lua import script
+
+        with redis_errors(f"dead-lettering a call in {self.keys.base}"):
+            script("dead_letter_unstored")(
+                self.client,
+                [self.keys("dead"), self.keys("stats")],
+                [payload, error, "1" if self.keyed_letters else "0", *self.unstored_counters],
+            )
 
     def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
         """Put dead letters back in the queue with their receives reset: the ``letters`` given,

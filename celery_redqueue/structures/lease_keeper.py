@@ -41,7 +41,7 @@ class LeaseKeeper:
 
     Check ``lost`` right before each use of the resource. That still leaves a window (a pause
     between the check and the use): give writes the lease's fencing token (``lease.fence``)
-    and let the store refuse stale ones; see the README.
+    and let the store refuse stale ones; see docs/guides/leases.md.
 
     Example::
 

@@ -57,6 +57,7 @@ from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, parse_counters, structure_figures, unfold
+from .pool_gather import PoolGathering
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -129,12 +130,13 @@ class PoolProducer(Producer[bytes]):
         return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
 
 
-class CappedPool(Structure, PoolProducer):
+class CappedPool(Structure, PoolProducer, PoolGathering):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
     parts = PARTS
     dead_script = "pool_dead"
+    unstored_counters = ("offered", "accepted", "dead")
 
     def __init__(
         self,

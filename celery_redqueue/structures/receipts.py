@@ -4,7 +4,11 @@ for every kind). A field a kind never sets keeps its default."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+_R = TypeVar("_R", bound="Receipt")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,15 +39,41 @@ class Receipt:
     merged: bool = False
     #: Buckets: the key was full (``max_depth``) and its oldest item was dropped to make room.
     dropped_oldest: bool = False
-    #: Streams: the entry id Redis gave the event ("<ms>-<n>"), a position for ``seek``.
-    id: str = ""
     #: Streams: entries the cap removed while appending (on the first receipt of a call).
     trimmed: int = 0
     #: Streams: groups whose drain lease this call armed (on the first receipt of a call).
     woken: tuple[str, ...] = ()
+    #: The call's id, given by whoever named the call (a task names every call it stores; a
+    #: structure's own ``add``/``enqueue`` leaves it empty; a stream gives the entry id Redis
+    #: chose, "<ms>-<n>", a position for ``seek``). With per-call results on, the result
+    #: backend keeps the body's outcome under it.
+    id: str = ""
+    #: Reads the call's outcome by id (set by the task that stored it): attributes this
+    #: receipt lacks (``get()``, ``state``, ``backend``...) are read from what it returns.
+    outcome: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return self.kept or self.delayed
+
+    @property
+    def task_id(self) -> str:
+        """The call's id under Celery's name for it, read by tools written for an AsyncResult
+        (Flower's apply endpoints answer with it)."""
+        return self.id
+
+    def named(self: _R, call_id: str, outcome: Callable[[str], Any] | None) -> _R:
+        """A copy of this receipt carrying the call's id (structures hand out shared receipts
+        for the common outcomes, so each call needs its own copy to carry an id)."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__, id=call_id, outcome=outcome)
+        return copy
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: the AsyncResult side of a receipt.
+        outcome = self.__dict__.get("outcome")
+        if outcome is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(outcome(self.id), name)
 
 
 @dataclass(frozen=True, kw_only=True)

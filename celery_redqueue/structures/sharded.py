@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ReservationError
@@ -47,11 +47,12 @@ from .bucket import (
     BucketProducer,
     BucketStats,
     Dequeued,
+    KeyLoad,
     KeyStats,
     LeakyBucket,
     Reservation,
 )
-from .bucket_types import _check_key
+from .bucket_types import EncodedCall, _check_key
 from .pool import CappedPool, PoolBatch, PoolProducer, PoolStats
 from .receipts import ReapResult, Receipt
 from .sharding import Sharded, shard_names, split_id, stable_hash, sum_results, validate_shards
@@ -194,6 +195,8 @@ class ShardedBucket(Sharded, BucketProducer):
     module docstring. ``options`` are LeakyBucket's, applied to each shard."""
 
     kind = "bucket"
+    #: Called when resume() needs a drain job (the task glue sets it; see BucketLimits).
+    drain_sender: Callable[[], object] | None = None
     _figure_names = (
         "depth",
         ("enqueued", "rejected", "duplicates"),
@@ -212,12 +215,24 @@ class ShardedBucket(Sharded, BucketProducer):
         **options: Any,
     ) -> None:
         validate_shards("shards", shards)
+        options.pop("total_shares", None)  # recorded settings name it; the shard count decides
+        # A total rate is split evenly: each shard meters its share in its own scripts, so a
+        # release costs no extra round trip (see docs/metered-apis.md).
         parts = [
-            LeakyBucket(client, shard, prefix=prefix, serializer=serializer, listed=True, **options)
+            LeakyBucket(
+                client,
+                shard,
+                prefix=prefix,
+                serializer=serializer,
+                listed=True,
+                total_shares=shards,
+                **options,
+            )
             for shard in shard_names(self.kind, name, shards)
         ]
         self._setup_logical(client, name, prefix, parts, listed)
         self.ordered = parts[0].ordered
+        self.limits = parts[0].limits
         self.default_interval_ms = parts[0].default_interval_ms
         self.default_burst = parts[0].default_burst
 
@@ -239,11 +254,42 @@ class ShardedBucket(Sharded, BucketProducer):
     def clear_rate(self, key: str) -> None:
         self.shard(key).clear_rate(key)
 
+    def set_cost_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
+        """Set a key's cost budget on its shard (see ``LeakyBucket.set_cost_rate``)."""
+        self.shard(key).set_cost_rate(key, rate, burst)
+
+    def pause(self, key: str, seconds: float | None = None) -> bool:
+        """Pause a key on its shard (see ``LeakyBucket.pause``)."""
+        return self.shard(key).pause(key, seconds)
+
+    def resume(self, key: str) -> bool:
+        """Resume a key on its shard; its drain job goes through :attr:`drain_sender`."""
+        shard = self.shard(key)
+        shard.drain_sender = self.drain_sender
+        return shard.resume(key)
+
+    def paused(self, limit: int = 100) -> list[tuple[str, float]]:
+        """Paused keys of every shard, soonest end first."""
+        rows = [row for shard in self.shards for row in shard.paused(limit)]
+        return sorted(rows, key=lambda row: (row[1], row[0]))[:limit]
+
+    def paused_count(self) -> int:
+        return sum(shard.paused_count() for shard in self.shards)
+
+    def busiest(self, top: int = 10) -> list[KeyLoad]:
+        """The busiest keys of every shard; a share is of its own shard's releases."""
+        rows = [row for shard in self.shards for row in shard.busiest(top)]
+        return sorted(rows, key=lambda row: (-row.releases, row.key))[:top]
+
+    def longest_waiting(self, top: int = 10) -> list[KeyLoad]:
+        rows = [row for shard in self.shards for row in shard.longest_waiting(top)]
+        return sorted(rows, key=lambda row: (-(row.oldest_age or 0), row.key))[:top]
+
     # Producing
 
     def store_encoded(
         self,
-        encoded: Sequence[tuple[str, bytes]],
+        encoded: Sequence[EncodedCall],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -288,15 +334,24 @@ class ShardedBucket(Sharded, BucketProducer):
         i, inner = split_id(str(reservation), len(self.shards))
         return self.shards[i], inner
 
-    def commit(self, reservation: Reservation | str, *, seconds: float = 0.0) -> bool:
+    def commit(
+        self, reservation: Reservation | str, *, seconds: float = 0.0, cost: float | None = None
+    ) -> bool:
         """Finish an item on its shard (see ``LeakyBucket.commit``)."""
         shard, own = self._own(reservation)
-        return shard.commit(own, seconds=seconds)
+        return shard.commit(own, seconds=seconds, cost=cost)
 
     def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
         """Put an item back at the head of its key's queue (see ``LeakyBucket.retry_later``)."""
         shard, own = self._own(reservation)
         return shard.retry_later(own, delay=delay)
+
+    def backoff(
+        self, reservation: Reservation | str, seconds: float, *, cost: float | None = None
+    ) -> bool:
+        """Pause an item's key on its shard and put the item back (``LeakyBucket.backoff``)."""
+        shard, own = self._own(reservation)
+        return shard.backoff(own, seconds, cost=cost)
 
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to its shard's dead-letter list."""

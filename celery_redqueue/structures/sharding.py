@@ -246,6 +246,11 @@ class Sharded(catalog.Registered):
         raws = [raw for page in replies[1::2] for raw in page]
         return total, sorted(raws, key=_died_at)[start : start + count]
 
+    def bury_unstored(self, payload: bytes, error: str) -> None:
+        """Dead-letter a call that never entered the structure (see
+        ``CappedPool.bury_unstored``): in the first shard, which the merged figures include."""
+        self.shards[0].bury_unstored(payload, error)
+
     def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
         """Dead letters of every shard, from the oldest (see ``CappedPool.dead_letters``)."""
         _, raws = self.dead_page(start, stop - start + 1)

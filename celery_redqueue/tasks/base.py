@@ -26,9 +26,12 @@ from ..errors import InvalidArgumentError, RedQueueError, SerializationError
 from ..structures.protocols import Drained, Producer
 from .beat import register_beat
 from .buffer import CallBuffer, buffered_call
+from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
-from .options import check_option_names, drain_options, warn_if_task_cls_dropped
+from .heartbeat import heartbeat
+from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
+from .results import new_call_id, outcome_reader, store_refusal
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
+class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     """Shared plumbing of tasks backed by a redqueue structure.
 
     It composes with other task bases (a Flask app's ``task_cls``, Django's ``DjangoTask``, a
@@ -59,6 +62,15 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
     and each stored call runs through the other bases' ``__call__`` (so, e.g., inside Flask's
     app context), one call at a time.
     """
+
+    #: A message is acknowledged after its job returned: a by-name call's message only once
+    #: the call is stored (:mod:`.by_name`); a drain job's when the drain ended.
+    acks_late = True
+
+    @property
+    def redqueue_results(self) -> bool:
+        """Per-call results are on (the kind's ``*_results`` option)."""
+        return bool(getattr(self, f"{self.redqueue_kind}_results", False))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -142,10 +154,17 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
         """Return expired reservations of this task's structure; returns how many."""
         raise NotImplementedError
 
+    def _watch_after_failure(self, visibility_timeout: float, drain_lease: float) -> None:
+        """A drain that raised (Redis unreachable or restarted under it) leaves its lease to
+        run out over the structure's calls, and its work in flight to expire: have this
+        process's heartbeat reap the structure every second until both have (plus a margin),
+        so that the drain the work needs is sent even with beat off."""
+        heartbeat().watch(self.structure, self.reap, visibility_timeout + drain_lease + 5.0)
+
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         if (
             not isinstance(payload, list | tuple)
-            or not 2 <= len(payload) <= 3  # a third element: the caller's trace context
+            or not 2 <= len(payload) <= 3  # a third element: its metadata: trace context, call id
             or not isinstance(payload[0], list | tuple)
             or not isinstance(payload[1], dict)
             or (len(payload) == 3 and not isinstance(payload[2], dict))
@@ -174,7 +193,10 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
         """Store the call in the task's structure; returns its receipt, not an AsyncResult.
 
         Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
-        does an argument-less call of a body that needs arguments (a beat row run by hand).
+        does an argument-less call of a body that needs arguments made by a scheduler or tool
+        (:func:`.options.is_trigger`: beat, django-celery-beat, Flower); from anything else
+        (``delay()`` with the arguments forgotten) it is refused with InvalidArgumentError.
+        ``task_id=`` names the call (the receipt's ``id``).
         Every other option has a meaning for the call or is refused, naming it
         (:mod:`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
         arguments as a worker would see them.
@@ -192,6 +214,8 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
             # The lean path (a call with arguments and no options) skips what cannot apply.
             drain = bool((options.get("headers") or {}).get(DRAIN_HEADER))
             if drain or (not args and not kwargs and self._needs_arguments()):
+                if not drain and not is_trigger(args, producer, options):
+                    raise InvalidArgumentError(self._missing_arguments())
                 return self.send_drain(
                     producer=producer,
                     task_id=task_id,
@@ -206,7 +230,10 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
             )
             if producer is not None:
                 routing["producer"] = producer
-        prepared = self._prepare_call(args, kwargs)
+        if task_id is not None and (not isinstance(task_id, str) or not task_id):
+            raise InvalidArgumentError(f"{self.name}: task_id must be a non-empty string")
+        call_id = task_id or new_call_id()
+        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
         delay = self._delay_of(options) if options else 0.0
         key_function = getattr(self, self.dedupe_option)
         dedupe_id = (
@@ -216,10 +243,21 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
         )
         if self._always_eager():
             return self._run_eagerly(prepared)
-        held = buffered_call(self, prepared, delay, dedupe_id)
+        held = buffered_call(self, prepared, delay, dedupe_id, call_id)
         if held is not None:
             return held  # stored when the open ``with buffer():`` block exits
-        return self._after_add(self._store(prepared, delay, dedupe_id), routing)
+        return self._after_add(self._store(prepared, delay, dedupe_id), routing, call_id)
+
+    def _missing_arguments(self) -> str:
+        try:
+            shown = f"{self.name}{inspect.signature(self._body())}"
+        except (TypeError, ValueError):
+            shown = self.name
+        return (
+            f"{shown} needs arguments: an argument-less delay()/apply_async() is refused (it "
+            f"would store nothing and only send a drain job); to drain now, call "
+            f"{self.name}.send_drain()"
+        )
 
     def _always_eager(self) -> bool:
         """``app.conf.task_always_eager``, the same answer for a third of the cost.
@@ -261,8 +299,8 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
         :mod:`.buffer`)."""
         return CallBuffer((self,), flush_on_error=flush_on_error)
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> Any:
-        """Check and serialize one call (subclasses)."""
+    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
+        """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""
         raise NotImplementedError
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
@@ -330,18 +368,30 @@ class RedQueueTask(CallComposition, Task):  # type: ignore[misc]
             )
         return dedupe_id
 
-    def _after_add(self, receipt: Any, routing: dict[str, Any] | None = None) -> Any:
+    def _after_add(
+        self, receipt: Any, routing: dict[str, Any] | None = None, call_id: str = ""
+    ) -> Any:
         """Send the drain job an add asked for (now, or when its delayed call is due); returns
-        the receipt saying whether it was sent.
+        the receipt, named ``call_id``, saying whether it was sent.
 
         A send that fails (broker down) does not raise: the call is stored, and raising would
         invite a retry that stores it twice. The drain flag is released in the same call, so
         the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
         """
+        if call_id:
+            receipt = self._named(receipt, call_id)
         if not receipt.drain_needed and receipt.wake_in is None:
             return receipt
         sent, error = self.send_wanted_drains(receipt.drain_needed, receipt.wake_in, routing)
         return dataclasses.replace(receipt, drain_sent=sent, drain_error=error)
+
+    def _named(self, receipt: Any, call_id: str) -> Any:
+        """The receipt carrying its call's id; a refused call's result is stored at once when
+        per-call results are on (nobody waits on its id forever)."""
+        named = receipt.named(call_id, outcome_reader(self, bool(receipt)))
+        if not named and not named.delayed and self.redqueue_results:
+            store_refusal(self, call_id, named)
+        return named
 
     def send_wanted_drains(
         self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None

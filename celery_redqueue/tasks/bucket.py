@@ -12,18 +12,21 @@ from typing import Any
 from celery.exceptions import Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
-from ..errors import ConfigurationError, RedQueueError
+from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import Receipt, Reservation, validate_bucket_options
+from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
-from ..validation import function_option, optional_seconds, seconds
+from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
+from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name
+from .results import call_id_of, store_failure, store_success, with_id
 from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ TASK_OPTION_NAMES = {
 }
 
 
-class BucketTask(RedQueueTask):
+class BucketTask(RedQueueTask, MeteredOptions):
     """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
 
     Example::
@@ -84,6 +87,9 @@ class BucketTask(RedQueueTask):
     bucket_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh one.
     bucket_drain_time_budget: float = 10.0
+    #: Seconds a drain waits in the worker for a key about to go instead of ending (a broker
+    #: round trip per wait costs throughput at burst 0); a scheduled job is still sent. 0: off.
+    bucket_drain_linger: float = 0.05
     dedupe_option = "bucket_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within bucket_dedupe_window seconds is refused. ``apply_async(...,
@@ -94,10 +100,14 @@ class BucketTask(RedQueueTask):
     #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
     #: its commit, and a redelivered copy is skipped rather than applied twice.
     bucket_processed_guard: float = 0.0
+    #: Store each call's outcome (the body's return value, or the exception it was
+    #: dead-lettered with) in the app's result backend under its receipt's id:
+    #: ``receipt.get()``. Costs a backend write per call.
+    bucket_results: bool = False
     #: Bucket name; defaults to the task name.
     bucket_name: str | None = None
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
-    #: See "Sharded pools and buckets" in the README.
+    #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -114,6 +124,7 @@ class BucketTask(RedQueueTask):
         )
         optional_seconds("bucket_drain_interval", cls.bucket_drain_interval)
         seconds("bucket_drain_time_budget", cls.bucket_drain_time_budget, positive=True)
+        seconds("bucket_drain_linger", cls.bucket_drain_linger)
         seconds("bucket_drain_lease", cls.bucket_drain_lease, positive=True)
         seconds("bucket_dedupe_window", cls.bucket_dedupe_window, positive=True)
         function_option(cls, "bucket_dedupe_key")
@@ -132,7 +143,9 @@ class BucketTask(RedQueueTask):
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         check_structure_name(cls, "bucket_name")
+        boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
+        check_metered_options(cls)
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -169,7 +182,7 @@ class BucketTask(RedQueueTask):
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
-        return make_bucket(
+        bucket = make_bucket(
             self.bucket_shards,
             config.client(),
             self.bucket_name or self.name,
@@ -186,7 +199,10 @@ class BucketTask(RedQueueTask):
             drain_lease=self.bucket_drain_lease,
             dedupe_window=self.bucket_dedupe_window,
             processed_guard=self.bucket_processed_guard,
+            **limit_options(self),
         )
+        bucket.drain_sender = self.send_drain_or_release  # resume() needs a drain job
+        return bucket
 
     def key_for(self, args: Any, kwargs: Any) -> str:
         """The bucket key of a call; a key function that fails is an error at the call site."""
@@ -220,7 +236,9 @@ class BucketTask(RedQueueTask):
         call is bound in full, which raises for arguments the body cannot take.
         """
         body = self._body()
-        cached = self.__dict__.get("_redqueue_key_signature")
+        # One entry per parameter name read (bucket_key, bucket_cost).
+        signatures = self.__dict__.setdefault("_redqueue_signatures", {})
+        cached = signatures.get(name)
         if cached is None or cached[0] != body:  # bound methods are equal, not identical
             signature = inspect.signature(body)
             names = list(signature.parameters)
@@ -230,8 +248,7 @@ class BucketTask(RedQueueTask):
                 if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD
                 else None
             )
-            cached = (body, signature, index, param)
-            self.__dict__["_redqueue_key_signature"] = cached
+            cached = signatures[name] = (body, signature, index, param)
         _, signature, index, param = cached
         if checked and index is not None and param is not None:
             if index < len(args):
@@ -246,8 +263,9 @@ class BucketTask(RedQueueTask):
 
     # Producing
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> tuple[str, bytes]:
-        """Check a call, compute its key and serialize it; raises, storing nothing."""
+    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
+        """Check a call, compute its key and serialize it (with ``call_id`` when per-call
+        results are on); raises, storing nothing."""
         self.check_call(args, kwargs)
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
@@ -256,7 +274,9 @@ class BucketTask(RedQueueTask):
         call = [list(args or ()), dict(kwargs or {})]
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        return key, self.bucket.encode(call)
+        data = self.bucket.encode(with_id(call, call_id))
+        cost = call_cost(self, args, kwargs)
+        return (key, data) if cost is None else (key, data, cost)
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
@@ -269,10 +289,14 @@ class BucketTask(RedQueueTask):
         """Release eligible items until none is, or the time budget is spent.
 
         When items remain but no key may release yet, the job schedules itself (countdown) for
-        the moment the next key becomes eligible: no busy loop, no worker blocked waiting.
+        the moment the next key becomes eligible, waiting in the worker only bucket_drain_linger.
         """
-        with heartbeat().holding(self.bucket):
-            return self._drain()
+        try:
+            with heartbeat().holding(self.bucket):
+                return self._drain()
+        except Exception:
+            self._watch_after_failure(self.bucket_visibility_timeout, self.bucket_drain_lease)
+            raise
 
     def _drain(self) -> DrainSummary:
         bucket = self.bucket
@@ -287,8 +311,9 @@ class BucketTask(RedQueueTask):
                     return DrainSummary(processed, failed)
                 if poll.schedule:
                     self.send_drain_or_release(countdown=poll.wait)
-                elif poll.wait <= 0 and time.monotonic() < deadline:
-                    continue  # the poll skipped many items: look again
+                if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
+                    time.sleep(max(poll.wait, 0.0))
+                    continue
                 return DrainSummary(processed, failed, continued=True)
             if reservation.fan_out:
                 self.send_drain_or_release()
@@ -296,17 +321,20 @@ class BucketTask(RedQueueTask):
                 ok = self._run_reservation(reservation)
             if ok:
                 processed += 1
-            else:
+            elif ok is not None:  # None: backed off, neither done nor failed
                 failed += 1
             if time.monotonic() >= deadline:
                 self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)
 
-    def _run_reservation(self, reservation: Reservation) -> bool:
-        """Run the body on one item; commit, retry later (release) or dead-letter it."""
+    def _run_reservation(self, reservation: Reservation) -> bool | None:
+        """Run the body on one item; commit, retry later (release), back its key off (None)
+        or dead-letter it."""
         bucket = self.bucket
         self._local.reservation = reservation
+        self._local.reported_cost = None
         started = time.monotonic()
+        call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
             try:
@@ -319,7 +347,7 @@ class BucketTask(RedQueueTask):
                     receives=reservation.receives,
                     message_id=reservation.id,
                 ):
-                    self._run_call(*call_args, **call_kwargs)
+                    value = self._run_call(*call_args, **call_kwargs)
             finally:
                 # Whatever the body did, a commit, release or dead letter follows at once.
                 heartbeat().settling(bucket, reservation.id)
@@ -330,8 +358,13 @@ class BucketTask(RedQueueTask):
                 delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
                 bucket.retry_later(reservation, delay=float(delay or 0))
             else:
-                bucket.dead_letter(reservation, error_text(exc.exc if exc.exc is not None else exc))
+                failure = exc.exc if exc.exc is not None else exc
+                bucket.dead_letter(reservation, error_text(failure))
+                store_failure(self, call_id, failure)
             return False
+        except KeyBackoff as exc:
+            self._back_off(reservation, exc)
+            return None
         except SoftTimeLimitExceeded:
             bucket.retry_later(reservation)
             self.send_drain_or_release()  # this job ends here; the released item needs one
@@ -355,10 +388,13 @@ class BucketTask(RedQueueTask):
                     reservation.receives,
                 )
                 bucket.dead_letter(reservation, error_text(exc))
+                store_failure(self, call_id, exc)
             return False
         finally:
             self._local.reservation = None
-        if not bucket.commit(reservation, seconds=time.monotonic() - started):
+        store_success(self, call_id, value)
+        cost, self._local.reported_cost = self._local.reported_cost, None
+        if not bucket.commit(reservation, seconds=time.monotonic() - started, cost=cost):
             logger.warning(
                 "%s: item %s finished after its reservation expired; it may run again",
                 self.name,

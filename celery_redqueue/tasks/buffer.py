@@ -56,10 +56,12 @@ class BufferedReceipt:
     :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
     """
 
-    __slots__ = ("_error", "_result", "_state", "task_name")
+    __slots__ = ("_error", "_result", "_state", "id", "task_name")
 
-    def __init__(self, task_name: str) -> None:
+    def __init__(self, task_name: str, call_id: str = "") -> None:
         self.task_name = task_name
+        #: The call's id, known before the flush (the stored receipt carries it too).
+        self.id = call_id
         self._state = _PENDING
         self._result: Any = None
         self._error: BaseException | None = None
@@ -133,9 +135,11 @@ class CallBuffer:
     def __len__(self) -> int:
         return sum(len(c) for _, groups in self._calls.values() for c in groups.values())
 
-    def add(self, task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+    def add(
+        self, task: Any, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
+    ) -> Any:
         """Hold one checked, serialized call; returns its pending receipt."""
-        receipt = BufferedReceipt(task.name)
+        receipt = BufferedReceipt(task.name, call_id)
         held = self._calls.get(task.name)
         if held is None:  # (not setdefault: this runs per call, and would build a tuple each)
             held = self._calls[task.name] = (task, {})
@@ -161,6 +165,8 @@ class CallBuffer:
                         chunk = entries[start : start + _chunk(task)]
                         results = _store_many(task, chunk, delay)
                         for (_, _, receipt), result in zip(chunk, results, strict=True):
+                            if receipt.id:
+                                result = task._named(result, receipt.id)
                             receipt._state, receipt._result = _STORED, result
                             drain_needed = drain_needed or result.drain_needed
                             if result.wake_in is not None:
@@ -220,12 +226,14 @@ def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
     return CallBuffer(tasks, flush_on_error=flush_on_error)
 
 
-def buffered_call(task: Any, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
+def buffered_call(
+    task: Any, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
+) -> Any:
     """The hook of ``apply_async``: hold the call in the innermost open buffer covering
     ``task`` and return its receipt, or return None (no buffer: store it now)."""
     for held in reversed(_open.get()):
         if held.covers(task):
-            return held.add(task, prepared, delay, dedupe_id)
+            return held.add(task, prepared, delay, dedupe_id, call_id)
     return None
 
 

@@ -42,6 +42,8 @@ class CallComposition:
     if TYPE_CHECKING:  # provided by RedQueueTask
 
         def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool: ...
+        def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool: ...
+        def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
         def drain(self) -> Any: ...
         def _body(self) -> Callable[..., Any]: ...
 
@@ -62,6 +64,8 @@ class CallComposition:
             return self._pass_on(owner, inner, active[1], args, kwargs)
         if self._is_drain_request(args, kwargs):
             return self.drain().as_dict()
+        if self._is_by_name_call(args, kwargs):
+            return self._store_by_name(args, kwargs)
         args, kwargs = self._direct_call(args, kwargs)
         token = _ACTIVE.set((self, False))
         try:

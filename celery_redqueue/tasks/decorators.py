@@ -11,6 +11,7 @@ from celery._state import _get_active_apps, connect_on_app_finalize, get_current
 from celery.local import Proxy
 
 from ..errors import ConfigurationError
+from .options import check_decoration_keywords
 
 
 def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
@@ -37,6 +38,9 @@ def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
 def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = None) -> None:
     """Build a throwaway subclass: it runs the checks Celery's class will run, but now, at the
     decoration site, rather than when the app is finalized."""
+    check_decoration_keywords(
+        base, [k for k in options if k not in ("name", "bind")], getattr(base, "redqueue_kind", "")
+    )
     attrs = {
         k: v
         for k, v in options.items()

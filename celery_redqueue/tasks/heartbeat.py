@@ -7,6 +7,10 @@ thread per process renews everything the process holds: per structure, one scrip
 pushes every held id's deadline and renews the drain lease, every third of the structure's
 shortest timeout (so two renewals can fail before anything expires); the calls due together on
 one client go in one pipelined round trip.
+
+The same thread watches a structure whose drain failed (Redis unreachable, restarted under it):
+nothing else would send its next drain with beat off, since the dead drain's lease runs out
+over its calls and its in-flight work comes back only when reaped. See :meth:`Heartbeat.watch`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,12 +45,28 @@ class _Held:
     drains: int = 0
 
 
+#: Seconds between the checks of a watched structure.
+WATCH_INTERVAL = 1.0
+
+
+@dataclass
+class _Watch:
+    """A structure whose drain failed: ``check`` runs until ``window`` seconds after the first
+    check that reached Redis (``until``)."""
+
+    check: Callable[[], object]
+    window: float
+    next_at: float
+    until: float | None = None
+
+
 class Heartbeat:
     """Renews held reservations, batches and drain leases from one background thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[int, _Held] = {}
+        self._watches: dict[int, _Watch] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         #: Renewal rounds run and renewals that failed (for tests and logs).
@@ -78,11 +98,24 @@ class Heartbeat:
                 held.drains += 1
             else:
                 held.ids[item_id] += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="redqueue-heartbeat", daemon=True
-                )
-                self._thread.start()
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread if it is not running (the caller holds the lock)."""
+        if self._thread is None or not self._thread.is_alive():
+            thread = threading.Thread(target=self._run, name="redqueue-heartbeat", daemon=True)
+            self._thread = thread
+            thread.start()
+
+    def watch(self, structure: Any, check: Callable[[], object], window: float) -> None:
+        """After a drain of ``structure`` failed, run ``check`` (the task's reap: it takes back
+        expired work and sends the drain that due work under no live lease needs) every
+        :data:`WATCH_INTERVAL` seconds, until ``window`` seconds after the first check that
+        succeeded: long enough for the dead drain's lease and its in-flight work to expire.
+        A check that fails (Redis still down) is retried; watching again restarts the window."""
+        with self._lock:
+            self._watches[id(structure)] = _Watch(check, window, time.monotonic() + WATCH_INTERVAL)
+            self._start()
 
     def drop(self, structure: Any, item_id: str | None = None) -> None:
         parts = getattr(structure, "heartbeat_parts", None)
@@ -141,7 +174,29 @@ class Heartbeat:
             due, sleep = self._due()
             if due:
                 self.renew(due)
+            sleep = min(sleep, self.check_watches())
             self._wake.wait(max(sleep, 0.01))
+
+    def check_watches(self) -> float:
+        """Run the watches that are due; returns the seconds until the next one is."""
+        now = time.monotonic()
+        with self._lock:
+            ready = [(key, w) for key, w in self._watches.items() if w.next_at <= now]
+        for key, watch in ready:
+            try:
+                watch.check()
+            except Exception as exc:
+                logger.debug("redqueue: a watched structure's check failed (%s); retrying", exc)
+            else:
+                if watch.until is None:
+                    watch.until = now + watch.window
+            watch.next_at = now + WATCH_INTERVAL
+            if watch.until is not None and now >= watch.until:
+                with self._lock:
+                    if self._watches.get(key) is watch:
+                        del self._watches[key]
+        with self._lock:
+            return min((w.next_at - now for w in self._watches.values()), default=1.0)
 
     def renew(self, due: list[tuple[Any, list[str]]]) -> None:
         """Renew what is due: one round trip for all the structures on one (non-cluster)

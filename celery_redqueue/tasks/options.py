@@ -29,6 +29,7 @@ CALL_OPTIONS = {
     "countdown": "holds the call in its structure until due (seconds)",
     "eta": "holds the call in its structure until that time",
     "dedupe_id": "names the call for producer-side dedupe",
+    "task_id": "names the call: the receipt's id (and its result's, with per-call results)",
 }
 
 #: Options that go to the drain job this call sends, if it sends one (Celery's meaning there).
@@ -47,11 +48,10 @@ DRAIN_OPTIONS = {
     "ignore_result": "whether the drain job stores its summary",
 }
 
-_NO_RESULT = "a pooled or bucket call has no task id and no result"
+_NO_RESULT = "a pooled or bucket call runs later, inside a drain job, with no task result"
 
 #: Options refused, with the reason and what to do instead.
 REFUSED_OPTIONS = {
-    "task_id": f"{_NO_RESULT}; pass dedupe_id= to name a call",
     "link": f"{_NO_RESULT} to pass on; call the follow-up task at the end of the body",
     "link_error": (
         f"{_NO_RESULT}; a failed call is counted and, with retries, dead-lettered "
@@ -103,9 +103,62 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+#: Keywords of Celery's task decorator that are no attribute of its Task class (they are
+#: consumed by the decorator, by autoretry, or read by routing).
+DECORATOR_KEYWORDS = frozenset(
+    {
+        "app",
+        "base",
+        "shared",
+        "lazy",
+        "filter",
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_kwargs",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "queue",
+        "exchange",
+        "exchange_type",
+        "routing_key",
+        "pydantic",
+        "pydantic_strict",
+        "pydantic_context",
+        "pydantic_dump_kwargs",
+    }
+)
+
+
+def check_decoration_keywords(base: type, names: Any, kind: str) -> None:
+    """Refuse decorator keywords that are neither Celery task options nor options of ``kind``
+    (``@pool_task(size=10)``): Celery would set them on the class, where nothing reads them.
+
+    ``pool_*``/``bucket_*``/``lease_*`` names are checked by :func:`check_option_names`.
+    """
+    for name in names:
+        if (
+            name.startswith("_")
+            or name.startswith(PREFIXES)
+            or name in DECORATOR_KEYWORDS
+            or hasattr(base, name)
+        ):
+            continue
+        options = sorted(
+            n for klass in base.__mro__ for n in vars(klass) if n.startswith(f"{kind}_")
+        )
+        prefixed = f"{kind}_{name}"
+        hint = _did_you_mean(prefixed, options) or _did_you_mean(
+            name, options + sorted(DECORATOR_KEYWORDS)
+        )
+        raise ConfigurationError(
+            f"{name}= is neither a Celery task option nor an option of a {kind} task{hint}"
+        )
+
+
 def check_option_names(cls: type) -> None:
     """Refuse ``pool_*``/``bucket_*``/``lease_*`` names that are no option of ``cls``'s kind,
-    and classes that combine two kinds."""
+    classes that combine two kinds, and decorator keywords nothing reads."""
     kinds = {k.__dict__["redqueue_kind"] for k in cls.__mro__ if "redqueue_kind" in k.__dict__}
     if len(kinds) > 1:
         raise ConfigurationError(
@@ -114,6 +167,9 @@ def check_option_names(cls: type) -> None:
         )
     if "redqueue_kind" in vars(cls):
         return  # the kind's own class declares its options
+    if cls.__dict__.get("_decorated"):
+        # Made by Celery's decorator: every other name in the class dict is a keyword given.
+        check_decoration_keywords(cls.__mro__[1], vars(cls), next(iter(kinds), "redqueue"))
     known = {name for klass in cls.__mro__[1:] for name in vars(klass) if name.startswith(PREFIXES)}
     for name in vars(cls):
         if not name.startswith(PREFIXES) or name in known:
@@ -170,3 +226,12 @@ def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
         UserWarning,
         stacklevel=2,
     )
+
+
+def is_trigger(args: Any, producer: Any, options: dict[str, Any]) -> bool:
+    """An argument-less call made by a scheduler or tool, meant as a drain trigger: Celery
+    beat's scheduler (it passes ``producer=``, and decoded arguments, ``[]``), django-celery-beat
+    (``periodic_task_name`` header) and Flower's apply endpoints (JSON-decoded ``args=[]``).
+    A ``delay()``/``apply_async()`` in code passes a tuple or nothing."""
+    headers = options.get("headers") or {}
+    return isinstance(args, list) or producer is not None or "periodic_task_name" in headers

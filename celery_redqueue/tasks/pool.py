@@ -15,13 +15,21 @@ from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
     DELIVERIES,
+    CappedPool,
     PoolBatch,
     Receipt,
     validate_pool_options,
 )
 from ..structures.protocols import in_chunks
 from ..structures.sharded import AnyPool, make_pool, validate_shards
-from ..validation import function_option, one_of, optional_seconds, positive_int, seconds
+from ..validation import (
+    boolean,
+    function_option,
+    one_of,
+    optional_seconds,
+    positive_int,
+    seconds,
+)
 from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
@@ -29,6 +37,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_structure_name
+from .results import call_id_of, new_call_id, store_failure, store_success, with_id
 from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
@@ -113,10 +122,19 @@ class PoolTask(RedQueueTask):
     #: Consumer-side guard (seconds, 0: off): an entry whose body completed is recorded with
     #: its acknowledgement, and a redelivered copy is skipped rather than applied twice.
     pool_processed_guard: float = 0.0
+    #: Store each call's outcome (the body's return value or exception) in the app's result
+    #: backend under its receipt's id: ``receipt.get()``. Costs a backend write per call.
+    pool_results: bool = False
+    #: Seconds a drain waits, after the first call of a batch arrived, for calls to gather
+    #: (``pool_batch`` bodies): it schedules itself for then instead of running a small batch
+    #: at once; a batch of ``pool_batch_min`` calls runs without waiting. 0: no gathering.
+    pool_batch_wait: float = 0.0
+    #: Calls that end the gathering wait early; None: ``pool_batch_size``.
+    pool_batch_min: int | None = None
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
     #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
-    #: them. See "Sharded pools and buckets" in the README.
+    #: them. See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     pool_shards: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -149,6 +167,24 @@ class PoolTask(RedQueueTask):
             )
         check_structure_name(cls, "pool_name")
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
+        boolean("pool_results", cls.pool_results)
+        seconds("pool_batch_wait", cls.pool_batch_wait)
+        positive_int("pool_batch_min", cls.pool_batch_min, optional=True)
+        if cls.pool_batch_wait and cls.pool_shards > 1:
+            raise ConfigurationError(
+                "pool_batch_wait is not available with pool_shards > 1: a sharded pool has no "
+                "one oldest call to count the wait from"
+            )
+        if cls.pool_results and cls.pool_coalesce:
+            raise ConfigurationError(
+                "pool_results is not available with pool_coalesce: equal calls merge into one "
+                "entry, so a call has no outcome of its own to store"
+            )
+        if cls.pool_batch_min is not None and cls.pool_batch_min > cls.pool_batch_size:
+            raise ConfigurationError(
+                f"pool_batch_min ({cls.pool_batch_min}) cannot exceed pool_batch_size "
+                f"({cls.pool_batch_size}): a drain pops at most pool_batch_size calls"
+            )
 
     @classmethod
     def _register_schedules(cls, app: Any) -> None:
@@ -205,18 +241,27 @@ class PoolTask(RedQueueTask):
         Every call is checked as ``delay()`` checks it before any is stored. In eager mode the
         body runs for each call and the results are Celery's EagerResults.
         """
-        encoded = [self._prepare_call(a, k) for a, k in calls]
+        ids = [new_call_id() for _ in calls]
+        results_on = self.pool_results
+        encoded = [
+            self._prepare_call(a, k, i if results_on else None)
+            for (a, k), i in zip(calls, ids, strict=True)
+        ]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
         results = in_chunks(self.pool.store_encoded, encoded, self.pool.store_chunk)
+        sent = False
         for i, result in enumerate(results):
-            if result.drain_needed:
-                results[i] = self._after_add(result)
-                break
+            if result.drain_needed and not sent:
+                sent = True
+                results[i] = self._after_add(result, None, ids[i])
+            else:
+                results[i] = self._named(result, ids[i])
         return results
 
-    def _prepare_call(self, args: Any, kwargs: Any) -> bytes:
-        """Check a call as the body will take it, and serialize it; raises, storing nothing."""
+    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
+        """Check a call as the body will take it, and serialize it (with ``call_id`` when
+        per-call results are on); raises, storing nothing."""
         if not self.pool_batch:
             # A batch body takes the list of calls, so its signature says nothing of one call.
             self.check_call(args, kwargs)
@@ -229,7 +274,7 @@ class PoolTask(RedQueueTask):
         call = [list(args or ()), call_kwargs]
         if get_config(self.app).tracing and not self.pool_coalesce:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        return self.pool.encode(call)
+        return self.pool.encode(with_id(call, call_id))
 
     # Consuming
 
@@ -246,15 +291,27 @@ class PoolTask(RedQueueTask):
         While it runs, the process's heartbeat renews the pool's drain lease and the batch in
         flight, so neither expires under a long body.
         """
-        with heartbeat().holding(self.pool):
-            return self._drain()
+        try:
+            with heartbeat().holding(self.pool):
+                return self._drain()
+        except Exception:
+            self._watch_after_failure(self.pool_visibility_timeout, self.pool_drain_lease)
+            raise
 
     def _drain(self) -> DrainSummary:
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
         processed = failed = batches = 0
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
+        gather_min = self.pool_batch_min or self.pool_batch_size
         while True:
+            if self.pool_batch_wait and isinstance(pool, CappedPool):  # (shards: refused)
+                # Let a batch gather: look again later (a scheduled job), never sleep here.
+                gather = pool.gather(gather_min, self.pool_batch_wait)
+                if gather.wait:
+                    if gather.schedule:
+                        self.send_drain_or_release(countdown=gather.wait)
+                    return DrainSummary(processed, failed, batches, continued=True)
             linger = time.monotonic() - last_work < self.pool_drain_linger
             batch = pool.pop(self.pool_batch_size, linger=linger)
             failed += batch.malformed  # dead-lettered by the pop, with the reason
@@ -297,6 +354,7 @@ class PoolTask(RedQueueTask):
 
     def _run_batch(self, batch: PoolBatch) -> dict[int, str]:
         """Run the body over a batch; returns the failures by position (each is logged)."""
+        results = self.pool_results
         if self.pool_batch:
             try:
                 calls = [
@@ -305,14 +363,21 @@ class PoolTask(RedQueueTask):
                     for a, k in [self._unpack(item.payload)]
                 ]
                 with self._processing(batch.items, batch=True):  # tracing hook
-                    self._run_call(calls)
+                    value = self._run_call(calls)
             except SoftTimeLimitExceeded:
                 self.pool.ack(batch, failures=dict.fromkeys(range(len(batch.items)), "time limit"))
                 self.send_drain_or_release()  # this job ends here; the rest needs one
                 raise
             except Exception as exc:
                 logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
+                if results:
+                    for item in batch.items:
+                        if self._failed_for_good(item.receives):
+                            store_failure(self, call_id_of(item.payload), exc)
                 return dict.fromkeys(range(len(batch.items)), error_text(exc))
+            if results:  # a batch body's one return value is each of its calls' result
+                for item in batch.items:
+                    store_success(self, call_id_of(item.payload), value)
             return {}
         failures: dict[int, str] = {}
         for index, item in enumerate(batch.items):
@@ -321,7 +386,7 @@ class PoolTask(RedQueueTask):
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
                 with self._processing([item]):  # tracing hook
-                    self._run_call(*call_args, **call_kwargs)
+                    value = self._run_call(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
@@ -330,7 +395,16 @@ class PoolTask(RedQueueTask):
             except Exception as exc:
                 logger.exception("%s: pooled call %r failed", self.name, item.payload)
                 failures[index] = error_text(exc)
+                if results and self._failed_for_good(item.receives):
+                    store_failure(self, call_id_of(item.payload), exc)
+            else:
+                if results:
+                    store_success(self, call_id_of(item.payload), value)
         return failures
+
+    def _failed_for_good(self, receives: int) -> bool:
+        """A failed call is not tried again (at most once, or its last receive)."""
+        return self.pool_delivery == "at_most_once" or receives >= self.pool_max_receives
 
     def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
         """The tracing span stored calls run in (a no-op context when tracing is off)."""

@@ -50,6 +50,7 @@ class StreamTask(RedQueueTask):
     """
 
     redqueue_kind = "stream"
+    stores_by_name = False
 
     #: The stream this task consumes (required).
     stream_name: str | None = None
@@ -187,6 +188,13 @@ class StreamTask(RedQueueTask):
     def drain(self) -> DrainSummary:
         """Read, run and acknowledge this group's entries until it has caught up (lingering a
         moment) or the time budget is spent."""
+        try:
+            return self._drain()
+        except Exception:
+            self._watch_after_failure(self.stream_visibility_timeout, self.stream_drain_lease)
+            raise
+
+    def _drain(self) -> DrainSummary:
         stream = self.stream
         consumer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         deadline = time.monotonic() + self.stream_drain_time_budget

@@ -6,7 +6,8 @@ many calls share, so the caller's trace would end at ``.delay()``. With tracing 
 * **Producer.** A call made while a span is active keeps that span's W3C trace context
   (``traceparent``, and ``tracestate`` if any) with its payload, in the same round trip: a pool
   or bucket call is stored as ``[args, kwargs, {"traceparent": ...}]`` instead of
-  ``[args, kwargs]``; a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
+  ``[args, kwargs]`` (the dict is shared with the call id of per-call results, see
+  :mod:`.results`); a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
   active span (or tracing off) the payload is byte for byte what it was. No PRODUCER span is
   made per call: it would cost more than the call itself (``bench/tracing_bench.py``).
   Coalescing pools store no context: equal calls merge into one entry by their bytes.
@@ -79,20 +80,30 @@ def _otel() -> dict[str, Any]:
 def caller_context() -> dict[str, str] | None:
     """The active span's W3C trace context as a carrier, or None when no span is active.
 
-    Formatted here rather than through the global propagator: the propagator's ``inject``
-    costs about 10 us a call, this about 1.5 us, and the stored form is always W3C (what
-    :func:`links` reads back) whatever ``OTEL_PROPAGATORS`` says.
+    Formatted here rather than through the global propagator (whose ``inject`` costs about
+    10 us a call), so the stored form is always W3C (what :func:`links` reads back) whatever
+    ``OTEL_PROPAGATORS`` says. A request that makes many calls makes them under one span: the
+    last carrier is kept and handed out again while the span is the same (it is only read).
     """
+    global _last
     span_context = _api["current_span"]().get_span_context()
-    if not span_context.is_valid:
+    last = _last
+    if span_context is last[0]:
+        return last[1]
+    # SpanContext is a typed tuple: unpacking it skips six property calls.
+    trace_id, span_id, _, flags, state, valid = span_context
+    if not valid:
         return None
-    carrier = {
-        "traceparent": f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
-        f"{int(span_context.trace_flags):02x}"
-    }
-    if span_context.trace_state:
-        carrier["tracestate"] = span_context.trace_state.to_header()
+    carrier = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"}
+    if state:
+        carrier["tracestate"] = state.to_header()
+    _last = (span_context, carrier)
     return carrier
+
+
+#: The span context :func:`caller_context` formatted last, and its carrier (one tuple, so a
+#: thread reading it while another replaces it sees either pair whole).
+_last: tuple[Any, dict[str, str] | None] = (None, None)
 
 
 def stamp(call: list[Any]) -> list[Any]:
@@ -127,7 +138,9 @@ def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
 
 
 def call_context(payload: Any) -> dict[str, str] | None:
-    """The caller's context a stored pool or bucket call carries (its third element)."""
+    """The caller's context a stored pool or bucket call carries (its third element, which
+    may hold the call id too: the propagator reads only its own fields). Read only: the
+    producer hands one carrier to many calls."""
     if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
         return payload[2]
     return None

@@ -6,7 +6,9 @@ A page writes a marker on a line of its own and the build puts the generated Mar
   of its kind's prefix, ``pool_*`` ..., with its ``#:`` comment, its type and its default);
 - ``<!-- settings -->``: the ``redqueue_*`` settings (the fields of ``RedQueueConfig`` with
   their ``#:`` comments, and the settings read elsewhere, listed in :data:`OTHER_SETTINGS`);
-- ``<!-- api -->``: an mkdocstrings entry for every name in ``celery_redqueue.__all__``.
+- ``<!-- api -->``: an mkdocstrings entry for every name in ``celery_redqueue.__all__``;
+- ``<!-- modules -->``: every module and Lua script of the package with the first sentence of
+  its docstring or header comment.
 
 An option or a setting without a comment fails the build (and tests/project/test_docs.py).
 """
@@ -49,7 +51,8 @@ SETTING_DEFAULTS = {
     "serializer": '`"json"`',
 }
 
-MARKER = re.compile(r"^<!-- (options: (\w+)|settings|api) -->$", re.M)
+MARKER = re.compile(r"^<!-- (options: (\w+)|settings|api|modules) -->$", re.M)
+SENTENCE = re.compile(r"^(.+?[.])(?:\s|$)", re.S)
 ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc):`~?([^`]+)`")
 
 
@@ -198,12 +201,38 @@ def api_entries() -> str:
     return "\n\n".join(f"::: celery_redqueue.{name}" for name in names)
 
 
+def first_sentence(text: str) -> str:
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    match = SENTENCE.match(paragraph)
+    return prose((match.group(1) if match else paragraph).rstrip("."))
+
+
+def modules_table() -> str:
+    """Every module of the package and every Lua script, with what it is, folder by folder."""
+    out = ["| file | what it is |", "|---|---|"]
+    for path in sorted(PACKAGE.rglob("*.py"), key=lambda p: (p.parent != PACKAGE, str(p))):
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        if doc is None:
+            raise UndocumentedError(f"{path.relative_to(ROOT)} has no module docstring")
+        out.append(f"| `{path.relative_to(PACKAGE)}` | {first_sentence(doc)} |")
+    for path in sorted((PACKAGE / "lua").glob("*.lua")):
+        header = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("--") or line.startswith("--#"):
+                break
+            header.append(line[2:].strip())
+        out.append(f"| `lua/{path.name}` | {first_sentence(' '.join(header)) or '-'} |")
+    return "\n".join(out)
+
+
 def expand(markdown: str) -> str:
     def replace(match: re.Match[str]) -> str:
         if match.group(2):
             return options_table(match.group(2))
         if match.group(1) == "settings":
             return settings_table()
+        if match.group(1) == "modules":
+            return modules_table()
         return api_entries()
 
     return MARKER.sub(replace, markdown)

@@ -184,7 +184,8 @@ def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
 
     monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
     monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
-    sys.modules.pop("tests.faults.fault_app", None)  # read the environment afresh
+    for name in ("tests.faults.fault_app", "tests.process_app"):  # read the environment afresh
+        sys.modules.pop(name, None)
     module = importlib.import_module("tests.faults.fault_app")
     yield module
     module.app.close()

@@ -8,6 +8,7 @@ import pytest
 from celery_redqueue import (
     BucketTask,
     ConfigurationError,
+    InvalidArgumentError,
     Receipt,
     RedQueueError,
     bucket_task,
@@ -136,8 +137,9 @@ def test_call_site_errors_store_nothing(app):
         fetch.delay("no-slashes")
     with pytest.raises(TypeError):
         fetch.delay("a", "b")
-    # No arguments at all, to a body that needs some, is a drain job (a beat row run by hand).
-    assert not isinstance(fetch.delay(), Receipt)
+    # No arguments at all, to a body that needs some: a forgotten argument, refused.
+    with pytest.raises(InvalidArgumentError, match=r"fetch\(url\) needs arguments"):
+        fetch.delay()
 
     @app.task(base=BucketTask, bucket_key=lambda x: 42)
     def numeric(x):

@@ -8,8 +8,10 @@ import sys
 import threading
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
@@ -23,6 +25,7 @@ from celery_redqueue.tasks import tracing
 from .conftest import ROOT, running_worker
 
 _EXPORTER = InMemorySpanExporter()
+_METRICS = InMemoryMetricReader()
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,7 @@ def provider():
         current = TracerProvider()
         trace.set_tracer_provider(current)
     current.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
     return current
 
 
@@ -105,6 +109,33 @@ def test_three_requests_are_linked_from_the_pool_process_spans(traced_app, spans
         # Each runs in its own trace (no drain span without the Celery instrumentation),
         # never inside a request's.
         assert span.context.trace_id not in {t for t, _ in requests}
+
+
+def _durations(name):
+    """Data points of messaging.process.duration for destination ``name``."""
+    data = _METRICS.get_metrics_data()
+    return [
+        point
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "messaging.process.duration"
+        for point in metric.data.data_points
+        if point.attributes.get("messaging.destination.name") == name
+    ]
+
+
+def test_processing_is_timed_in_the_duration_histogram(traced_app, spans, tracer, wait_for):
+    @traced_app.task(base=PoolTask, pool_size=100, pool_name="timed")
+    def record(x):
+        if x == 2:
+            raise ValueError("bad call")
+
+    _requests(tracer, 3, record.delay)
+    with running_worker(traced_app):
+        wait_for(lambda: len(_process_spans(spans, "timed")) == 3, message="3 spans")
+    points = {p.attributes.get("error.type"): p.count for p in _durations("timed")}
+    assert points == {None: 2, "ValueError": 1}
 
 
 def test_a_batch_body_runs_in_one_span_linking_every_call(traced_app, spans, tracer, wait_for):
@@ -395,3 +426,59 @@ def test_stored_contexts_survive_a_consumer_without_tracing(app, spans, tracer, 
     with running_worker(app):
         wait_for(lambda: done == [1], message="the call ran")
     assert not _process_spans(spans, record.name)
+
+
+def test_a_traced_call_with_a_result_carries_both(
+    traced_app, spans, tracer, redqueue_redis, redqueue_server_url, redqueue_prefix, wait_for
+):
+    """Per-call results share the stored call's third element with the trace context: both
+    arrive (the result under the receipt's id, the link to the request)."""
+    traced_app.conf.result_backend = redqueue_server_url
+    traced_app.conf.result_backend_transport_options = {
+        "global_keyprefix": f"{redqueue_prefix}:res:"
+    }
+
+    @traced_app.task(base=PoolTask, pool_results=True, pool_drain_interval=None)
+    def square(i):
+        return i * i
+
+    receipts = []
+    requests = _requests(tracer, 2, lambda i: receipts.append(square.delay(i + 3)))
+    stored = [json.loads(p) for p in _stored_pool_payloads(redqueue_redis, square.pool)]
+    assert sorted(meta["id"] for _, _, meta in stored) == sorted(r.id for r in receipts)
+    assert all(meta["traceparent"].startswith("00-") for _, _, meta in stored)
+    with running_worker(traced_app):
+        assert [r.get(timeout=30) for r in receipts] == [9, 16]
+        wait_for(lambda: len(_process_spans(spans, square.name)) == 2, message="2 spans")
+    assert _linked(_process_spans(spans, square.name)) == requests
+
+
+def test_a_by_name_call_links_to_the_worker_span_that_stored_it(
+    traced_app, spans, tracer, wait_for
+):
+    """``send_task`` by name (a service that does not import the task): the worker stores the
+    call under the Celery instrumentation's run span of that message, in the sender's trace,
+    and the span that processes the call links there."""
+    instrumentor = CeleryInstrumentor()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    try:
+        done = []
+
+        @traced_app.task(base=PoolTask, pool_size=100)
+        def record(x):
+            done.append(x)
+
+        with running_worker(traced_app):
+            with tracer.start_as_current_span("request") as request:
+                traced_app.send_task(record.name, (5,))
+            wait_for(lambda: _process_spans(spans, record.name), message="the process span")
+    finally:
+        instrumentor.uninstrument()
+    assert done == [5]
+    (span,) = _process_spans(spans, record.name)
+    (link,) = span.links
+    stored_under = [
+        s for s in spans.get_finished_spans() if s.context.span_id == link.context.span_id
+    ]
+    assert [s.name for s in stored_under] == [f"run/{record.name}"]
+    assert link.context.trace_id == request.get_span_context().trace_id

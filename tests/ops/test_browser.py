@@ -262,3 +262,50 @@ def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
     assert page.eval("document.querySelectorAll('#dead input').length") == 0
     assert page.eval("document.getElementById('readonly').getClientRects().length") > 0
     page.screenshot("read-only")
+
+
+def test_page_explains_its_columns_shows_dropped_and_charts_a_burst_per_second(
+    dashboard, browser, redqueue_redis, redqueue_prefix
+):
+    base, _ = dashboard
+    full = CappedPool(redqueue_redis, "full", 5, prefix=redqueue_prefix, policy="reject")
+    full.add_many(range(8))  # a short burst: 3 rejected
+    sampled = CappedPool(redqueue_redis, "sampled", 5, prefix=redqueue_prefix)
+    sampled.add_many(range(9))  # 4 rejected or evicted
+
+    page = browser.new_page()
+    page.goto(base)
+    page.wait_for(cell("pool:full", 1), message="the full pool's row")
+    # Dropped per structure, split by reason on hover.
+    assert page.eval(cell("pool:full", 11)) == "3"
+    assert page.eval(cell("pool:sampled", 11)) == "4"
+    split = page.eval(
+        "document.querySelector('#structures tr[data-id=\"pool:full\"] td:nth-child(11)').title"
+    )
+    assert split == "rejected 3"
+    # Every column says what it counts (the workers column too), and a legend spells it out.
+    titles = page.eval(
+        "Object.fromEntries([...document.querySelectorAll('#structures thead th')]"
+        ".map((th) => [th.textContent, th.title]))"
+    )
+    assert list(titles)[-2:] == ["workers", "dropped"]
+    assert all(titles.values()), titles
+    assert "worker processes needed" in titles["workers"]
+    assert "workers" in page.eval("document.getElementById('columns-help').textContent")
+    # Rows look clickable: a pointer, and the name drawn as a link.
+    style = page.eval(
+        "(() => { const td = document.querySelector('#structures tr[data-id=\"pool:full\"] td');"
+        " const s = getComputedStyle(td); return [s.cursor, s.textDecorationLine]; })()"
+    )
+    assert style == ["pointer", "underline"], style
+    page.eval("document.querySelector('#structures tr[data-id=\"pool:full\"]').click()")
+    page.wait_for("document.getElementById('detail-title').textContent === 'pool:full'")
+    # All of the hour's traffic is in its last minutes: the chart picks the per-second view.
+    page.wait_for("Number(document.getElementById('chart').dataset.points) > 0")
+    assert page.eval("document.getElementById('chart').dataset.span") == "minute"
+    page.screenshot("columns")
+    page.eval(
+        "document.getElementById('span').value = 'hour';"
+        " document.getElementById('span').dispatchEvent(new Event('change'))"
+    )
+    page.wait_for("document.getElementById('chart').dataset.span === 'hour'")

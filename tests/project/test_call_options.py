@@ -35,7 +35,6 @@ def plain(app):
     [
         {"link": "sig"},
         {"link_error": "sig"},
-        {"task_id": "abc"},
         {"shadow": "other-name"},
         {"expires": 60},
         {"time_limit": 5},
@@ -103,3 +102,12 @@ def test_bucket_calls_refuse_the_same_way(app):
     with pytest.raises(RedQueueError, match="chains, groups and chords"):
         group(fetch.s(k) for k in "ab").apply_async()
     assert fetch.bucket.stats().enqueued == 0
+
+
+def test_task_id_names_the_call_and_every_receipt_has_an_id(app, pooled):
+    receipt = pooled.apply_async((1,), task_id="order-7")
+    assert receipt.kept and receipt.id == receipt.task_id == "order-7"
+    other, third = pooled.delay(2), pooled.delay(3)
+    assert other.id and third.id and other.id != third.id
+    with pytest.raises(RedQueueError, match="task_id must be a non-empty string"):
+        pooled.apply_async((4,), task_id="")

@@ -105,6 +105,26 @@ def test_demo_output_explains_itself():
     merged = re.search(r"error reports: ([\d,]+) merged", out)
     assert merged and int(merged.group(1).replace(",", "")) > 0
     assert out.count(": True") == 4 and ": False" not in out  # the accounting balances
+    # The command that watches it reads the demo's own Redis, not whatever listens on 6379.
+    url = re.search(r"embedded Redis at (redis://\S+)", out).group(1)
+    assert f"REDQUEUE_DEMO_URL={url} " in out
+    assert "-A example_project.celery_app redqueue top" in out
+    # The worker's and beat's log was named, and removed with the rest after a success.
+    log = re.search(r"worker and beat log to (\S+)", out).group(1)
+    assert not os.path.exists(log)
+
+
+def test_run_demo_help_lists_the_demos():
+    result = subprocess.run(
+        [str(ROOT / "run-demo"), "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    for demo in ("dashboard", "crawler", "django", "flask", "orders"):
+        assert f"./run-demo {demo}" in result.stdout, result.stdout
+    unknown = subprocess.run(
+        [str(ROOT / "run-demo"), "no-such-demo"], capture_output=True, text=True, timeout=30
+    )
+    assert unknown.returncode == 2 and "./run-demo crawler" in unknown.stderr
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")

@@ -137,3 +137,11 @@ def test_the_api_reference_covers_all_public_names():
     for name in celery_redqueue.__all__:
         if not name.startswith("_"):
             assert f"::: celery_redqueue.{name}\n" in entries + "\n"
+
+
+def test_the_architecture_page_lists_every_module_and_script():
+    table = _generator().modules_table()
+    package = ROOT / "celery_redqueue"
+    for path in [*package.rglob("*.py"), *(package / "lua").glob("*.lua")]:
+        assert f"| `{path.relative_to(package)}` |" in table
+    assert "<!-- modules -->" in (ROOT / "docs" / "architecture.md").read_text()

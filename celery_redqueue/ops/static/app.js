@@ -128,7 +128,7 @@ function renderOverview(data) {
     if (s.error) {
       tr.appendChild(el("td", s.id));
       const td = el("td", s.error, "error");
-      td.colSpan = 9;
+      td.colSpan = 10;
       tr.appendChild(td);
       rows.push(tr);
     } else if (s.leases) {
@@ -141,7 +141,10 @@ function renderOverview(data) {
         [fmtNum(f.delayed), "num"], [fmtNum(f.dead), f.dead ? "num bad" : "num"],
         [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
         [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
-        [fmtNum(f.workers_needed, 2), "num"]]));
+        [fmtNum(f.workers_needed, 2), "num"], [fmtNum(f.dropped), f.dropped ? "num warn" : "num"]]));
+      // The dropped cell's split by reason, on hover.
+      tr.lastChild.title = Object.entries(s.counters || {})
+        .filter(([k]) => DROP_REASONS.includes(k)).map(([k, v]) => `${k} ${fmtNum(v)}`).join(", ");
       // A stream's groups, a line each under it: lag as depth, pending as in flight.
       for (const g of s.groups || []) {
         const gr = row(s);
@@ -150,11 +153,11 @@ function renderOverview(data) {
         rows.push(cells(gr, [[`group ${g.group}`], [fmtNum(g.lag), "num"], [fmtNum(g.pending), "num"],
           ["-", "num"], [fmtNum(g.dead), g.dead ? "num bad" : "num"], [fmtNum(g.rate_in, 2), "num"],
           [fmtNum(g.rate_out, 2), "num"], [fmtSecs(g.oldest_pending_age), "num"], ["-", "num"],
-          ["-", "num"]]));
+          ["-", "num"], ["-", "num"]]));
       }
     }
   }
-  if (rows.length === 0) rows.push(emptyRow(10, "no pool, bucket or stream registered under this prefix yet"));
+  if (rows.length === 0) rows.push(emptyRow(11, "no pool, bucket or stream registered under this prefix yet"));
   $("leases-section").hidden = leaseRows.length === 0;
   fill($("leases").tBodies[0], leaseRows);
   fill($("structures").tBodies[0], rows);
@@ -170,6 +173,20 @@ function select(id) {
   refresh();
 }
 
+// The stats counters that count shed calls (ops/reading.py's DROP_REASONS, every kind).
+const DROP_REASONS = ["rejected", "evicted", "lost", "dropped", "duplicates", "trimmed"];
+
+// "auto": per second when every minute of the hour with traffic is among its last two (a short
+// burst, which the hour's per-minute bars would show as a sliver), else the hour.
+function chartSpan(h) {
+  const chosen = $("span").value;
+  if (chosen !== "auto") return chosen;
+  const n = h.minutes_in.length;
+  const older = (list) => list.slice(0, Math.max(0, n - 2)).some((v) => v);
+  const recent = h.seconds_in.some((v) => v) || h.seconds_out.some((v) => v);
+  return recent && !older(h.minutes_in) && !older(h.minutes_out) ? "minute" : "hour";
+}
+
 // The chart: bars for items in and out per slot, a line for depth (own scale on the right).
 function drawChart(detail) {
   const canvas = $("chart");
@@ -183,7 +200,7 @@ function drawChart(detail) {
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   ctx.clearRect(0, 0, width, height);
   if (!h) { canvas.dataset.points = "0"; return; }
-  const hour = $("span").value === "hour";
+  const hour = chartSpan(h) === "hour";
   const starts = hour ? h.minute_starts : h.second_starts;
   const ins = hour ? h.minutes_in : h.seconds_in;
   const outs = hour ? h.minutes_out : h.seconds_out;
@@ -249,6 +266,7 @@ function drawChart(detail) {
     ctx.fill();
   });
   canvas.dataset.points = String(points);
+  canvas.dataset.span = hour ? "hour" : "minute";
 }
 
 function renderDetail(d) {
@@ -275,6 +293,19 @@ function renderDetail(d) {
       tr.addEventListener("click", () => { $("rate-key").value = k.key; });
       return tr;
     }));
+  }
+  $("pause-key").hidden = !(ACTIONS && d.kind === "bucket");
+  if (d.noisy) {
+    const n = d.noisy, rows = Math.max(n.busiest.length, n.longest_waiting.length, n.paused.length);
+    const line = [];
+    for (let i = 0; i < rows; i++) {
+      const b = n.busiest[i], w = n.longest_waiting[i], p = n.paused[i];
+      line.push(cells(el("tr"), [[b ? b.key : ""], [b ? fmtNum(b.releases, 1) : "", "num"],
+        [b ? fmtNum(100 * b.share, 1) + " %" : "", "num"], [w ? w.key : ""],
+        [w ? fmtSecs(w.oldest_age) : "", "num"], [p ? p.key : ""],
+        [p ? (p.until === null ? "resumed by hand" : fmtEligible(p.until)) : ""]]));
+    }
+    fill($("noisy").tBodies[0], rows ? line : [emptyRow(7, "no release, wait or pause lately")]);
   }
   $("groups-box").hidden = !d.groups;
   if (d.groups) {
@@ -390,6 +421,15 @@ function setup() {
     const burst = $("rate-burst").value.trim();
     act({ action: "set_rate", id: state.selected, key: $("rate-key").value,
       rate: $("rate-value").value, burst: burst === "" ? null : Number(burst) });
+  });
+  $("pause-key").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const secs = $("pause-seconds").value.trim();
+    act({ action: "pause", id: state.selected, key: $("pause-name").value,
+      seconds: secs === "" ? null : Number(secs) });
+  });
+  $("resume-button").addEventListener("click", () => {
+    act({ action: "resume", id: state.selected, key: $("pause-name").value });
   });
   refresh();
   setInterval(refresh, REFRESH);

@@ -1,0 +1,218 @@
+#!/usr/bin/env python
+"""Benchmark: buckets for metered APIs beside today's plain bucket, in one run.
+
+Run it from the repository root::
+
+    .venv/bin/python bench/metered_bench.py            # about 40 seconds
+    .venv/bin/python bench/metered_bench.py --items 30 # shorter
+
+It starts its own Redis (EmbeddedRedis, loopback only), a Celery app whose broker is that
+Redis, and a real Celery worker in this process (threads pool, 4 threads); every bucket task
+has ``bucket_drain_concurrency=4``. Per mode, every key is backlogged with ``--items`` calls
+stored through ``.delay()`` before the worker starts, and the bench waits until all ran.
+
+What it prints per mode:
+
+- utilisation of the tighter limit: for a per-key limit, per key, the units released before the
+  last start over the time from its first start to its last (GCRA pays each call's units
+  before the next may go, so a perfect schedule is exactly 100 %), as the mean and the lowest
+  key; for the total rate the same over all keys; for concurrency, the calls per second
+  against what N bodies of that length allow. All times are the Redis server's (each body
+  reads ``self.reservation.released_at``).
+- broker messages per call: every message published while the mode ran (drain jobs, their
+  self-scheduled wake-ups, fan-out), counted by Celery's ``after_task_publish`` signal, over
+  the calls run.
+
+Target: utilisation >= 95 % of the tighter limit in every mode. It reports; it does not
+assert (exit status 0 whatever the figures are).
+
+Modes: ``plain`` (bucket_rate 20/s, 4 keys: today's bucket), ``cost`` (bucket_rate 40/s and
+bucket_cost_rate 60/s with costs 1..5, mean 3: the cost budget is the tighter limit),
+``total`` (4 keys at 20/s under bucket_total_rate 40/s), ``concurrency`` (bucket_concurrency 2,
+one key, bodies of 100 ms: at most 20 calls/s), ``backoff`` (4 keys at 20/s, each key's 5th
+call raises KeyBackoff(1) once: its pause is left out of the key's active time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+from celery.signals import after_task_publish
+
+from celery_redqueue import BucketTask, KeyBackoff
+from celery_redqueue.testing import celery_test_config
+from celery_redqueue.testing.embedded import EmbeddedRedis
+
+KEYS = ("k0", "k1", "k2", "k3")
+COSTS = (1, 2, 3, 4, 5)
+published = 0
+_lock = threading.Lock()
+
+
+@after_task_publish.connect
+def _count(**_: Any) -> None:
+    global published
+    with _lock:
+        published += 1
+
+
+def make_tasks(app: Celery, ran: list[tuple[str, float, float]], burst: int) -> dict[str, Any]:
+    """The modes' tasks; ``burst`` 1 gives each limit a burst allowance (one call; the cost
+    budget its largest cost) so consumers that come late lose no throughput."""
+    common: dict[str, Any] = {
+        "base": BucketTask,
+        "bucket_burst": burst,
+        "bind": True,
+        "bucket_key": "key",
+        "bucket_drain_concurrency": 4,
+        "bucket_drain_interval": None,
+    }
+    backed_off: set[str] = set()
+
+    def note(task: Any, key: str, cost: float) -> None:
+        with _lock:
+            ran.append((key, task.reservation.released_at, cost))
+
+    @app.task(**common, name=f"plain-{burst}", bucket_rate="20/s")
+    def plain(self: Any, key: str, i: int) -> None:
+        note(self, key, 1)
+
+    @app.task(
+        **common,
+        name=f"cost-{burst}",
+        bucket_rate="40/s",
+        bucket_cost="cost",
+        bucket_cost_rate="60/s",
+        bucket_cost_burst=5 * burst,
+    )
+    def cost(self: Any, key: str, i: int, cost: int) -> None:
+        note(self, key, cost)
+
+    @app.task(
+        **common,
+        name=f"total-{burst}",
+        bucket_rate="20/s",
+        bucket_total_rate="40/s",
+        bucket_total_burst=burst,
+    )
+    def total(self: Any, key: str, i: int) -> None:
+        note(self, key, 1)
+
+    @app.task(**common, name=f"concurrency-{burst}", bucket_rate="1000/s", bucket_concurrency=2)
+    def concurrency(self: Any, key: str, i: int) -> None:
+        note(self, key, 1)
+        time.sleep(0.1)
+
+    @app.task(**common, name=f"backoff-{burst}", bucket_rate="20/s")
+    def backoff(self: Any, key: str, i: int) -> None:
+        if i == 4 and key not in backed_off:
+            backed_off.add(key)
+            raise KeyBackoff(1)
+        note(self, key, 1)
+
+    return {
+        "plain": plain,
+        "cost": cost,
+        "total": total,
+        "concurrency": concurrency,
+        "backoff": backoff,
+    }
+
+
+def per_key_use(
+    ran: list[tuple[str, float, float]], limit: float, pause: float = 0.0
+) -> list[float]:
+    uses = []
+    for key in sorted({k for k, _, _ in ran}):
+        mine = sorted((t, c) for k, t, c in ran if k == key)
+        span = mine[-1][0] - mine[0][0] - pause
+        uses.append(sum(c for _, c in mine[:-1]) / span / limit if span > 0 else 0.0)
+    return uses
+
+
+def run_mode(app: Celery, task: Any, name: str, items: int, ran: list[Any]) -> dict[str, Any]:
+    """Store the mode's calls, run a worker until all ran; the mode's figures."""
+    global published
+    ran.clear()
+    keys = ("c0",) if name == "concurrency" else KEYS
+    calls = 0
+    for i in range(items):
+        for key in keys:
+            if name == "cost":
+                task.delay(key, i, cost=COSTS[i % len(COSTS)])
+            else:
+                task.delay(key, i)
+            calls += 1
+    with _lock:
+        published = 0
+    started = time.monotonic()
+    with start_worker(
+        app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING"
+    ):
+        while len(ran) < calls and time.monotonic() - started < 120:
+            time.sleep(0.05)
+        messages = published
+    if name == "total":
+        times = sorted(t for _, t, _ in ran)
+        uses = [(len(times) - 1) / (times[-1] - times[0]) / 40.0]
+        limit = "total 40/s"
+    elif name == "concurrency":
+        times = sorted(t for _, t, _ in ran)
+        uses = [(len(times) - 1) / (times[-1] - times[0]) / 20.0]
+        limit = "2 x 100 ms bodies = 20/s"
+    elif name == "cost":
+        uses, limit = per_key_use(ran, 60.0), "cost 60 units/s per key"
+    elif name == "backoff":
+        uses, limit = per_key_use(ran, 20.0, pause=1.0), "20/s per key (less its 1 s pause)"
+    else:
+        uses, limit = per_key_use(ran, 20.0), "20/s per key"
+    return {
+        "mode": name,
+        "limit": limit,
+        "calls": len(ran),
+        "use_mean": statistics.mean(uses),
+        "use_min": min(uses),
+        "messages_per_call": messages / max(len(ran), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=60, help="calls per key per mode")
+    args = parser.parse_args(argv)
+    ran: list[tuple[str, float, float]] = []
+    with EmbeddedRedis() as server:
+        app = Celery("metered-bench", set_as_current=False)
+        app.conf.update(celery_test_config(server.url, "bench-metered"))
+        app.conf.redqueue_beat = False
+        modes = {burst: make_tasks(app, ran, burst) for burst in (0, 1)}
+        app.finalize()
+        print(
+            f"{'mode':12} {'burst':>5} {'tighter limit':34} {'calls':>6} {'use mean':>9} "
+            f"{'use min':>8} {'msgs/call':>10}  target >= 95 %"
+        )
+        for burst, tasks in modes.items():
+            for name, task in tasks.items():
+                row = run_mode(app, task, name, args.items, ran)
+                ok = "OK" if row["use_min"] >= 0.95 else "below"
+                print(
+                    f"{name:12} {burst:5} {row['limit']:34} {row['calls']:6} "
+                    f"{row['use_mean']:9.1%} {row['use_min']:8.1%} "
+                    f"{row['messages_per_call']:10.3f}  {ok}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

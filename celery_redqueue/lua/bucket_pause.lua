@@ -1,0 +1,38 @@
+-- Pause a key (it keeps accepting calls and releases none) or resume it, for every worker.
+-- KEYS[1..22]: the bucket's keys (bucket_common.lua names each).
+-- ARGV[1..7]: the bucket's settings (bucket_common.lua).
+-- ARGV[8] action: pause | resume, ARGV[9] key, ARGV[10] pause: ms from now ('' until resumed)
+-- Reply: {changed, send_drain}. changed 0: a pause that would end sooner than the key's current
+-- one (kept), or a resume of a key that was not paused. Safe to run twice. Bounded: O(log K).
+--#include bucket_common
+local action, key, ms = ARGV[8], ARGV[9], ARGV[10]
+if (action ~= 'pause' and action ~= 'resume') or not key or key == '' then
+  return redis.error_reply('ERR bucket_pause: bad action or key')
+end
+if action == 'pause' and ms ~= '' and not tonumber(ms) then
+  return redis.error_reply('ERR bucket_pause: bad duration ' .. tostring(ms))
+end
+local now = now_ms()
+
+if action == 'pause' then
+  local till = ms == '' and 'inf' or string.format('%.17g', now + tonumber(ms))
+  -- GT: a pause never shortens a longer one; a new key is added.
+  local changed = redis.call('ZADD', K_PAUSED, 'GT', 'CH', till, key)
+  if ms == '' then
+    redis.call('ZREM', K_READY, key)
+  else
+    -- XX GT: a key in the ready set waits until then; one out of it stays out.
+    redis.call('ZADD', K_READY, 'XX', 'GT', till, key)
+  end
+  return {changed, 0}
+end
+
+if redis.call('ZREM', K_PAUSED, key) == 0 then return {0, 0} end
+-- Out of the ready set (paused until resumed): back in if it has work; in it (a timed pause):
+-- its own schedules decide again.
+if redis.call('ZSCORE', K_READY, key) then
+  redis.call('ZADD', K_READY, 'XX', eligible_at(key, now), key)
+else
+  make_eligible(key, now)
+end
+return {1, arm_drain(now)}

@@ -1,0 +1,165 @@
+"""By-name calls: a message with arguments for a pooled or bucket task is stored, not run.
+
+A producer that does not import the task (another service or language, ``app.send_task``,
+``celery call``, Flower's send-task, a beat row with arguments in a process without the task)
+sends an ordinary Celery message. The worker that receives it puts the call into the structure
+exactly as ``.delay()`` would (the same checks, key function, dedupe, counters and drain job)
+and acknowledges the message only after the store returned: the task is ``acks_late``.
+
+- A call the structure refuses (a full ``reject`` pool, a full bucket key, a duplicate) is
+  counted there like any refused call, and the message is acknowledged: resending it would be
+  refused again, forever.
+- A call that cannot be stored as it is (arguments the body cannot take, a key function that
+  fails, a bad eta) is dead-lettered with its reason (counted as offered and dead) and the
+  message acknowledged.
+- Redis unreachable or refusing the write: the message is sent again with a growing countdown
+  (:data:`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
+  waits in the broker, not in a worker.
+
+The message's id becomes the call's id. With per-call results on, the body's outcome is stored
+under it, so ``app.send_task(...).get()`` returns the body's result; off, the message's own
+result (if the app stores results) is the receipt, as a dict.
+
+An argument-less message is a drain job, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import Ignore, Reject
+
+from ..errors import RedQueueError
+
+logger = logging.getLogger(__name__)
+
+#: Message header naming a by-name call for producer-side dedupe (``dedupe_id=`` of a call).
+DEDUPE_HEADER = "redqueue_dedupe_id"
+#: Message header counting the stores a by-name call has waited for (Redis was unavailable).
+STORE_ATTEMPTS_HEADER = "redqueue_store_attempts"
+#: Longest countdown before a by-name call whose store failed is tried again.
+MAX_STORE_BACKOFF = 60.0
+
+
+def receipt_dict(receipt: Any) -> dict[str, Any]:
+    """A receipt as JSON-friendly fields (the by-name message's own result)."""
+    return {
+        f.name: getattr(receipt, f.name)
+        for f in dataclasses.fields(receipt)
+        if f.init and f.name != "outcome"
+    }
+
+
+class ByNameCalls:
+    """Mixin of :class:`~celery_redqueue.tasks.base.RedQueueTask`: storing by-name calls."""
+
+    #: A message with arguments is stored in the structure (pools, buckets); a stream task's
+    #: structure takes events by publishing, so its by-name calls run the body as before.
+    stores_by_name = True
+
+    if TYPE_CHECKING:  # provided by RedQueueTask
+        request: Any
+        name: str
+        app: Any
+        dedupe_option: str
+
+        @property
+        def redqueue_results(self) -> bool: ...
+
+        def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any: ...
+        def _delay_of(self, options: dict[str, Any]) -> float: ...
+        def _dedupe_id(self, key: Any, args: Any, kwargs: Any, options: Any) -> str | None: ...
+        def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any: ...
+        def _after_add(self, receipt: Any, routing: Any = None, call_id: str = "") -> Any: ...
+        def _get_exec_options(self) -> dict[str, Any]: ...
+
+        @property
+        def structure(self) -> Any: ...
+
+    def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """A message with arguments (not a direct or eager call of the body)."""
+        if not self.stores_by_name or (not args and not kwargs):
+            return False
+        request = self.request
+        return not request.called_directly and not request.is_eager
+
+    def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Store the call a message carries; what the message's task returns (see module)."""
+        request = self.request
+        call_id = request.id
+        results = self.redqueue_results
+        options: dict[str, Any] = {}
+        if request.eta:  # the worker held the message until then; a skewed clock still waits
+            options["eta"] = request.eta
+        if getattr(request, DEDUPE_HEADER, None) is not None:
+            options["dedupe_id"] = getattr(request, DEDUPE_HEADER)
+        try:
+            prepared = self._prepare_call(args, kwargs, call_id if results else None)
+            delay = self._delay_of(options) if "eta" in options else 0.0
+            key_function = getattr(self, self.dedupe_option)
+            dedupe_id = (
+                self._dedupe_id(key_function, args, kwargs, options)
+                if key_function is not None or "dedupe_id" in options
+                else None
+            )
+        except (TypeError, ValueError, RedQueueError) as exc:
+            return self._bury_message(args, kwargs, exc)
+        try:
+            stored = self._store(prepared, delay, dedupe_id)
+        except RedQueueError as exc:
+            # Redis unreachable, full or refusing the script: nothing (or, after a lost reply,
+            # possibly the call) was stored; the broker keeps the call until Redis is back.
+            return self._store_later(args, kwargs, exc)
+        receipt = self._after_add(stored, None, call_id)
+        if not receipt:
+            logger.info(
+                "%s: by-name call %s refused by the structure (counted)", self.name, call_id
+            )
+        if results:
+            if not receipt:
+                from .results import store_refusal
+
+                store_refusal(self, call_id, receipt)
+            raise Ignore()  # the body's outcome, not this message's, is stored under the id
+        return receipt_dict(receipt)
+
+    def _bury_message(self, args: Any, kwargs: Any, exc: BaseException) -> dict[str, Any]:
+        reason = f"by-name call not stored: {type(exc).__name__}: {exc}"
+        logger.error("%s: %s (dead-lettered)", self.name, reason)
+        try:
+            payload = self.structure.encode([list(args), dict(kwargs)])
+        except Exception:
+            payload = repr((args, kwargs)).encode()
+        self.structure.bury_unstored(payload, reason)
+        if self.redqueue_results:
+            from .results import store_failure
+
+            store_failure(self, self.request.id, RedQueueError(reason))
+            raise Ignore()
+        return {"stored": False, "dead_lettered": True, "error": reason, "id": self.request.id}
+
+    def _store_later(self, args: Any, kwargs: Any, exc: RedQueueError) -> Any:
+        request = self.request
+        attempts = int(getattr(request, STORE_ATTEMPTS_HEADER, 0) or 0) + 1
+        countdown = min(MAX_STORE_BACKOFF, 2.0 ** min(attempts, 10))
+        logger.warning(
+            "%s: by-name call %s not stored (%s); trying again in %.0f s",
+            self.name,
+            request.id,
+            exc,
+            countdown,
+        )
+        headers = {STORE_ATTEMPTS_HEADER: attempts}
+        if getattr(request, DEDUPE_HEADER, None) is not None:
+            headers[DEDUPE_HEADER] = getattr(request, DEDUPE_HEADER)
+        options = dict(self._get_exec_options(), countdown=countdown, headers=headers)
+        try:
+            self.app.send_task(self.name, args, kwargs, task_id=request.id, **options)
+        except Exception as send_exc:
+            # Neither Redis nor the broker takes it: keep this message (returned to its queue).
+            raise Reject(send_exc, requeue=True) from send_exc
+        if self.redqueue_results:
+            raise Ignore()  # the body's outcome is stored under the id once the call is in
+        return {"stored": False, "retry_in": countdown, "error": f"{type(exc).__name__}: {exc}"}

@@ -1,0 +1,126 @@
+"""BucketTask's options for metered APIs (``bucket_cost``, ``bucket_cost_rate``,
+``bucket_total_rate``, ``bucket_concurrency``): their checks at declaration, a call's cost at
+the call site, and the cost a body reports (``self.report_cost(n)``). The structure side is
+:mod:`celery_redqueue.structures.bucket_limits`; see docs/metered-apis.md."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfigurationError, KeyBackoff, RedQueueError
+from ..structures.bucket_limits import Limits
+from .options import check_key_parameter
+
+logger = logging.getLogger("celery_redqueue.tasks.bucket")
+
+#: The task option behind each Limits parameter, so errors name what the user wrote.
+LIMIT_OPTION_NAMES = {
+    "ordered": "bucket_ordered",
+    "concurrency": "bucket_concurrency",
+    "cost_rate": "bucket_cost_rate",
+    "cost_burst": "bucket_cost_burst",
+    "total_rate": "bucket_total_rate",
+    "total_burst": "bucket_total_burst",
+}
+
+
+class MeteredOptions:
+    """BucketTask's options for metered APIs (a base of BucketTask; see docs/metered-apis.md)."""
+
+    #: A call's cost in units (tokens, points): the name of one of the body's arguments, or a
+    #: callable on the call's arguments. Needs bucket_cost_rate.
+    bucket_cost: Callable[..., float] | str | None = None
+    #: Units per key per period ("90000/m"), metered beside bucket_rate: a call goes only when
+    #: both allow it. A call costing more than one period allows is refused at the call site.
+    bucket_cost_rate: str | float | None = None
+    #: Units a key may use beyond its cost rate after a pause (GCRA burst allowance).
+    bucket_cost_burst: float = 0
+    #: Calls per period over all keys together ("1000/s"), each key still fair below it; a
+    #: sharded bucket splits it evenly between its shards.
+    bucket_total_rate: str | float | None = None
+    #: Calls over all keys beyond the total rate after a pause.
+    bucket_total_burst: float = 0
+    #: Most calls of one key in flight at once across all workers (reservations count; a dead
+    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. Set
+    #: bucket_drain_concurrency to at least this for one key to reach it.
+    bucket_concurrency: int | None = None
+
+    def report_cost(self, units: float) -> None:
+        """Inside the body: the call's actual cost (tokens used, known only from the response);
+        its key's budget is corrected by the difference from the estimate at its commit."""
+        report_cost(self, units)
+
+    def _back_off(self, reservation: Any, exc: KeyBackoff) -> None:
+        """The body raised KeyBackoff: pause its key and put the call back (not a failure)."""
+        task: Any = self
+        cost = exc.cost if exc.cost is not None else task._local.reported_cost
+        logger.info("%s: key %r backs off for %.1fs", task.name, reservation.key, exc.seconds)
+        task.bucket.backoff(reservation, exc.seconds, cost=cost)
+
+
+def limit_options(cls: Any) -> dict[str, Any]:
+    """The LeakyBucket keyword arguments of a task's metered options."""
+    return {
+        "concurrency": cls.bucket_concurrency,
+        "cost_rate": cls.bucket_cost_rate,
+        "cost_burst": cls.bucket_cost_burst,
+        "total_rate": cls.bucket_total_rate,
+        "total_burst": cls.bucket_total_burst,
+    }
+
+
+def check_metered_options(cls: Any) -> Limits:
+    """Refuse bad metered options at declaration, naming the option; returns the limits."""
+    limits = Limits.build(
+        ordered=cls.bucket_ordered,
+        **limit_options(cls),
+        names=lambda name, default: LIMIT_OPTION_NAMES.get(name, default),
+    )
+    cost = cls.__dict__.get("bucket_cost")
+    if cost is not None:
+        if not (isinstance(cost, str) or callable(cost)):
+            raise ConfigurationError(
+                f"bucket_cost must be a callable or an argument name, got {cost!r}"
+            )
+        if callable(cost) and not isinstance(cost, staticmethod):
+            cls.bucket_cost = staticmethod(cost)  # a plain function would become a method
+    if (cls.bucket_cost is None) != (cls.bucket_cost_rate is None):
+        raise ConfigurationError(
+            "bucket_cost and bucket_cost_rate go together: bucket_cost gives each call its "
+            "units, bucket_cost_rate the budget of units per key"
+        )
+    if "run" in cls.__dict__ and isinstance(cls.bucket_cost, str):
+        try:
+            check_key_parameter(cls.bucket_cost, cls.__dict__["run"])
+        except ConfigurationError as exc:
+            raise ConfigurationError(str(exc).replace("bucket_key=", "bucket_cost=", 1)) from None
+    return limits
+
+
+def call_cost(task: Any, args: Any, kwargs: Any) -> float | None:
+    """The cost of one call (None: the task has no bucket_cost), checked at the call site: a
+    cost one period can never allow is refused, nothing stored."""
+    spec = task.bucket_cost
+    if spec is None:
+        return None
+    try:
+        if isinstance(spec, str):
+            cost = task._named_key(spec, args or (), kwargs or {}, bool(task.typing))
+        else:
+            cost = spec(*(args or ()), **(kwargs or {}))
+    except Exception as exc:
+        raise RedQueueError(f"{task.name}: bucket_cost failed on this call: {exc!r}") from exc
+    limits: Limits = task.bucket.limits
+    return limits.check_cost(cost, task.name)
+
+
+def report_cost(task: Any, units: float) -> None:
+    """Record the actual cost of the call running in this thread (sent with its commit)."""
+    if getattr(task._local, "reservation", None) is None:
+        raise RedQueueError(
+            f"{task.name}: report_cost() is for the body of a stored call (inside a drain)"
+        )
+    task.bucket.limits.check_cost(units, f"{task.name}: report_cost", reported=True)
+    task._local.reported_cost = float(units)

@@ -1,0 +1,136 @@
+"""Call ids and per-call results: what a receipt's id leads to.
+
+Every call a pooled or bucket task stores gets an id, on its receipt (``receipt.id``, and
+``receipt.task_id`` for tools written for an AsyncResult, such as Flower). With the kind's
+``*_results`` option on (``pool_results=True``, ``bucket_results=True``) the id travels with
+the stored call and the body's return value or exception is stored in the app's result backend
+under it, so ``receipt.get()`` and ``AsyncResult(receipt.id).get()`` work; a call the structure
+refuses gets :class:`~celery_redqueue.errors.CallRefusedError` as its result at once.
+
+Off (the default), nothing is stored per call: a pool exists to take calls at a fraction of a
+message's cost, and a result is one more backend write per call (and a read per wait). The
+receipt then still has its id, but ``get()`` returns None at once: nothing will ever be stored
+to wait for.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from typing import Any
+
+from celery import states
+from celery.backends.base import DisabledBackend
+from celery.result import AsyncResult
+
+from ..errors import CallRefusedError
+
+logger = logging.getLogger(__name__)
+
+#: Key of the stored call's metadata in its envelope ``[args, kwargs, meta]``.
+ID_FIELD = "id"
+
+
+def _fresh_prefix() -> str:
+    raw = os.urandom(10).hex()
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-"
+
+
+# A random per-process prefix and a counter: shaped like a UUID, unique across processes, and
+# a fraction of uuid4()'s cost (a system call per id) on the producer's hot path.
+_prefix = _fresh_prefix()
+_counter = itertools.count()
+
+
+def _refresh() -> None:
+    global _prefix, _counter
+    _prefix, _counter = _fresh_prefix(), itertools.count()
+
+
+os.register_at_fork(after_in_child=_refresh)
+
+
+def new_call_id() -> str:
+    """A fresh call id."""
+    return f"{_prefix}{next(_counter):012x}"
+
+
+class NoResult:
+    """The outcome side of a receipt when per-call results are off: nothing is stored.
+
+    ``backend`` is Celery's DisabledBackend, so tools that check for a result backend (Flower)
+    see none; ``get()`` returns None at once rather than wait for a result that never comes.
+    """
+
+    def __init__(self, app: Any, call_id: str, kept: bool) -> None:
+        self.id = self.task_id = call_id
+        self.backend = DisabledBackend(app)
+        #: "STORED" for a call the structure kept, "REFUSED" for one it did not.
+        self.state = self.status = "STORED" if kept else "REFUSED"
+        self.result: Any = None
+        self.traceback: str | None = None
+
+    def get(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def ready(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<NoResult {self.id} {self.state}>"
+
+
+def outcome_reader(task: Any, kept: bool) -> Any:
+    """What a receipt of ``task`` reads its outcome from, by call id."""
+    if task.redqueue_results:
+        return lambda call_id: AsyncResult(call_id, app=task.app, backend=task.backend)
+    return lambda call_id: NoResult(task.app, call_id, kept)
+
+
+def with_id(call: list[Any], call_id: str | None) -> list[Any]:
+    """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
+    ``meta`` (shared with the trace context, see :mod:`.tracing`) when results are on."""
+    if call_id is not None:
+        if len(call) == 3:
+            call[2] = dict(call[2], **{ID_FIELD: call_id})
+        else:
+            call.append({ID_FIELD: call_id})
+    return call
+
+
+def call_id_of(payload: Any) -> str | None:
+    """The id a stored call carries (None without one: results were off when it was stored)."""
+    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
+        value = payload[2].get(ID_FIELD)
+        return value if isinstance(value, str) else None
+    return None
+
+
+def store_success(task: Any, call_id: str | None, value: Any) -> None:
+    """Store a body's return value under its call's id (nothing for a call without one)."""
+    if call_id is not None:
+        _storing(task, call_id, lambda: task.backend.store_result(call_id, value, states.SUCCESS))
+
+
+def store_failure(task: Any, call_id: str | None, exc: BaseException) -> None:
+    """Store the exception a call ended with (it will not be tried again)."""
+    if call_id is not None:
+        _storing(task, call_id, lambda: task.backend.mark_as_failure(call_id, exc))
+
+
+def _storing(task: Any, call_id: str, store: Any) -> None:
+    # The call ran (or failed for good) whatever the backend says: a backend that cannot take
+    # its result must not turn a done call into a failed or retried one.
+    try:
+        store()
+    except Exception as exc:
+        logger.warning("%s: could not store the result of call %s: %s", task.name, call_id, exc)
+
+
+def store_refusal(task: Any, call_id: str, receipt: Any) -> None:
+    """A refused call's result, at once: nobody waits on its id forever."""
+    why = "a duplicate of a call seen within the dedupe window" if receipt.duplicate else "full"
+    task.backend.mark_as_failure(
+        call_id, CallRefusedError(f"{task.name}: the call was not stored ({why})")
+    )

@@ -1,0 +1,94 @@
+"""Bucket tasks for metered APIs, run by `celery worker -c 4` subprocesses in
+test_metered_tasks.py. Each body records (key, item, cost, start, end) where the test reads
+it; ``python -m tests.integration.metered_app TASK N`` produces a test's calls through
+``.delay()``, the call path users take.
+
+Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
+"""
+
+import json
+import sys
+import time
+
+from celery_redqueue import BucketTask, KeyBackoff
+from tests.process_app import PREFIX, client, make_app
+
+app = make_app("metered_app")
+app.conf.redqueue_reaper_interval = 1.0
+COMMON = {"base": BucketTask, "bind": True, "bucket_key": "tenant", "bucket_drain_concurrency": 4}
+
+
+def record(task, tenant, i, cost, started):
+    """What ran: its key, item, cost, the server time it was released at, and its receives."""
+    held = task.reservation
+    row = {"tenant": tenant, "i": i, "cost": cost, "start": started, "end": time.time()}
+    row.update(released=held.released_at, receives=held.receives)
+    client().rpush(f"{PREFIX}:{task.name.rsplit('.', 1)[1]}", json.dumps(row))
+
+
+@app.task(**COMMON, bucket_rate="10/s", bucket_cost="tokens", bucket_cost_rate="30/s")
+def metered(self, tenant, i, tokens):
+    record(self, tenant, i, tokens, time.time())
+
+
+@app.task(**COMMON, bucket_rate="20/s", bucket_max_receives=1)
+def backoff(self, tenant, i):
+    started = time.time()
+    if tenant == "limited" and i == 0 and client().incr(f"{PREFIX}:backoffs") == 1:
+        client().rpush(f"{PREFIX}:backed-off", json.dumps(self.reservation.released_at))
+        raise KeyBackoff(2)
+    record(self, tenant, i, 0, started)
+
+
+@app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2)
+def concurrent(self, tenant, i):
+    started = time.time()
+    running = client().incr(f"{PREFIX}:running:{tenant}")
+    client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
+    time.sleep(0.3)
+    client().decr(f"{PREFIX}:running:{tenant}")
+    record(self, tenant, i, 0, started)
+
+
+@app.task(**COMMON, bucket_rate="1000/s")
+def pausable(self, tenant, i):
+    record(self, tenant, i, 0, time.time())
+
+
+@app.task(**COMMON, bucket_rate="100/s", bucket_total_rate="10/s")
+def total(self, tenant, i):
+    record(self, tenant, i, 0, time.time())
+
+
+#: What each test produces: (args, kwargs) of every call.
+CALLS = {
+    "metered": [
+        ((tenant, i), {"tokens": [1, 4, 2, 6, 3][i % 5] + (tenant == "b")})
+        for i in range(30)
+        for tenant in ("a", "b")
+    ],
+    "backoff": [((tenant, i), {}) for i in range(10) for tenant in ("limited", "free")],
+    "concurrent": [(("a", i), {}) for i in range(8)] + [(("b", i), {}) for i in range(2)],
+    "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
+    "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
+}
+
+
+def produce(name, action=""):
+    """Store a test's calls through ``.delay()`` (after pausing "held", if asked), or resume
+    "held" (the task's bucket sends the drain job that needs)."""
+    task = app.tasks[f"tests.integration.metered_app.{name}"]
+    if action == "resume":
+        task.bucket.resume("held")
+        return
+    if action == "pause":
+        task.bucket.pause("held")
+    for args, kwargs in CALLS[name]:
+        task.delay(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    # Imported by its name, so the tasks' names are the worker's.
+    from tests.integration import metered_app
+
+    metered_app.produce(*sys.argv[1:3])

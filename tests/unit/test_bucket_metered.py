@@ -1,0 +1,206 @@
+"""LeakyBucket for metered APIs against a real Redis: costs, reported costs, a total rate,
+backoff, concurrency, pause and resume, the noisy-neighbour figures."""
+
+import itertools
+import math
+import time
+
+import pytest
+
+from celery_redqueue import ConfigurationError, InvalidArgumentError, KeyBackoff, retry_after
+from celery_redqueue.structures.sharded import ShardedBucket
+
+
+def drain_for(bucket, seconds, commit=True):
+    """Dequeued one bucket for ``seconds``; returns the reservations (committed at once)."""
+    got = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        poll = bucket.dequeue()
+        if poll.reservation:
+            got.append(poll.reservation)
+            if commit:
+                bucket.commit(poll.reservation)
+        elif poll.wait is None:
+            break
+        else:
+            time.sleep(min(poll.wait, 0.01))
+    return got
+
+
+def test_costs_are_metered_from_the_schedule(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", cost_rate="20/s")
+    costs = [1, 3, 2, 5, 1, 4, 2, 2, 3, 1] * 3
+    bucket.enqueue_many([("a", i, c) for i, c in enumerate(costs)])
+    got = drain_for(bucket, 2.2)
+    assert [r.cost for r in got] == [float(c) for c in costs[: len(got)]]
+    # Units are paid before the next call goes: each start waits for the previous one's cost.
+    for first, second in itertools.pairwise(got):
+        assert second.released_at - first.released_at >= first.cost / 20 - 1e-3
+    # In any one-second window: the budget, plus at most the last call's own cost.
+    for i, r in enumerate(got):
+        window = [x.cost for x in got[i:] if x.released_at < r.released_at + 1.0]
+        assert sum(window) <= 20 + max(costs) - 1
+    assert len(got) >= 8  # backlogged all along: it kept going at the cost rate
+
+
+def test_a_cost_no_period_allows_is_refused_and_nothing_is_stored(make_bucket):
+    bucket = make_bucket(cost_rate="100/m", cost_burst=10)
+    with pytest.raises(InvalidArgumentError, match="never be released"):
+        bucket.enqueue("a", 1, cost=111)
+    with pytest.raises(InvalidArgumentError):
+        bucket.enqueue("a", 1, cost=-1)
+    bucket.enqueue("a", 1, cost=110)
+    bucket.set_cost_rate("small", "10/m")
+    with pytest.raises(Exception, match="exceeds what its cost rate allows"):
+        bucket.enqueue("small", 1, cost=50)
+    assert bucket.stats().enqueued == 1
+    with pytest.raises(InvalidArgumentError, match="cost_rate"):
+        make_bucket("plain").enqueue("a", 1, cost=3)
+
+
+def test_a_reported_cost_corrects_the_budget(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", cost_rate="10/s")
+    bucket.enqueue_many([("a", 1, 1), ("a", 2, 1)])
+    first = bucket.dequeue().reservation
+    assert bucket.commit(first, cost=20)  # it cost 20 units, not 1: two seconds' budget
+    stats = bucket.key_stats("a")
+    assert stats.next_eligible - first.released_at >= 1.9
+    assert bucket.dequeue().reservation is None
+    # A refund brings the key forward again.
+    bucket.enqueue("b", 1, cost=8)
+    bucket.enqueue("b", 2, cost=1)
+    held = bucket.dequeue().reservation
+    assert held.key == "b" and bucket.commit(held, cost=0)
+    time.sleep(0.01)  # the call rate's 1 ms
+    assert bucket.dequeue().reservation.key == "b"
+
+
+def test_total_rate_holds_across_keys_and_keeps_them_fair(make_bucket):
+    bucket = make_bucket(default_rate="100/s", total_rate="10/s")
+    bucket.set_rate("slow", "1/s")
+    bucket.enqueue_many([(k, i) for i in range(40) for k in ("a", "b", "slow")])
+    got = drain_for(bucket, 2.05)
+    times = sorted(r.released_at for r in got)
+    for i, t in enumerate(times):
+        assert len([x for x in times[i:] if x < t + 1.0]) <= 10
+    by_key = {k: sum(r.key == k for r in got) for k in ("a", "b", "slow")}
+    assert abs(by_key["a"] - by_key["b"]) <= 1, by_key  # equal shares below the total
+    assert 2 <= by_key["slow"] <= 3, by_key  # its own rate, not less
+
+
+def test_sharded_total_rate_is_split_between_shards(redqueue_redis, redqueue_prefix):
+    bucket = ShardedBucket(
+        redqueue_redis, "t", shards=2, prefix=redqueue_prefix, total_rate="10/s"
+    )
+    assert [s.limits.total_interval_ms for s in bucket.shards] == [200.0, 200.0]
+    assert bucket.settings()["total_rate"] == "10/s"
+
+
+def test_backoff_pauses_the_key_and_does_not_count_a_receive(make_bucket):
+    bucket = make_bucket(default_rate="100/s", max_receives=1, cost_rate="100/s")
+    bucket.enqueue_many([("a", 1, 5), ("a", 2, 5), ("b", 3, 5), ("b", 4, 5)])
+    first = bucket.dequeue().reservation
+    assert first.key == "a" and first.receives == 1
+    assert bucket.backoff(first, 0.5)
+    stats = bucket.key_stats("a")
+    assert stats.paused_until is not None and stats.backoffs == 1 and stats.depth == 2
+    got = drain_for(bucket, 2.0)
+    a_times = [r.released_at for r in got if r.key == "a"]
+    assert [r.payload for r in got if r.key == "b"] == [3, 4]  # the other key went on
+    assert a_times and min(a_times) - first.released_at >= 0.5
+    again = next(r for r in got if r.key == "a")
+    assert again.payload == 1 and again.receives == 1  # back at the head, receive not counted
+    assert bucket.stats().dead == 0 and bucket.stats().processed == 4
+
+
+def take(bucket, n):
+    """The next ``n`` reservations, waiting out the call rate's milliseconds; fewer when the
+    bucket says nothing may go (the concurrency limit)."""
+    got = []
+    deadline = time.monotonic() + 5
+    while len(got) < n and time.monotonic() < deadline:
+        poll = bucket.dequeue()
+        if poll.reservation:
+            got.append(poll.reservation)
+        elif poll.wait is None:
+            break
+        else:
+            time.sleep(poll.wait)
+    return got
+
+
+def test_concurrency_limits_in_flight_per_key_and_the_reaper_frees_a_slot(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", concurrency=2, visibility_timeout=1.0)
+    bucket.enqueue_many([("a", i) for i in range(5)] + [("b", 9)])
+    held = take(bucket, 4)
+    assert sorted(r.key for r in held) == ["a", "a", "b"]  # a has two in flight: no third
+    bucket.commit(next(r for r in held if r.key == "a"))
+    assert [r.key for r in take(bucket, 2)] == ["a"]
+    time.sleep(1.1)  # the holders died: their reservations expire
+    assert bucket.reap().returned == 3
+    again = take(bucket, 4)
+    assert sorted(r.key for r in again) == ["a", "a", "b"]  # the reaped slots, no more
+
+
+def test_ordered_is_concurrency_one(make_bucket):
+    assert make_bucket(ordered=True).limits.concurrency == 1
+    assert make_bucket(concurrency=1).ordered
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        make_bucket(ordered=True, concurrency=2)
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        make_bucket(concurrency=0)
+
+
+def test_pause_and_resume_by_hand(make_bucket):
+    bucket = make_bucket(default_rate="1000/s")
+    bucket.enqueue_many([("a", 1), ("b", 2)])
+    assert bucket.pause("a")
+    assert bucket.paused() == [("a", math.inf)]
+    assert bucket.key_stats("a").paused_until == math.inf
+    bucket.enqueue("a", 3)  # still accepts calls
+    got = drain_for(bucket, 0.3)
+    assert [r.key for r in got] == ["b"]
+    assert bucket.dequeue().empty  # nothing may go while a is paused
+    sent = []
+    bucket.drain_sender = lambda: sent.append(1)
+    assert bucket.resume("a") and sent == [1]
+    assert not bucket.resume("a")
+    assert [r.payload for r in drain_for(bucket, 0.3)] == [1, 3]
+    assert bucket.paused_count() == 0
+
+
+def test_timed_pause_runs_out_by_itself(make_bucket):
+    bucket = make_bucket(default_rate="1000/s")
+    bucket.enqueue("a", 1)
+    bucket.pause("a", 0.3)
+    poll = bucket.dequeue()
+    assert poll.reservation is None and 0.1 < poll.wait <= 0.3
+    time.sleep(poll.wait)
+    assert bucket.dequeue().reservation.payload == 1
+
+
+def test_noisy_neighbour_figures(make_bucket):
+    bucket = make_bucket(default_rate="1000/s")
+    bucket.enqueue_many([("hot", i) for i in range(30)] + [("cold", 1), ("cold", 2)])
+    bucket.enqueue("waiting", 0)
+    bucket.pause("waiting")
+    drain_for(bucket, 0.5)
+    busiest = bucket.busiest(2)
+    assert [row.key for row in busiest] == ["hot", "cold"]
+    assert busiest[0].share == pytest.approx(30 / 32, abs=0.01)
+    assert bucket.key_stats("hot").release_share == pytest.approx(30 / 32, abs=0.01)
+    time.sleep(0.3)
+    waiting = bucket.longest_waiting(5)
+    assert [row.key for row in waiting] == ["waiting"] and waiting[0].oldest_age >= 0.3
+
+
+def test_retry_after_reads_seconds_and_http_dates():
+    assert retry_after("7").seconds == 7.0
+    assert KeyBackoff(2).seconds == 2.0
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 28 <= retry_after(date).seconds <= 31
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT").seconds == 0.0
+    assert retry_after("nonsense", default=5).seconds == 5.0
+    with pytest.raises(InvalidArgumentError):
+        KeyBackoff(-1)
