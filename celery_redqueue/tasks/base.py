@@ -1,11 +1,7 @@
-"""The shared plumbing of tasks backed by a redqueue structure.
-
-A redqueue task's ``delay()`` stores the call in its structure; the broker only carries
-argument-less drain jobs of the same task name, marked by a message header
-(:data:`~celery_redqueue.tasks.wire.DRAIN_HEADER`). The worker runs a drain job by taking calls
-from the structure and calling the body for each. The task kinds live beside this module:
-:mod:`.pool`, :mod:`.bucket` and :mod:`.lease`.
-"""
+"""The shared plumbing of tasks backed by a redqueue structure: ``delay()`` stores the call in
+its structure (through :class:`~celery_redqueue.structures.protocols.Producer`), the broker
+carries argument-less drain jobs marked by :data:`~.wire.DRAIN_HEADER`, and a drain job runs
+the body for calls taken from the structure. The kinds: :mod:`.pool`, :mod:`.bucket`, ..."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from celery import Task
 from celery.exceptions import Retry
@@ -423,9 +419,8 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
                 self.name,
                 error_text(exc),
             )
-            producer = self.structure
-            # Streams release per group (StreamTask's own send); pools and buckets here.
-            assert isinstance(producer, Producer)
+            # Pools and buckets (a stream releases per group, in StreamTask's own send).
+            producer = cast("Producer[Any]", self.structure)
             try:
                 producer.release_drain(flag=countdown is None, wake=countdown is not None)
             except RedQueueError as release_exc:
