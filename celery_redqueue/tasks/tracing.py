@@ -86,7 +86,8 @@ def caller_context() -> dict[str, str] | None:
     last carrier is kept and handed out again while the span is the same (it is only read).
     """
     global _last
-    span_context = _api["current_span"]().get_span_context()
+    # _otel() once per process: the setting (config.py) only checked OpenTelemetry is there.
+    span_context = (_api or _otel())["current_span"]().get_span_context()
     last = _last
     if span_context is last[0]:
         return last[1]

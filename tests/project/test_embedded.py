@@ -1,5 +1,5 @@
 """EmbeddedRedis(port=...), a failed start that keeps its log, and `python -m
-celery_redqueue.testing.embedded` as a foreground development server."""
+celery_redqueue.embedded` as a foreground development server."""
 
 import os
 import signal
@@ -55,7 +55,7 @@ def test_a_bad_option_is_quoted_from_the_log():
 def test_module_runs_a_foreground_server_until_interrupted(stop_with):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery_redqueue.testing.embedded", "--port", str(port)],
+        [sys.executable, "-m", "celery_redqueue.embedded", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
