@@ -27,7 +27,7 @@ local expiry = now + ttl_ms
 redis.call('ZADD', K_LEASED, expiry, resource)
 redis.call('HSET', K_TOKENS, resource, token)
 redis.call('HINCRBY', K_STATS, 'acquired', 1)
-local fence = next_fence(resource, now)
+local fence = next_fence(resource)
 redis.call('HINCRBY', K_USES, resource, 1)
 -- Reclaimed resources beyond the one taken here are free: wake as many waiting clients.
 wake(returned - 1)

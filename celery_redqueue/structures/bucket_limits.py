@@ -13,7 +13,7 @@ Example::
     bucket = LeakyBucket(client, "llm", default_rate="500/m", cost_rate="90000/m",
                          concurrency=4)
     bucket.enqueue("tenant-a", {"prompt": "..."}, cost=1200)
-    reservation = bucket.dequeue()
+    reservation = bucket.dequeue().reservation
     ...                                       # the upstream answered 429, Retry-After: 20
     bucket.backoff(reservation, 20)           # every worker leaves tenant-a alone for 20 s
 """

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 #: Totals kept per structure; ``offered`` and ``processed`` only ever grow while Redis keeps
 #: its data, the others say how much was held.
 TOTALS = ("offered", "processed", "dropped", "depth", "in_flight", "delayed", "dead")
+#: Also kept: calls offered in the minute before the reading (the inflow it saw).
+INFLOW = "offered_last_minute"
 
 _lock = threading.Lock()
 _snapshots: dict[tuple[str, str], Snapshot] = {}
@@ -84,12 +86,23 @@ class Loss:
     after: dict[str, int] | None
     old_run_id: str | None
     new_run_id: str | None
+    #: Unix time at which the new run started (None where INFO is refused).
+    restarted_at: float | None = None
 
     @property
     def held(self) -> int:
-        """Calls it held when last seen (waiting, in flight, delayed, dead): the upper bound
-        of what was lost with it."""
+        """Calls it held when last seen (waiting, in flight, delayed, dead). Not a bound of
+        what was lost: calls stored after that reading died with the old run, and nobody
+        outside Redis counted them; calls finished after it were not lost."""
         return sum(self.before.get(k, 0) for k in ("depth", "in_flight", "delayed", "dead"))
+
+    @property
+    def unseen_seconds(self) -> float | None:
+        """Seconds between the last reading and the restart: the calls stored in them are
+        not known to anyone."""
+        if self.restarted_at is None:
+            return None
+        return max(self.restarted_at - self.seen_at, 0.0)
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.seen_at))
@@ -99,9 +112,17 @@ class Loss:
             if self.after is None
             else "now " + ", ".join(f"{k}={v}" for k, v in sorted(self.after.items()))
         )
+        gap = self.unseen_seconds
+        after_seen = (
+            "calls stored after that reading are not known"
+            if gap is None
+            else f"calls stored in the {gap:.0f} s between that reading and the restart are not "
+            f"known (it had seen {self.before.get(INFLOW, 0)} offered in a minute)"
+        )
         return (
             f"{self.structure}: Redis restarted (run id {self.old_run_id} -> {self.new_run_id}) "
-            f"and lost its data: up to {self.held} calls lost; last seen at {when} with {last}; "
+            f"and lost its data: {self.held} calls held when last seen, at {when}, were lost "
+            f"unless they finished before the restart, and {after_seen}; last seen with {last}; "
             f"{now}"
         )
 
@@ -123,16 +144,22 @@ def current_totals(client: Any, prefix: str) -> tuple[dict[str, dict[str, int]],
             unreadable.add(name)
             continue
         totals[name] = {k: int(getattr(figures, k)) for k in TOTALS}
+        totals[name][INFLOW] = round(figures.rate_in * 60)
     return totals, unreadable
 
 
-def _run_id(client: Any) -> str | None:
+def _run(client: Any) -> tuple[str | None, float | None]:
+    """Redis's run id and when (Unix time) that run started; None, None where INFO is
+    refused."""
     try:
         info = client.info("server")
     except redis.exceptions.ResponseError:
-        return None
-    run_id = info.get("run_id") if isinstance(info, dict) else None
-    return str(run_id) if run_id else None
+        return None, None
+    if not isinstance(info, dict) or not info.get("run_id"):
+        return None, None
+    uptime = info.get("uptime_in_seconds")
+    started = time.time() - float(uptime) if isinstance(uptime, int | float) else None
+    return str(info["run_id"]), started
 
 
 def health_key(prefix: str) -> str:
@@ -153,13 +180,17 @@ def check_for_loss(client: Any, prefix: str) -> list[Loss]:
     prefix = normalize_prefix(prefix)
     memory_key = (_client_id(client), prefix)
     with redis_errors("checking for data loss"):
-        run_id = _run_id(client)
+        run_id, started = _run(client)
         stored_raw = client.get(health_key(prefix))
     totals, unreadable = current_totals(client, prefix)
     stored = Snapshot.from_json(stored_raw) if stored_raw else None
     remembered = _snapshots.get(memory_key)
+    # A snapshot of another run is compared first, even when a newer one of this run exists:
+    # a process that never saw the old run may have written the new run's snapshot already,
+    # and this process's memory of the old run is then the only witness of the loss.
     candidates = [s for s in (stored, remembered) if s is not None]
-    previous = max(candidates, key=lambda s: s.seen_at) if candidates else None
+    older_runs = [s for s in candidates if s.run_id is not None and s.run_id != run_id]
+    previous = max(older_runs or candidates, key=lambda s: s.seen_at) if candidates else None
     current = Snapshot(run_id, time.time(), totals)
     with _lock:
         _snapshots[memory_key] = current
@@ -180,7 +211,9 @@ def check_for_loss(client: Any, prefix: str) -> list[Loss]:
             after.get(k, 0) < before.get(k, 0) for k in ("offered", "processed")
         )
         if went_back and (after is not None or any(before.values())):
-            losses.append(Loss(name, previous.seen_at, before, after, previous.run_id, run_id))
+            losses.append(
+                Loss(name, previous.seen_at, before, after, previous.run_id, run_id, started)
+            )
     return losses
 
 

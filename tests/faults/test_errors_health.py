@@ -73,9 +73,48 @@ def test_a_restart_without_persistence_is_logged_with_the_figures_last_seen(
     errors_logged = [r.getMessage() for r in records.records if r.levelname == "ERROR"]
     pool_line = next(m for m in errors_logged if f"pool:{pooled.name}" in m)
     bucket_line = next(m for m in errors_logged if f"bucket:{bucketed.name}" in m)
-    assert "restarted" in pool_line and "up to 40 calls lost" in pool_line
+    assert "restarted" in pool_line and "40 calls held when last seen" in pool_line
     assert "offered=40" in pool_line and "offered=1" in pool_line
-    assert "up to 10 calls lost" in bucket_line and "now dead=0, delayed=0, depth=0" in bucket_line
+    assert "10 calls held when last seen" in bucket_line and "not known" in bucket_line
+    assert "now dead=0, delayed=0, depth=0" in bucket_line
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_is_logged_by_a_process_that_saw_the_old_run_after_another_wrote_the_new_one(
+    fault_server, make_app, log_records, wait_for
+):
+    """Issue 18, 5: after a restart without persistence, a process that never saw the old run
+    (a worker just started, a CLI) records the new run's snapshot first; the reaper of a
+    process that saw the old run still logs the loss (main compared with the newer snapshot,
+    of the new run, and said nothing). The message says what it cannot know: what was stored
+    between the last reading and the restart."""
+    server = fault_server()
+    records = log_records(HEALTH_LOGGER)
+    app, pooled, _ = _app_with_work(make_app, server)
+    _reap(app)  # this process's memory: the old run, 40 calls held
+    server.restart()
+    _retrying(wait_for, lambda: pooled.delay(1))
+    prefix = app.conf.redqueue_key_prefix
+    newcomer = (
+        "import sys; from celery_redqueue.redis.client import make_client; "
+        "from celery_redqueue.structures.health import check_for_loss; "
+        "print(check_for_loss(make_client(sys.argv[1]), sys.argv[2]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", newcomer, server.url, prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]"  # it saw only the new run: it cannot tell
+    _reap(app)
+    errors_logged = [r.getMessage() for r in records.records if r.levelname == "ERROR"]
+    pool_line = next(m for m in errors_logged if f"pool:{pooled.name}" in m)
+    assert "40 calls held when last seen" in pool_line and "between that reading" in pool_line
+    _reap(app)  # logged once: the process now remembers the new run
+    assert len([r for r in records.records if r.levelname == "ERROR"]) == len(errors_logged)
 
 
 @pytest.mark.timeout(120)

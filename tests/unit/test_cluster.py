@@ -36,13 +36,14 @@ def test_pool_works_across_cluster_nodes(cluster_client, redqueue_prefix):
     ]
     for pool in pools:
         pool.add_many(range(8))
-        assert pool.add("later", delay=0.05).delayed
+        # Due in 1 s: long enough that a loaded machine does not reach the first pop after it.
+        assert pool.add("later", delay=1.0).delayed
         batch = pool.pop(10)
         assert [i.payload for i in batch.items] == [3, 4, 5, 6, 7]
         pool.ack(batch, failures={0: "ValueError: x"})
         assert [x.payload for x in pool.dead_letters()] == [3]
         assert pool.requeue_dead() == 1
-        time.sleep(0.06)
+        time.sleep(1.05)
         assert [i.payload for i in pool.pop(10).items] == ["later", 3]
         stats = pool.stats()
         assert stats.offered == stats.accepted + stats.rejected

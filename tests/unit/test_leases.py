@@ -395,8 +395,12 @@ def test_killed_holder_loses_its_resource_when_the_lease_expires(
     )
     child.start()
     try:
-        _, held = redqueue_redis.blpop([ready_key], timeout=60)
-        assert held == b"device"
+        # The spawned child may take longer to start than the client's 5 s socket timeout on a
+        # busy machine: wait in BLPOPs shorter than that.
+        deadline, ready = time.monotonic() + 60, None
+        while ready is None and time.monotonic() < deadline:
+            ready = redqueue_redis.blpop([ready_key], timeout=2)
+        assert ready is not None and ready[1] == b"device"
         os.kill(child.pid, signal.SIGKILL)
         child.join(timeout=30)
         assert child.exitcode == -signal.SIGKILL
