@@ -97,7 +97,7 @@ def test_a_restart_is_logged_by_a_process_that_saw_the_old_run_after_another_wro
     prefix = app.conf.redqueue_key_prefix
     newcomer = (
         "import sys; from celery_redqueue.redis.client import make_client; "
-        "from celery_redqueue.structures.health import check_for_loss; "
+        "from celery_redqueue.structures.loss import check_for_loss; "
         "print(check_for_loss(make_client(sys.argv[1]), sys.argv[2]))"
     )
     out = subprocess.run(
