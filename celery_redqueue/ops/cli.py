@@ -23,58 +23,24 @@ Structures are found through the registry, so the command needs only the app's s
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
-from ..errors import RedQueueError
-from ..structures.health import check_for_loss, server_warnings
-from .reading import WORK_KINDS, Operations, Target
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _ops(ctx: click.Context) -> Operations:
-    return Operations.from_app(ctx.obj.app)
-
-
-def _errors(func: F) -> F:
-    """Show redqueue errors as a one-line message and exit status 1, not a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except RedQueueError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _find(ops: Operations, name: str, kinds: tuple[str, ...] = WORK_KINDS) -> Target:
-    return ops.find(name, kinds)
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}s"
-
-
-@click.group(name="redqueue")
-def redqueue() -> None:
-    """Structures of celery-redqueue: figures, dead letters, actions, dashboard, metrics."""
+from ..redis.server import server_warnings
+from ..structures.loss import check_for_loss
+from .cli_base import cli_errors, find_target, open_ops, redqueue, seconds_text
+from .reading import WORK_KINDS
 
 
 @redqueue.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.pass_context
-@_errors
+@cli_errors
 def list_structures(ctx: click.Context, as_json: bool) -> None:
     """Every registered structure, with its backpressure figures."""
-    ops = _ops(ctx)
+    ops = open_ops(ctx)
     for text in server_warnings(ops.client):
         click.echo(f"warning: {text}", err=True)
     for loss in check_for_loss(ops.client, ops.prefix):
@@ -113,7 +79,7 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
             click.echo(
                 f"{view['id']:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
                 f"{f['delayed']:7} {f['rate_in']:8.2f} {f['rate_out']:8.2f} "
-                f"{_seconds(f['oldest_age']):>8} {_seconds(f['drain_eta']):>8} {workers:>7}"
+                f"{seconds_text(f['oldest_age']):>8} {seconds_text(f['drain_eta']):>8} {workers:>7}"
             )
             for g in view.get("groups", ()):
                 # A stream's groups: depth is the group's lag, in flight its pending entries,
@@ -121,7 +87,7 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
                 click.echo(
                     f"{'  group ' + g['group']:{w}} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
                     f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
-                    f"{_seconds(g['oldest_pending_age']):>8}"
+                    f"{seconds_text(g['oldest_pending_age']):>8}"
                 )
     if any("groups" in view for view in views):
         click.echo("(a stream's group: depth is its lag, flight its pending entries)")
@@ -170,11 +136,11 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
 @click.pass_context
-@_errors
+@cli_errors
 def stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
-    ops = _ops(ctx)
-    target = _find(ops, name, (*WORK_KINDS, "lease"))
+    ops = open_ops(ctx)
+    target = find_target(ops, name, (*WORK_KINDS, "lease"))
     stats = target.structure.stats()
     counters = stats if isinstance(stats, dict) else stats.as_dict()
     groups = {g.group: g.as_dict() for g in ops.groups(target)} if target.kind == "stream" else {}
@@ -204,10 +170,10 @@ def stats(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--limit", default=20, show_default=True, help="How many, from the oldest.")
 @click.pass_context
-@_errors
+@cli_errors
 def dead(ctx: click.Context, name: str, limit: int) -> None:
     """List a structure's dead letters: payload, receives, last error."""
-    letters = _find(_ops(ctx), name).structure.dead_letters(0, limit - 1)
+    letters = find_target(open_ops(ctx), name).structure.dead_letters(0, limit - 1)
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
@@ -223,11 +189,11 @@ def dead(ctx: click.Context, name: str, limit: int) -> None:
 @click.option("--search", default="", help="Only keys whose name contains this text.")
 @click.option("--json", "as_json", is_flag=True, help="Print the keys as JSON.")
 @click.pass_context
-@_errors
+@cli_errors
 def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) -> None:
     """A bucket's busiest keys: depth, in flight, rate, next eligible."""
-    ops = _ops(ctx)
-    rows = ops.keys(_find(ops, bucket, ("bucket",)), top, search)
+    ops = open_ops(ctx)
+    rows = ops.keys(find_target(ops, bucket, ("bucket",)), top, search)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -254,11 +220,11 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
 @click.option("--top", default=10, show_default=True, help="How many keys in each list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.pass_context
-@_errors
+@cli_errors
 def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
     """Noisy neighbours: the busiest keys (their share of the last minute's releases), the
     longest-waiting keys (age of their oldest call) and the paused keys."""
-    figures = _ops(ctx).noisy(_find(_ops(ctx), bucket, ("bucket",)), top)
+    figures = open_ops(ctx).noisy(find_target(open_ops(ctx), bucket, ("bucket",)), top)
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return
@@ -283,11 +249,11 @@ def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_context
-@_errors
+@cli_errors
 def leases(ctx: click.Context, name: str, as_json: bool) -> None:
     """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
-    ops = _ops(ctx)
-    target = _find(ops, name, ("lease",))
+    ops = open_ops(ctx)
+    target = find_target(ops, name, ("lease",))
     rows = ops.resources(target)
     if as_json:
         click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))
@@ -305,12 +271,12 @@ def leases(ctx: click.Context, name: str, as_json: bool) -> None:
 @redqueue.command()
 @click.option("--top-keys", default=10, show_default=True, help="Per-key series per bucket.")
 @click.pass_context
-@_errors
+@cli_errors
 def metrics(ctx: click.Context, top_keys: int) -> None:
     """Print Prometheus metrics (text format), e.g. for node_exporter's textfile collector."""
     from .metrics import render
 
-    body, _ = render(_ops(ctx), top_keys)
+    body, _ = render(open_ops(ctx), top_keys)
     click.echo(body.decode(), nl=False)
 
 
@@ -318,12 +284,12 @@ def metrics(ctx: click.Context, top_keys: int) -> None:
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--iterations", type=int, default=None, help="Stop after this many frames.")
 @click.pass_context
-@_errors
+@cli_errors
 def top(ctx: click.Context, interval: float, iterations: int | None) -> None:
     """A live view of every structure, redrawn in place; Ctrl-C to leave."""
     from .top import run_top
 
-    run_top(_ops(ctx), interval, iterations)
+    run_top(open_ops(ctx), interval, iterations)
 
 
 @redqueue.command()
@@ -337,11 +303,10 @@ def top(ctx: click.Context, interval: float, iterations: int | None) -> None:
 )
 @click.option("--refresh", default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.pass_context
-@_errors
+@cli_errors
 def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refresh: float) -> None:
     """Serve the dashboard: live figures, history, keys, dead letters, leases, /metrics."""
-    from ..web import dashboard_app, make_dashboard_server
-    from .web import LOOPBACK_NAMES
+    from .dashboard import LOOPBACK_NAMES, dashboard_app, make_dashboard_server
 
     # Bound to loopback, only loopback names are expected in Host (see Dashboard).
     hosts = LOOPBACK_NAMES if host in ("127.0.0.1", "localhost", "::1") else None
@@ -358,5 +323,6 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
         server.server_close()
 
 
-# The commands that change things live beside this module; importing it registers them.
+# The commands that change things live beside this module; importing it registers them (the
+# entry point names this module's group).
 from . import cli_actions  # noqa: E402, F401

@@ -1,6 +1,6 @@
 """The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate, pause,
-resume, reap, seek, beat-prune. Registered on the group of :mod:`.cli` (which imports this
-module)."""
+resume, reap, seek, beat-prune. Registered on the group of :mod:`.cli_base`; :mod:`.cli`
+imports this module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli import _errors, _find, _ops, redqueue
+from .cli_base import cli_errors, find_target, open_ops, redqueue
 from .reading import WORK_KINDS
 
 
@@ -18,11 +18,11 @@ from .reading import WORK_KINDS
 @click.argument("name")
 @click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
 @click.pass_context
-@_errors
+@cli_errors
 def requeue(ctx: click.Context, name: str, limit: int) -> None:
     """Put dead letters back in their queue (receives reset) and send a drain job."""
-    ops = _ops(ctx)
-    click.echo(ops.requeue(_find(ops, name), limit=limit))
+    ops = open_ops(ctx)
+    click.echo(ops.requeue(find_target(ops, name), limit=limit))
 
 
 @redqueue.command()
@@ -30,11 +30,11 @@ def requeue(ctx: click.Context, name: str, limit: int) -> None:
 @click.option("--limit", default=-1, help="How many, from the oldest (default: all).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
-@_errors
+@cli_errors
 def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
     """Delete dead letters (they are counted as purged)."""
-    ops = _ops(ctx)
-    target = _find(ops, name)
+    ops = open_ops(ctx)
+    target = find_target(ops, name)
     if not yes:
         click.confirm(f"Delete dead letters of {name}?", abort=True)
     click.echo(ops.purge(target, limit=limit))
@@ -43,11 +43,11 @@ def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
 @redqueue.command()
 @click.argument("name")
 @click.pass_context
-@_errors
+@cli_errors
 def drain(ctx: click.Context, name: str) -> None:
     """Send one drain job for a structure now (it needs the app's task of that name)."""
-    ops = _ops(ctx)
-    target = _find(ops, name)
+    ops = open_ops(ctx)
+    target = find_target(ops, name)
     if ops.drain_task(target) is None:
         what = "consumes it" if target.kind == "stream" else f"is named {target.name!r}"
         raise click.ClickException(f"{target.id}: no task of this app {what}")
@@ -60,11 +60,11 @@ def drain(ctx: click.Context, name: str) -> None:
 @click.argument("rate")
 @click.option("--burst", type=float, default=None, help="Burst allowance (items).")
 @click.pass_context
-@_errors
+@cli_errors
 def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float | None) -> None:
     """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
-    ops = _ops(ctx)
-    click.echo(ops.set_rate(_find(ops, bucket, ("bucket",)), key, rate, burst))
+    ops = open_ops(ctx)
+    click.echo(ops.set_rate(find_target(ops, bucket, ("bucket",)), key, rate, burst))
 
 
 @redqueue.command()
@@ -72,30 +72,30 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
 @click.argument("key")
 @click.option("--seconds", type=float, default=None, help="For this long (default: until resumed).")
 @click.pass_context
-@_errors
+@cli_errors
 def pause(ctx: click.Context, bucket: str, key: str, seconds: float | None) -> None:
     """Pause one key of a bucket for every worker: it keeps accepting calls and releases none."""
-    ops = _ops(ctx)
-    click.echo(ops.pause(_find(ops, bucket, ("bucket",)), key, seconds))
+    ops = open_ops(ctx)
+    click.echo(ops.pause(find_target(ops, bucket, ("bucket",)), key, seconds))
 
 
 @redqueue.command()
 @click.argument("bucket")
 @click.argument("key")
 @click.pass_context
-@_errors
+@cli_errors
 def resume(ctx: click.Context, bucket: str, key: str) -> None:
     """End a key's pause (by hand or a KeyBackoff) and send a drain job for its calls."""
-    ops = _ops(ctx)
-    click.echo(ops.resume(_find(ops, bucket, ("bucket",)), key))
+    ops = open_ops(ctx)
+    click.echo(ops.resume(find_target(ops, bucket, ("bucket",)), key))
 
 
 @redqueue.command()
 @click.pass_context
-@_errors
+@cli_errors
 def reap(ctx: click.Context) -> None:
     """Take back expired reservations of every structure, once."""
-    ops = _ops(ctx)
+    ops = open_ops(ctx)
     for target in ops.targets():
         if target.kind not in WORK_KINDS:
             continue
@@ -150,11 +150,11 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
 @click.argument("group")
 @click.argument("position")
 @click.pass_context
-@_errors
+@cli_errors
 def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
     """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
-    ops = _ops(ctx)
-    found = _find(ops, name, ("stream",))
+    ops = open_ops(ctx)
+    found = find_target(ops, name, ("stream",))
     stream = found.structure
     target: Any = position
     if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):

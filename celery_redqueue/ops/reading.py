@@ -22,6 +22,7 @@ import redis
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.client import redis_errors
 from ..redis.serializers import Serializer, get_serializer
+from ..redis.server import server_warnings
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
@@ -30,10 +31,9 @@ from ..structures.pool import CappedPool
 from ..structures.sharded import ShardedBucket, ShardedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
-from ..tasks.beat import DRAIN_HEADER
 from ..tasks.config import get_config
-from ..tasks.stream import stream_tasks
-from .health import server_warnings
+from ..tasks.stream_app import stream_tasks
+from ..tasks.wire import DRAIN_HEADER
 
 #: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
 KEY_WINDOW = 1000
@@ -138,8 +138,8 @@ class Operations:
             for kind, name, settings in registered(self.client, self.prefix):
                 structure: Any
                 if kind == ResourcePool.kind:
-                    structure = ResourcePool(self.client, name, prefix=self.prefix)
-                    structure._registered = True  # it is listed: reading must not write
+                    # It is listed already: reading must not write.
+                    structure = ResourcePool(self.client, name, prefix=self.prefix, listed=True)
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)
@@ -204,8 +204,8 @@ class Operations:
         """Every structure's view (``history`` adds each one's), and the server's warnings."""
         views = [self.view(target, history) for target in self.targets()]
         try:
-            with redis_errors("reading the server's settings"):
-                warnings = server_warnings(self.client)
+            # Read again on every overview: an operator who just fixed a setting sees it go.
+            warnings = list(server_warnings(self.client, refresh=True))
         except RedQueueError as exc:
             warnings = [str(exc)]
         return {

@@ -30,7 +30,7 @@ def decode_ids(reply: Any) -> list[str]:
     return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
 
 
-class Structure(DeadLetterTools):
+class Structure(DeadLetterTools, catalog.Registered):
     """Base of pools, buckets and other queue structures (not used directly).
 
     Subclasses set ``kind`` (the middle of the hash tag: ``prefix:{<kind>:<name>}:<part>``),
@@ -48,20 +48,21 @@ class Structure(DeadLetterTools):
             catalog.add_kind(cls.kind, cls)
 
     def _setup(
-        self, client: Any, name: str, prefix: str, serializer: str | Serializer | None
+        self,
+        client: Any,
+        name: str,
+        prefix: str,
+        serializer: str | Serializer | None,
+        listed: bool = False,
     ) -> None:
         self.client = client
         self.name = name
         self.serializer = get_serializer(serializer)
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
-        self._registered = False
+        self._registered = listed
         #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
         self._keys_of: dict[str, list[str]] = {}
-
-    def settings(self) -> dict[str, Any]:
-        """What another process needs to open this structure (the registry keeps it)."""
-        raise NotImplementedError
 
     def _script_head(self) -> list[Any]:
         """The arguments every script of this kind takes before its own."""
@@ -74,7 +75,7 @@ class Structure(DeadLetterTools):
         those; any other all of :attr:`parts`. The first call of a process records the
         structure in the registry.
         """
-        self._register_once()
+        self.register_once()
         lua = script(name)
         if keys is None:
             keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)
@@ -88,12 +89,6 @@ class Structure(DeadLetterTools):
                 raise ValueError(f"lua/{name}.lua names parts {self.kind} has not: {unknown}")
             keys = self._keys_of[name] = [self.keys(part) for part in parts]
         return keys
-
-    def _register_once(self) -> None:
-        """Record the structure in the registry on this process's first script call."""
-        if not self._registered:
-            catalog.register(self.client, self.keys, self.settings())
-            self._registered = True
 
     def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
         """Clear the drain flag (and/or the scheduled wake-up) when the drain job it announced

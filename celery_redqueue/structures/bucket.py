@@ -123,6 +123,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         max_drains: int = 1,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        listed: bool = False,
         concurrency: int | None = None,
         cost_rate: str | float | None = None,
         cost_burst: float = 0,
@@ -160,7 +161,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
             "total_burst": total_burst,
             "total_shares": total_shares,
         }
-        self._setup(client, name, prefix, serializer)
+        self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
         self.ordered = self.limits.concurrency == 1
@@ -219,7 +220,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
 
     # Producing
 
-    def _enqueue_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[EncodedCall],
         *,

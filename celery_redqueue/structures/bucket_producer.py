@@ -4,12 +4,13 @@ goes. Re-exported by :mod:`.bucket`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from .bucket_limits import Limits
 from .bucket_types import EncodedCall, _check_key
+from .protocols import Producer, in_chunks
 from .receipts import Receipt
 
 #: Items one enqueue_many round trip carries.
@@ -21,26 +22,15 @@ def _cost_arg(call: EncodedCall) -> str:
     return repr(call[2]) if len(call) > 2 and call[2] is not None else ""
 
 
-class BucketProducer:
-    """What a bucket offers producers, on top of ``encode`` and ``_enqueue_encoded``: shared by
+class BucketProducer(Producer[EncodedCall]):
+    """What a bucket offers producers on top of :class:`~.protocols.Producer`: shared by
     :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
 
+    store_chunk = ENQUEUE_CHUNK
     limits: Limits
 
-    def encode(self, payload: Any) -> bytes:
-        raise NotImplementedError
-
-    def _enqueue_encoded(
-        self,
-        encoded: Sequence[EncodedCall],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        raise NotImplementedError
-
     def encoded_call(self, key: str, payload: Any, cost: float | None = None) -> EncodedCall:
-        """A call checked and encoded for ``_enqueue_encoded``: ``(key, data)``, or
+        """A call checked and encoded for ``store_encoded``: ``(key, data)``, or
         ``(key, data, cost)`` on a bucket with a cost rate (InvalidArgumentError for a cost no
         period can allow, or a cost on a bucket without a cost rate)."""
         if cost is None:
@@ -66,7 +56,7 @@ class BucketProducer:
         ``cost_rate`` (1 when not given).
         """
         encoded = [self.encoded_call(key, payload, cost)]
-        return self._enqueue_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
+        return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def enqueue_many(
         self, items: Iterable[tuple[str, Any] | tuple[str, Any, float]], *, delay: float = 0.0
@@ -74,8 +64,5 @@ class BucketProducer:
         """Append many ``(key, payload)`` pairs (or ``(key, payload, cost)``); every one is
         checked before any is stored."""
         encoded = [self.encoded_call(*item) for item in items]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ENQUEUE_CHUNK):
-            chunk = encoded[start : start + ENQUEUE_CHUNK]
-            results.extend(self._enqueue_encoded(chunk, delay=delay))
-        return results
+        store = self.store_encoded
+        return in_chunks(lambda chunk: store(chunk, delay=delay), encoded, ENQUEUE_CHUNK)

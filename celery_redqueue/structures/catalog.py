@@ -42,6 +42,31 @@ def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None
         pipe.execute()
 
 
+class Registered:
+    """The one registration path of every structure (pools, buckets, streams, lease pools,
+    sharded ones): the first script call of a process records the structure and its settings,
+    so the reaper and the operators' tools find it without importing user code.
+
+    ``listed=True`` at construction means "never record it": a shard (the registry lists its
+    logical structure), or a structure a reader opened from the registry (reading must not
+    write).
+    """
+
+    client: Any
+    keys: StructureKeys
+    _registered: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to open this structure (the registry keeps it)."""
+        raise NotImplementedError
+
+    def register_once(self) -> None:
+        """Record the structure in the registry, once per process and structure."""
+        if not self._registered:
+            register(self.client, self.keys, self.settings())
+            self._registered = True
+
+
 @dataclass(frozen=True)
 class Entry:
     """One registered structure as stored: its settings not decoded yet, so that one

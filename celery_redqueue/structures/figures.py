@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import CorruptDataError
 from ..redis.client import redis_errors
 from ..redis.lua import script
-from .health import server_warnings
+from ..redis.server import server_warnings
 
 WINDOW = 60
 #: Minutes of history kept by the per-minute counters.
@@ -79,7 +79,7 @@ class Figures:
     #: The last minute and the last hour, read in the same call.
     history: History | None = field(default=None, repr=False, compare=False)
     #: What in Redis's configuration can lose calls (an eviction policy, persistence off);
-    #: see :func:`~celery_redqueue.structures.health.server_warnings`.
+    #: see :func:`~celery_redqueue.redis.server.server_warnings`.
     warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

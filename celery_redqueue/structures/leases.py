@@ -79,7 +79,7 @@ CHANGE_CHUNK = 1000
 WAIT_SLICE = 2.0
 
 
-class ResourcePool:
+class ResourcePool(catalog.Registered):
     """A pool of named resources leased to one holder at a time; see the module docstring.
 
     Args:
@@ -101,6 +101,7 @@ class ResourcePool:
         resources: Iterable[str] = (),
         *,
         prefix: str = DEFAULT_PREFIX,
+        listed: bool = False,
     ) -> None:
         self.client = client
         self.name = name
@@ -108,7 +109,7 @@ class ResourcePool:
         self._keys = [self.keys(part) for part in PARTS]
         self._undeclared: list[str] = []
         self._declare_lock = threading.Lock()
-        self._registered = False
+        self._registered = listed
         self.declare(resources)
 
     def _run(self, name: str, args: list[Any]) -> Any:
@@ -118,10 +119,12 @@ class ResourcePool:
         The kind is not in the catalog: the reaper and drains have nothing to do with leases
         (expired ones come back on their own), so they skip it; the ops tools open it by name.
         """
-        if not self._registered:
-            catalog.register(self.client, self.keys, {})
-            self._registered = True
+        self.register_once()
         return script(name)(self.client, self._keys, args)
+
+    def settings(self) -> dict[str, Any]:
+        """A lease pool is reopened by name alone: its resources are in Redis."""
+        return {}
 
     def __repr__(self) -> str:
         return f"<ResourcePool {self.keys.base}>"

@@ -67,6 +67,7 @@ from .pool_types import (
     PoolStats,
     validate_pool_options,
 )
+from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
 
 __all__ = [
@@ -102,21 +103,11 @@ logger = logging.getLogger(__name__)
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class PoolProducer:
-    """What a pool offers producers, on top of ``encode`` and ``_add_encoded``: shared by
+class PoolProducer(Producer[bytes]):
+    """What a pool offers producers on top of :class:`~.protocols.Producer`: shared by
     :class:`CappedPool` and the sharded pool, which differ only in where an encoded call goes."""
 
-    def encode(self, payload: Any) -> bytes:
-        raise NotImplementedError
-
-    def _add_encoded(
-        self,
-        encoded: Sequence[bytes],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        raise NotImplementedError
+    store_chunk = ADD_CHUNK
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
@@ -124,7 +115,7 @@ class PoolProducer:
         ``delay`` holds the call in the delayed set for that many seconds before it is offered;
         ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
         """
-        return self._add_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
         """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
@@ -133,10 +124,7 @@ class PoolProducer:
         At most one result has ``drain_needed`` set.
         """
         encoded = [self.encode(p) for p in payloads]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self._add_encoded(encoded[start : start + ADD_CHUNK], delay=delay))
-        return results
+        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
 
 
 class CappedPool(Structure, PoolProducer, PoolGathering):
@@ -164,6 +152,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         max_receives: int = 5,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        listed: bool = False,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
         seconds("drain_lease", drain_lease, positive=True)
@@ -177,7 +166,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
                 "processed_guard is not available on coalescing pools: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
-        self._setup(client, name, prefix, serializer)
+        self._setup(client, name, prefix, serializer, listed)
         self.capacity = capacity
         self.policy = policy
         self.coalesce = coalesce
@@ -210,7 +199,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
             "drain_lease": self.drain_lease_ms / 1000,
         }
 
-    def _add_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[bytes],
         *,

@@ -89,15 +89,18 @@ class ShardedPool(Sharded, PoolProducer):
         shards: int,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
+        listed: bool = False,
         **options: Any,
     ) -> None:
         validate_shards("shards", shards, capacity)
         caps = [capacity // shards + (1 if i < capacity % shards else 0) for i in range(shards)]
         parts = [
-            CappedPool(client, shard, cap, prefix=prefix, serializer=serializer, **options)
+            CappedPool(
+                client, shard, cap, prefix=prefix, serializer=serializer, listed=True, **options
+            )
             for shard, cap in zip(shard_names(self.kind, name, shards), caps, strict=True)
         ]
-        self._setup_logical(client, name, prefix, parts)
+        self._setup_logical(client, name, prefix, parts, listed)
         self.capacity = capacity
         self.policy = parts[0].policy
         self.coalesce = parts[0].coalesce
@@ -119,7 +122,7 @@ class ShardedPool(Sharded, PoolProducer):
 
     # Producing
 
-    def _add_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[bytes],
         *,
@@ -130,7 +133,7 @@ class ShardedPool(Sharded, PoolProducer):
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n], ids[n]),
-            lambda shard, data, ds: shard._add_encoded(data, delay=delay, dedupe_ids=ds),
+            lambda shard, data, ds: shard.store_encoded(data, delay=delay, dedupe_ids=ds),
             ids,
         )
 
@@ -172,7 +175,7 @@ class ShardedPool(Sharded, PoolProducer):
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Reap every shard; the counts are summed."""
-        self._register()
+        self.register_once()
         return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
 
     # Reading
@@ -208,6 +211,7 @@ class ShardedBucket(Sharded, BucketProducer):
         shards: int,
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
+        listed: bool = False,
         **options: Any,
     ) -> None:
         validate_shards("shards", shards)
@@ -216,11 +220,17 @@ class ShardedBucket(Sharded, BucketProducer):
         # release costs no extra round trip (see docs/metered-apis.md).
         parts = [
             LeakyBucket(
-                client, shard, prefix=prefix, serializer=serializer, total_shares=shards, **options
+                client,
+                shard,
+                prefix=prefix,
+                serializer=serializer,
+                listed=True,
+                total_shares=shards,
+                **options,
             )
             for shard in shard_names(self.kind, name, shards)
         ]
-        self._setup_logical(client, name, prefix, parts)
+        self._setup_logical(client, name, prefix, parts, listed)
         self.ordered = parts[0].ordered
         self.limits = parts[0].limits
         self.default_interval_ms = parts[0].default_interval_ms
@@ -277,7 +287,7 @@ class ShardedBucket(Sharded, BucketProducer):
 
     # Producing
 
-    def _enqueue_encoded(
+    def store_encoded(
         self,
         encoded: Sequence[EncodedCall],
         *,
@@ -287,7 +297,7 @@ class ShardedBucket(Sharded, BucketProducer):
         return self._store(
             encoded,
             lambda n: self.shard_of(encoded[n][0]),
-            lambda shard, items, ds: shard._enqueue_encoded(items, delay=delay, dedupe_ids=ds),
+            lambda shard, items, ds: shard.store_encoded(items, delay=delay, dedupe_ids=ds),
             dedupe_ids,
         )
 
@@ -350,7 +360,7 @@ class ShardedBucket(Sharded, BucketProducer):
 
     def reap(self, limit: int = 1000) -> ReapResult:
         """Reap every shard; the counts are summed."""
-        self._register()
+        self.register_once()
         return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
 
     # Reading

@@ -15,11 +15,11 @@ from redis.crc import key_slot
 from ..errors import ConfigurationError
 from ..redis.keys import StructureKeys, validate_name
 from ..redis.serializers import Serializer
+from ..redis.server import server_warnings
 from ..validation import positive_int
 from . import catalog
 from .deadletters import DeadLetter, parse_dead_letter
 from .figures import Figures, compute, read_flow, ring_history, ring_sums
-from .health import server_warnings
 from .receipts import Receipt
 
 SLOTS = 16384
@@ -84,7 +84,7 @@ def sum_results(cls: type[_T], parts: Sequence[Any], **fixed: Any) -> _T:
     return cls(**values)
 
 
-class Sharded:
+class Sharded(catalog.Registered):
     """What sharded pools and buckets share: the shards, registration, the sweep, heartbeat
     parts, dead letters and figures over the shards."""
 
@@ -93,14 +93,15 @@ class Sharded:
     #: Counter names meaning depth, offered and dropped in the kind's stats hash.
     _figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
 
-    def _setup_logical(self, client: Any, name: str, prefix: str, shards: list[Any]) -> None:
+    def _setup_logical(
+        self, client: Any, name: str, prefix: str, shards: list[Any], listed: bool
+    ) -> None:
+        # The shards were made with listed=True: the registry lists the logical structure.
         self.client = client
         self.name = name
         self.keys = StructureKeys(prefix, self.kind, name)
         self.shards = shards
-        for shard in shards:
-            shard._registered = True  # the registry lists the logical structure, not its shards
-        self._registered = False
+        self._registered = listed
         self._cursor = random.randrange(len(shards))
 
     def __repr__(self) -> str:
@@ -119,11 +120,6 @@ class Sharded:
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this structure (the registry keeps it)."""
         return dict(self.shards[0].settings(), shards=len(self.shards))
-
-    def _register(self) -> None:
-        if not self._registered:
-            catalog.register(self.client, self.keys, self.settings())
-            self._registered = True
 
     def encode(self, payload: Any) -> bytes:
         """Serialize one payload as it will be stored (raises SerializationError)."""
@@ -163,7 +159,7 @@ class Sharded:
         by_shard: dict[int, list[int]] = {}
         for n in range(len(items)):
             by_shard.setdefault(shard_of(n), []).append(n)
-        self._register()
+        self.register_once()
         results: list[Any] = [None] * len(items)
         groups: dict[int, list[_R]] = {}
         for i, positions in by_shard.items():
@@ -176,7 +172,7 @@ class Sharded:
     def _sweep(self, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
         """Ask shards in turn, from the one after the last that gave work, until one has work;
         returns (shard index, its answer, the empty answers of the shards asked before)."""
-        self._register()
+        self.register_once()
         start = self._cursor
         empties: list[tuple[int, Any]] = []
         for step in range(len(self.shards)):

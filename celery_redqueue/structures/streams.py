@@ -41,6 +41,7 @@ from ..redis.serializers import Serializer
 from ..validation import positive_int, seconds
 from .base import DRAIN_LEASE, Structure
 from .figures import Figures, compute, parse_counters
+from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
 from .stream_types import (
     AckResult,
@@ -86,6 +87,7 @@ class EventStream(Structure):
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
         on_wake: Callable[[list[str]], None] | None = None,
+        listed: bool = False,
     ) -> None:
         positive_int("maxlen", maxlen, optional=True)
         self.visibility_ms = int(
@@ -99,7 +101,7 @@ class EventStream(Structure):
         if key is not None and not callable(key):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]
-        self._setup(client, name, prefix, serializer)
+        self._setup(client, name, prefix, serializer, listed)
         #: stream_publish's keys per set of declared groups (their stats and drain keys too).
         self._publish_keys: dict[tuple[str, ...], list[str]] = {}
         self.maxlen = maxlen
@@ -164,12 +166,9 @@ class EventStream(Structure):
             (self.encode(e), partition_key(e, k, self.key))
             for e, k in zip(events, given, strict=True)
         ]
-        receipts: list[Receipt] = []
-        for start in range(0, len(prepared), PUBLISH_CHUNK):
-            receipts.extend(self._append(prepared[start : start + PUBLISH_CHUNK]))
-        return receipts
+        return in_chunks(self._append, prepared, PUBLISH_CHUNK)
 
-    def _append(self, prepared: list[tuple[bytes, str]]) -> list[Receipt]:
+    def _append(self, prepared: Sequence[tuple[bytes, str]]) -> list[Receipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
         # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
         groups = tuple(self.declared)

@@ -5,7 +5,7 @@
 - :mod:`.pool`: :class:`PoolTask` and ``@pool_task`` (capped pools)
 - :mod:`.bucket`: :class:`BucketTask` and ``@bucket_task`` (per-key leaky buckets)
 - :mod:`.stream`: :class:`StreamTask` and ``@stream_task`` (consumer groups of event streams);
-  :mod:`.stream_app`: the app's streams and ``publish``
+  :mod:`.stream_app`: the app's streams (the groups its tasks subscribe)
 - :mod:`.lease`: :class:`LeaseTask` and ``@lease_task`` (leased resources)
 - :mod:`.beat`: drain and reaper jobs, beat entries
 - :mod:`.config`: the app's ``redqueue_*`` settings

@@ -1,11 +1,7 @@
-"""The shared plumbing of tasks backed by a redqueue structure.
-
-A redqueue task's ``delay()`` stores the call in its structure; the broker only carries
-argument-less drain jobs of the same task name, marked by a message header
-(:data:`~celery_redqueue.tasks.beat.DRAIN_HEADER`). The worker runs a drain job by taking calls
-from the structure and calling the body for each. The task kinds live beside this module:
-:mod:`.pool`, :mod:`.bucket` and :mod:`.lease`.
-"""
+"""The shared plumbing of tasks backed by a redqueue structure: ``delay()`` stores the call in
+its structure (through :class:`~celery_redqueue.structures.protocols.Producer`), the broker
+carries argument-less drain jobs marked by :data:`~.wire.DRAIN_HEADER`, and a drain job runs
+the body for calls taken from the structure. The kinds: :mod:`.pool`, :mod:`.bucket`, ..."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from celery import Task
 from celery.exceptions import Retry
@@ -23,7 +19,8 @@ from celery.utils.time import maybe_make_aware
 
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError, SerializationError
-from .beat import DRAIN_HEADER, REAPER_TASK, register_beat
+from ..structures.protocols import Drained, Producer
+from .beat import register_beat
 from .buffer import CallBuffer, buffered_call
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
@@ -31,6 +28,7 @@ from .config import get_config
 from .heartbeat import heartbeat
 from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
 from .results import new_call_id, outcome_reader, store_refusal
+from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -319,7 +317,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         return count
 
     @property
-    def structure(self) -> Any:
+    def structure(self) -> Drained:
         """The Redis structure behind this task (subclasses)."""
         raise NotImplementedError
 
@@ -421,8 +419,10 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
                 self.name,
                 error_text(exc),
             )
+            # Pools and buckets (a stream releases per group, in StreamTask's own send).
+            producer = cast("Producer[Any]", self.structure)
             try:
-                self.structure.release_drain(flag=countdown is None, wake=countdown is not None)
+                producer.release_drain(flag=countdown is None, wake=countdown is not None)
             except RedQueueError as release_exc:
                 logger.warning(
                     "%s: could not release the drain flag either (%s); it frees itself when "

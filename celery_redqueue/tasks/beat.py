@@ -15,14 +15,11 @@ from celery import Task, shared_task, signature
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..structures.catalog import open_entry, registry_entries
+from .checks import check_app
 from .config import get_config
-from .health import check_app
+from .wire import REAPER_TASK
 
 logger = logging.getLogger(__name__)
-
-#: Message header that marks an argument-less drain job.
-DRAIN_HEADER = "redqueue_drain"
-REAPER_TASK = "celery_redqueue.reap"
 
 
 @dataclass(frozen=True)
@@ -51,10 +48,10 @@ FAILED_KEY = "redqueue: failed"
 
 
 def _reaped_count(result: Any) -> int:
-    """Items a structure's reap result says it took back (its integer fields)."""
+    """Items a structure's reap result says it took back, and stream groups it woke."""
     if isinstance(result, int):
         return result
-    return sum(v for v in vars(result).values() if isinstance(v, int) and not isinstance(v, bool))
+    return int(result.returned + result.dead_lettered + result.lost + len(result.groups))
 
 
 @shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[misc, untyped-decorator]

@@ -20,13 +20,14 @@ from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
-from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name
 from .results import call_id_of, store_failure, store_success, with_id
+from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.bucket._enqueue_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
+        result: Receipt = self.bucket.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     # Consuming

@@ -39,8 +39,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
-from ..structures.bucket import ENQUEUE_CHUNK, BucketProducer
-from ..structures.pool import ADD_CHUNK, PoolProducer
+from ..structures.protocols import Producer
 
 #: Open buffers of this thread or asyncio task, innermost last.
 _open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
@@ -130,7 +129,7 @@ class CallBuffer:
         if self._closed or (self._names and task.name not in self._names):
             return False
         if task.name not in self._calls:
-            return isinstance(task.structure, PoolProducer | BucketProducer)
+            return isinstance(task.structure, Producer)
         return True
 
     def __len__(self) -> int:
@@ -239,17 +238,16 @@ def buffered_call(
 
 
 def _chunk(task: Any) -> int:
-    return ADD_CHUNK if isinstance(task.structure, PoolProducer) else ENQUEUE_CHUNK
+    chunk: int = task.structure.store_chunk
+    return chunk
 
 
 def _store_many(task: Any, chunk: list[tuple[Any, str | None, Any]], delay: float) -> list[Any]:
     """Store one chunk of prepared calls in one round trip (the structures' batched adds)."""
     prepared = [p for p, _, _ in chunk]
     dedupe_ids = [d for _, d, _ in chunk]
-    structure = task.structure
-    if isinstance(structure, PoolProducer):
-        return list(structure._add_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
-    return list(structure._enqueue_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids))
+    producer: Producer[Any] = task.structure
+    return producer.store_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids)
 
 
 def _mark(groups: dict[float, list[tuple[Any, str | None, Any]]], state: str, error: Any) -> int:

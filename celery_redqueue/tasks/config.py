@@ -6,6 +6,7 @@ and so on; Celery strips the namespace, so both spellings arrive here as ``redqu
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,6 @@ from ..redis.client import get_client
 from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
 from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
-from .tracing import setting as tracing_setting
 
 REDIS_SCHEMES = (
     "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
@@ -107,3 +107,28 @@ def get_config(app: Any) -> RedQueueConfig:
         config = load_config(app.conf)
         app._redqueue_config = config
     return config
+
+
+#: The tracing setting (Django: ``CELERY_REDQUEUE_TRACING``).
+SETTING = "redqueue_tracing"
+logger = logging.getLogger(__name__)
+
+
+def tracing_setting(conf: Any) -> bool:
+    """Read ``redqueue_tracing``: True only if it is on and OpenTelemetry can be imported (a
+    warning says so when it cannot: the app runs untraced rather than failing to start)."""
+    value = conf.get(SETTING)
+    if value is None or value is False:
+        return False
+    if value is not True:
+        raise ConfigurationError(f"{SETTING} must be True or False, got {value!r}")
+    try:
+        import opentelemetry.trace  # noqa: F401  (tracing.py imports it for real)
+    except ImportError:
+        logger.warning(
+            "%s is on but OpenTelemetry is not installed (pip install 'celery-redqueue[otel]'); "
+            "calls are not traced",
+            SETTING,
+        )
+        return False
+    return True

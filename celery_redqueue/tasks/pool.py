@@ -14,13 +14,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
-    ADD_CHUNK,
     DELIVERIES,
     CappedPool,
     PoolBatch,
     Receipt,
     validate_pool_options,
 )
+from ..structures.protocols import in_chunks
 from ..structures.sharded import AnyPool, make_pool, validate_shards
 from ..validation import (
     boolean,
@@ -32,12 +32,13 @@ from ..validation import (
 )
 from . import tracing
 from .base import RedQueueTask, error_text
-from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_structure_name
 from .results import call_id_of, new_call_id, store_failure, store_success, with_id
+from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ class PoolTask(RedQueueTask):
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
         ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.pool._add_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
+        result: Receipt = self.pool.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
         return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
@@ -248,9 +249,7 @@ class PoolTask(RedQueueTask):
         ]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
-        results: list[Receipt] = []
-        for start in range(0, len(encoded), ADD_CHUNK):
-            results.extend(self.pool._add_encoded(encoded[start : start + ADD_CHUNK]))
+        results = in_chunks(self.pool.store_encoded, encoded, self.pool.store_chunk)
         sent = False
         for i, result in enumerate(results):
             if result.drain_needed and not sent:

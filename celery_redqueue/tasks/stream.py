@@ -23,16 +23,16 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
+from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
-from .beat import DRAIN_HEADER, DrainSummary, register_beat
+from .beat import DrainSummary, register_beat
 from .decorators import decorate_task
-from .stream_app import make_stream as make_stream
-from .stream_app import publish as publish
-from .stream_app import stream_tasks as stream_tasks
+from .stream_app import make_stream
+from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class StreamTask(RedQueueTask):
         send_sms.stream.publish({"order": 7})   # every group of "orders" receives it
     """
 
+    redqueue_kind = "stream"
     stores_by_name = False
 
     #: The stream this task consumes (required).
@@ -151,7 +152,7 @@ class StreamTask(RedQueueTask):
 
     def _make_stream(self) -> EventStream:
         assert self.stream_name is not None
-        return make_stream(self.app, self.stream_name, reader=self)
+        return make_stream(self.app, self.stream_name, reader=self, defaults=type(self))
 
     # Producing: events are published to the stream, never sent as calls.
 
@@ -352,3 +353,13 @@ def stream_task(*args: Any, **options: Any) -> Any:
     if "stream_name" not in options:
         raise ConfigurationError("stream_task needs stream= (the stream to consume)")
     return decorate_task(StreamTask, args, options, "stream_task")
+
+
+def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> Receipt:
+    """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
+    object is built once per process and stream)."""
+    cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})
+    built = cache.get((os.getpid(), stream))
+    if built is None:
+        built = cache[(os.getpid(), stream)] = make_stream(app, stream, defaults=StreamTask)
+    return built.publish(event, key=key)

@@ -1,10 +1,10 @@
-"""The app's view of one event stream: the groups its tasks subscribe, the stream built with
-their options (publishes wake each group's drain job), and :func:`publish`."""
+"""The app's view of one event stream: the groups its tasks subscribe, and the stream built
+with their options (publishes wake each group's drain job). :mod:`.stream` uses it and passes
+its task class in; this module never imports it (no import cycle)."""
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -20,25 +20,28 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _stream_task_class() -> type[StreamTask]:
-    # StreamTask's module builds its streams here: imported when first needed, not at load.
-    from .stream import StreamTask
-
-    return StreamTask
-
-
 def stream_tasks(app: Any, name: str) -> list[StreamTask]:
     """The app's tasks consuming stream ``name``, by task name."""
-    task_class = _stream_task_class()
     return sorted(
-        (t for t in app.tasks.values() if isinstance(t, task_class) and t.stream_name == name),
+        (
+            t
+            for t in app.tasks.values()
+            if getattr(type(t), "redqueue_kind", None) == "stream" and t.stream_name == name
+        ),
         key=lambda t: t.name,
     )
 
 
-def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventStream:
+def make_stream(
+    app: Any,
+    name: str,
+    *,
+    reader: StreamTask | None = None,
+    defaults: type[StreamTask] | None = None,
+) -> EventStream:
     """The stream ``name`` as the app sees it: every subscribed group declared, publishes
-    that wake a group send its task's drain job; reads use ``reader``'s options."""
+    that wake a group send its task's drain job; reads use ``reader``'s options (else the
+    first subscribed task's, else those of the class ``defaults``)."""
     config = get_config(app)
     tasks = stream_tasks(app, name)
     keys = {t.stream_key for t in tasks if t.stream_key is not None}
@@ -62,7 +65,9 @@ def make_stream(app: Any, name: str, reader: StreamTask | None = None) -> EventS
             )
         by_group[task.group] = task
     key_spec = next(iter(keys), None)
-    own: Any = reader or (tasks[0] if tasks else _stream_task_class())
+    own: Any = reader or (tasks[0] if tasks else defaults)
+    if own is None:
+        raise ConfigurationError(f"no task consumes stream {name!r} and no defaults were given")
 
     def wake(groups: list[str]) -> None:
         for group in groups:
@@ -116,13 +121,3 @@ def _eager_publish(stream: EventStream, tasks: list[StreamTask]) -> Callable[...
         return [Receipt(id="eager") for _ in encoded]
 
     return publish_many
-
-
-def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> Receipt:
-    """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
-    object is built once per process and stream)."""
-    cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})
-    built = cache.get((os.getpid(), stream))
-    if built is None:
-        built = cache[(os.getpid(), stream)] = make_stream(app, stream)
-    return built.publish(event, key=key)

@@ -29,14 +29,13 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ..errors import ConfigurationError
+from .config import get_config
 
 logger = logging.getLogger(__name__)
 
-#: The setting (Django: ``CELERY_REDQUEUE_TRACING``).
-SETTING = "redqueue_tracing"
 #: Most links one process span carries; the rest are counted in ``redqueue.links_dropped``.
 MAX_LINKS = 128
 #: The envelope field of a traced stream event (its other field is ``event``).
@@ -50,34 +49,17 @@ OFF: AbstractContextManager[None] = nullcontext()
 _api: dict[str, Any] = {}
 
 
-def setting(conf: Any) -> bool:
-    """Read ``redqueue_tracing``: True only if it is on and OpenTelemetry can be imported (a
-    warning says so when it cannot: the app runs untraced rather than failing to start)."""
-    value = conf.get(SETTING)
-    if value is None or value is False:
-        return False
-    if value is not True:
-        raise ConfigurationError(f"{SETTING} must be True or False, got {value!r}")
-    try:
-        _otel()
-    except ImportError:
-        logger.warning(
-            "%s is on but OpenTelemetry is not installed (pip install 'celery-redqueue[otel]'); "
-            "calls are not traced",
-            SETTING,
-        )
-        return False
-    return True
-
-
 def _otel() -> dict[str, Any]:
     """Import OpenTelemetry's API once, when tracing is first switched on."""
     if not _api:
         from opentelemetry import metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        from .. import __version__
-
+        # The installed distribution's version: the package's __init__ is above this module.
+        try:
+            __version__ = version("celery-redqueue")
+        except PackageNotFoundError:
+            __version__ = "unknown"
         _api.update(
             trace=trace,
             current_span=trace.get_current_span,
@@ -104,7 +86,8 @@ def caller_context() -> dict[str, str] | None:
     last carrier is kept and handed out again while the span is the same (it is only read).
     """
     global _last
-    span_context = _api["current_span"]().get_span_context()
+    # _otel() once per process: the setting (config.py) only checked OpenTelemetry is there.
+    span_context = (_api or _otel())["current_span"]().get_span_context()
     last = _last
     if span_context is last[0]:
         return last[1]
@@ -181,8 +164,6 @@ def processing(
     ``attributes``: redqueue's own (``kind``, ``receives``, ``key``, ``message_id``, ``group``),
     None values left out.
     """
-    from .config import get_config
-
     if not get_config(task.app).tracing:
         return OFF
     return _process_span(task, contexts, destination, batch, attributes)

@@ -11,8 +11,8 @@ import pytest
 import redis
 from celery import Celery
 
-from . import celery_test_config, delete_prefix
 from .embedded import EmbeddedRedis
+from .isolation import celery_test_config, delete_prefix
 
 
 @pytest.fixture(scope="session")

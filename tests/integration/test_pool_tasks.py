@@ -14,7 +14,7 @@ from celery_redqueue import (
     SerializationError,
     pool_task,
 )
-from celery_redqueue.tasks.beat import DRAIN_HEADER
+from celery_redqueue.tasks.wire import DRAIN_HEADER
 
 from .conftest import broker_depth, running_worker
 

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
+from celery_redqueue.ops.dashboard import Dashboard, make_dashboard_server
 from celery_redqueue.ops.reading import Operations
-from celery_redqueue.ops.web import Dashboard, make_dashboard_server
 from tests.integration.conftest import running_worker  # noqa: F401 (a fixture)
 
 from .browser import Browser, find_chromium

@@ -247,8 +247,8 @@ def test_actions_from_another_origin_are_refused(dashboard, browser, evil):
 
 
 def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
+    from celery_redqueue.ops.dashboard import Dashboard
     from celery_redqueue.ops.reading import Operations
-    from celery_redqueue.ops.web import Dashboard
 
     base = serve(Dashboard(Operations.from_app(app), token=None, refresh=0.5))
     page = browser.new_page()

@@ -8,9 +8,8 @@ import urllib.request
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from celery_redqueue.ops.dashboard import Dashboard, dashboard_app, mount
 from celery_redqueue.ops.reading import Operations
-from celery_redqueue.ops.web import Dashboard
-from celery_redqueue.web import dashboard_app, mount
 
 from .conftest import TOKEN
 

@@ -11,8 +11,8 @@ import time
 import pytest
 import redis
 
-from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.errors import RedisServerNotFound
+from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 def free_port():

@@ -104,3 +104,64 @@ def test_every_lua_include_exists():
         if line.lstrip().startswith("--#include ") and line.split()[1] not in names
     ]
     assert not missing
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (at top level or inside functions; imports
+    under ``if TYPE_CHECKING:`` aside). ``from . import x`` imports the module ``x``."""
+    modules = {_dotted(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = _imported(ast.parse(path.read_text()), package, modules)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _imported(tree: ast.AST, package: str, modules: dict) -> set[str]:
+    found: set[str] = set()
+    todo = [tree]
+    while todo:
+        for child in ast.iter_child_nodes(todo.pop()):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.ImportFrom):
+                target = child.module or ""
+                if child.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - (child.level - 1)]
+                    target = ".".join(parts + ([child.module] if child.module else []))
+                for alias in child.names:
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in modules else target)
+            elif isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            todo.append(child)
+    return found
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycles():
+    graph = _module_graph()
+    cycles = []
+    for start in graph:
+        # A path back to ``start``: depth-first over what it imports.
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=_dotted)
+def test_no_module_over_450_lines(path):
+    assert len(path.read_text().splitlines()) <= 450

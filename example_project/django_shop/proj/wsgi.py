@@ -4,7 +4,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from celery_redqueue.web import dashboard_app, mount
+from celery_redqueue.ops.dashboard import dashboard_app, mount
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
 

@@ -1,4 +1,5 @@
-"""Celery glue of the health checks (:mod:`celery_redqueue.structures.health`).
+"""The app's health checks: server warnings (:mod:`celery_redqueue.redis.server`) and data
+loss (:mod:`celery_redqueue.structures.loss`).
 
 At worker start (``worker_ready``, in the ``celery worker`` process) the worker warns when
 Redis's eviction policy or missing persistence can lose calls, and compares the structures'
@@ -14,11 +15,15 @@ from typing import Any
 from celery.signals import worker_ready
 
 from ..errors import RedQueueError
+from ..redis.server import server_warnings
 from ..structures.catalog import register
-from ..structures.health import Loss, check_for_loss, server_warnings
+from ..structures.loss import Loss, check_for_loss
 from .config import get_config
 
 logger = logging.getLogger(__name__)
+
+#: Task kinds whose calls live in a structure (a lease task borrows a resource instead).
+STRUCTURE_KINDS = ("pool", "bucket", "stream")
 
 
 def check_app(app: Any, *, warn: bool = False) -> list[Loss]:
@@ -42,10 +47,8 @@ def _register_own_structures(app: Any) -> None:
     """Record the app's structures in the registry again: a process registers a structure
     once, so after Redis lost its data (registry included) the reaper, the CLI and this check
     would no longer see them."""
-    from .base import RedQueueTask
-
     for task in list(app.tasks.values()):
-        if not isinstance(task, RedQueueTask):
+        if getattr(type(task), "redqueue_kind", None) not in STRUCTURE_KINDS:
             continue
         try:
             structure = task.structure
@@ -55,11 +58,9 @@ def _register_own_structures(app: Any) -> None:
 
 
 def _uses_redqueue(app: Any) -> bool:
-    # Imported here: base imports beat, which imports this module.
-    from .base import RedQueueTask
-    from .lease import LeaseTask
-
-    return any(isinstance(task, RedQueueTask | LeaseTask) for task in app.tasks.values())
+    # By the class attribute every redqueue task kind declares: this module is imported by
+    # the reaper (beat), which the task classes import, so it cannot import them.
+    return any(getattr(type(task), "redqueue_kind", None) for task in app.tasks.values())
 
 
 def _check_at_worker_start(sender: Any = None, **_: Any) -> None:

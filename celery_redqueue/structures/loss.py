@@ -1,5 +1,5 @@
-"""Loss made visible: warn about Redis settings that lose data, and detect a Redis that
-restarted and lost it.
+"""Loss made visible: detect a Redis that restarted and lost its data (the settings that can
+lose data are warned about by :func:`~celery_redqueue.redis.server.server_warnings`).
 
 Two things can take calls out of Redis without any script running: an eviction policy (Redis
 deletes keys when full, leaving structures with phantom depth or wedged keys) and a restart
@@ -7,8 +7,6 @@ without persistence (every counter starts again at 0, so the accounting identiti
 "hold" while thousands of queued calls are gone). Neither can be prevented from here; both can
 be made known.
 
-* :func:`server_warnings`: the eviction policy and persistence, read with CONFIG GET and INFO
-  (skipped quietly where a managed Redis refuses them), cached a minute per client.
 * :func:`check_for_loss`: compares each registered structure's totals with the snapshot last
   seen (kept in process memory and in ``<prefix>:health``); when Redis's run id changed and a
   structure's counters went backwards or vanished, returns a :class:`Loss` per structure that
@@ -30,12 +28,11 @@ import redis
 from ..errors import RedQueueError
 from ..redis.client import redis_errors
 from ..redis.keys import normalize_prefix
+from ..redis.server import forget_warnings
 from .catalog import open_entry, registry_entries
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a client's server warnings are reused before CONFIG/INFO are read again.
-WARNINGS_TTL = 60.0
 #: Totals kept per structure; ``offered`` and ``processed`` only ever grow while Redis keeps
 #: its data, the others say how much was held.
 TOTALS = ("offered", "processed", "dropped", "depth", "in_flight", "delayed", "dead")
@@ -43,58 +40,12 @@ TOTALS = ("offered", "processed", "dropped", "depth", "in_flight", "delayed", "d
 INFLOW = "offered_last_minute"
 
 _lock = threading.Lock()
-_warnings: dict[str, tuple[float, tuple[str, ...]]] = {}
 _snapshots: dict[tuple[str, str], Snapshot] = {}
 
 
 def _client_id(client: Any) -> str:
     # redis-py's repr names host, port and db; enough to tell servers apart in one process.
     return repr(client)
-
-
-def server_warnings(client: Any, *, refresh: bool = False) -> tuple[str, ...]:
-    """What in Redis's configuration can lose calls: an eviction policy other than
-    ``noeviction``, or no persistence at all. Empty when all is well, or when the server
-    refuses CONFIG/INFO (managed services often do)."""
-    key = _client_id(client)
-    now = time.monotonic()
-    cached = _warnings.get(key)
-    if cached is not None and not refresh and now - cached[0] < WARNINGS_TTL:
-        return cached[1]
-    found = tuple(_read_warnings(client))
-    with _lock:
-        _warnings[key] = (now, found)
-    return found
-
-
-def _read_warnings(client: Any) -> list[str]:
-    found = []
-    try:
-        policy = _config(client, "maxmemory-policy")
-        save = _config(client, "save")
-        aof = int(client.info("persistence").get("aof_enabled", 0))
-    except redis.exceptions.RedisError as exc:
-        # A managed Redis that renames or forbids CONFIG, or one that is down (the call that
-        # needs it will say so): nothing to warn about here.
-        logger.debug("redqueue: cannot read Redis's configuration: %s", exc)
-        return []
-    if policy and policy != "noeviction":
-        found.append(
-            f"Redis maxmemory-policy is {policy!r}: when full, Redis deletes keys and "
-            "structures lose calls silently (phantom depth, wedged keys); set noeviction"
-        )
-    if not aof and not save:
-        found.append(
-            "Redis persistence is off (no AOF, no RDB snapshots): a restart loses every "
-            "queued call; set appendonly yes"
-        )
-    return found
-
-
-def _config(client: Any, name: str) -> str:
-    value = client.config_get(name)
-    raw = value.get(name, "") if isinstance(value, dict) else ""
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 @dataclass(frozen=True)
@@ -270,4 +221,4 @@ def forget_snapshots() -> None:
     """Drop this process's snapshots and cached warnings (tests, or after a planned flush)."""
     with _lock:
         _snapshots.clear()
-        _warnings.clear()
+    forget_warnings()

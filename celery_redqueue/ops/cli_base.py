@@ -1,0 +1,46 @@
+"""What every ``celery -A proj redqueue`` command shares: the command group, opening the app's
+structures, one-line errors and finding a structure by name. :mod:`.cli` (figures) and
+:mod:`.cli_actions` (actions) register their commands on :data:`redqueue`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import RedQueueError
+from .reading import WORK_KINDS, Operations, Target
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def open_ops(ctx: click.Context) -> Operations:
+    return Operations.from_app(ctx.obj.app)
+
+
+def cli_errors(func: F) -> F:
+    """Show redqueue errors as a one-line message and exit status 1, not a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RedQueueError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def find_target(ops: Operations, name: str, kinds: tuple[str, ...] = WORK_KINDS) -> Target:
+    return ops.find(name, kinds)
+
+
+def seconds_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+@click.group(name="redqueue")
+def redqueue() -> None:
+    """Structures of celery-redqueue: figures, dead letters, actions, dashboard, metrics."""

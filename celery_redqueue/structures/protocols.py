@@ -1,0 +1,75 @@
+"""The public seam between the Celery glue and the structures.
+
+The glue (``tasks/``) stores calls through :class:`Producer` and works a structure through
+:class:`Drained`; pools, buckets and their sharded forms implement both, streams implement
+:class:`Drained`. Nothing in the glue touches a private name of a structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from ..redis.keys import StructureKeys
+from ..redis.serializers import Serializer
+from .figures import Figures
+from .receipts import Receipt
+
+ItemT = TypeVar("ItemT", contravariant=True)
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Producer(Protocol[ItemT]):
+    """Where a producer stores encoded calls: a pool takes ``bytes``, a bucket
+    ``(key, bytes)`` pairs."""
+
+    #: Most calls one :meth:`store_encoded` takes: one round trip, one bounded script.
+    store_chunk: int
+
+    def encode(self, payload: Any) -> bytes:
+        """Serialize one payload as it will be stored (raises SerializationError)."""
+        ...
+
+    def store_encoded(
+        self,
+        encoded: Sequence[ItemT],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: Sequence[str | None] | None = None,
+    ) -> list[Receipt]:
+        """Store up to :attr:`store_chunk` encoded calls in one round trip; at most one
+        receipt asks for a drain job."""
+        ...
+
+    def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
+        """Give the drain flag back when the drain job it announced could not be sent."""
+        ...
+
+
+@runtime_checkable
+class Drained(Protocol):
+    """What every structure behind a task offers its drain, reaper, heartbeat and tools."""
+
+    client: Any
+    keys: StructureKeys
+    serializer: Serializer
+
+    def settings(self) -> dict[str, Any]: ...
+
+    def reap(self) -> Any: ...
+
+    def figures(self) -> Figures: ...
+
+    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int: ...
+
+
+def in_chunks(
+    store: Callable[[Sequence[T]], list[Receipt]], items: Sequence[T], size: int
+) -> list[Receipt]:
+    """``store`` applied to ``items`` ``size`` at a time: the one chunking loop of every
+    ``*_many`` call (each chunk one round trip, every script call bounded)."""
+    receipts: list[Receipt] = []
+    for start in range(0, len(items), size):
+        receipts.extend(store(items[start : start + size]))
+    return receipts
