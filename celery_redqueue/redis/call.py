@@ -265,6 +265,9 @@ def _follow_moved(manager: Any, exc: Exception) -> None:
         manager.move_slot(exc)
     else:
         manager.update_moved_exception(exc)
+        # Before 7.4 only get_node_from_slot applies the pending MOVED; get_node_from_key, which
+        # _node_for uses, reads the table as it is, so every resend went to the old master.
+        manager.get_node_from_slot(exc.slot_id)
 
 
 def _is_cluster(client: Any) -> bool:
