@@ -258,7 +258,7 @@ def _lost_error(script: LuaScript, cause: Exception) -> ReplyLostError:
     )
 
 
-def _follow_moved(manager: Any, exc: Exception) -> None:
+def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
     """Point the slot at its new master in the cluster client's table (redis-py 7.4+ patches
     it at once with ``move_slot``; earlier versions on the next lookup)."""
     if hasattr(manager, "move_slot"):
