@@ -63,13 +63,17 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     #: the call is stored (:mod:`.by_name`); a drain job's when the drain ended.
     acks_late = True
 
+    #: The kind's ``*_results`` option (set per class: it is read on every call).
+    _results_option = ""
+
     @property
     def redqueue_results(self) -> bool:
         """Per-call results are on (the kind's ``*_results`` option)."""
-        return bool(getattr(self, f"{self.redqueue_kind}_results", False))
+        return bool(getattr(self, self._results_option, False))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._results_option = f"{getattr(cls, 'redqueue_kind', '')}_results"
         check_option_names(cls)
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
@@ -384,8 +388,9 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def _named(self, receipt: Any, call_id: str) -> Any:
         """The receipt carrying its call's id; a refused call's result is stored at once when
         per-call results are on (nobody waits on its id forever)."""
-        named = receipt.named(call_id, outcome_reader(self, bool(receipt)))
-        if not named and not named.delayed and self.redqueue_results:
+        results = self.redqueue_results
+        named = receipt.named(call_id, outcome_reader(self, bool(receipt), results))
+        if results and not named:  # (a delayed call is truthy: held, not refused)
             store_refusal(self, call_id, named)
         return named
 

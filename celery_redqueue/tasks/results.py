@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from functools import partial
 from typing import Any
 
 from celery import states
@@ -81,11 +82,25 @@ class NoResult:
         return f"<NoResult {self.id} {self.state}>"
 
 
-def outcome_reader(task: Any, kept: bool) -> Any:
-    """What a receipt of ``task`` reads its outcome from, by call id."""
-    if task.redqueue_results:
-        return lambda call_id: AsyncResult(call_id, app=task.app, backend=task.backend)
-    return lambda call_id: NoResult(task.app, call_id, kept)
+def outcome_reader(task: Any, kept: bool, results: bool) -> Any:
+    """What a receipt of ``task`` reads its outcome from, by call id (``results``: the task's
+    per-call results are on). Every stored call gets one: they are built once per task and
+    setting, not per call, and read nothing until the receipt's outcome is asked for."""
+    app = task.app
+    cached = task.__dict__.get("_redqueue_readers")
+    if cached is None or cached[0] is not app or cached[1] != results:
+        if results:
+            read = lambda call_id: AsyncResult(call_id, app=app, backend=task.backend)  # noqa: E731
+            cached = (app, results, read, read)
+        else:
+            cached = (
+                app,
+                results,
+                partial(NoResult, app, kept=False),
+                partial(NoResult, app, kept=True),
+            )
+        task.__dict__["_redqueue_readers"] = cached
+    return cached[3] if kept else cached[2]
 
 
 def with_id(call: list[Any], call_id: str | None) -> list[Any]:
