@@ -4,7 +4,6 @@ plus a few seconds, with no further calls."""
 
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -17,21 +16,6 @@ pytestmark = pytest.mark.timeout(240)
 
 def ran(client, key):
     return [x.decode() for x in client.lrange(key, 0, -1)]
-
-
-@pytest.fixture
-def recovery_app(redqueue_server_url, redqueue_prefix, monkeypatch):
-    """tests.faults.recovery_app imported in this process (as a producer), on the test's prefix."""
-    import importlib
-
-    monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
-    monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
-    for name in ("tests.faults.recovery_app", "tests.process_app"):  # read the environment afresh
-        sys.modules.pop(name, None)
-    module = importlib.import_module("tests.faults.recovery_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("tests.faults.recovery_app", None)
 
 
 def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reaper(
