@@ -45,6 +45,22 @@ def worker():
     return run
 
 
+@pytest.fixture
+def ended_jobs():
+    """The names of the tasks whose jobs an in-process worker ended (``task_postrun``: failed
+    or not) during the test, in order: a drain job is its task's name."""
+    from celery.signals import task_postrun
+
+    ended = []
+
+    def on_postrun(sender=None, **kwargs):
+        ended.append(sender.name)
+
+    task_postrun.connect(on_postrun, weak=False)
+    yield ended
+    task_postrun.disconnect(on_postrun)
+
+
 def pool_identities_hold(stats):
     return stats.offered == stats.accepted + stats.rejected and stats.accepted == (
         stats.processed

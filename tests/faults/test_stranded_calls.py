@@ -51,7 +51,7 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reap
 
 @pytest.mark.parametrize("kind", ["pool", "bucket"])
 def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_off(
-    kind, data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for
+    kind, data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for, ended_jobs
 ):
     """Redis (AOF on) restarts while a drain runs a body with a backlog behind it; the drain
     fails (its ack meets Redis down). Beat is off and no call is made afterwards: the worker's
@@ -92,7 +92,8 @@ def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_o
         wait_for(lambda: redqueue_redis.llen(started), timeout=60, message="the first call")
         data_server.stop()
         redis_down.set()
-        time.sleep(2)  # the drain's ack meets a Redis that is down, and the drain job fails
+        # The drain's ack meets a Redis that is down, and the drain job fails.
+        wait_for(lambda: t.name in ended_jobs, timeout=60, message="the drain job to end")
         data_server.start()
         back = time.monotonic()
         wait_for(
