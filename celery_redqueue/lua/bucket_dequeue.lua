@@ -31,8 +31,6 @@ if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
           string.format('%.17g', now), 0, cost and string.format('%.17g', cost) or '', 0}
 end
 local malformed = offer_due_items(now)
--- Pauses that ran out (KeyBackoff) are forgotten; their keys' ready times already say when.
-forget_expired(K_PAUSED, now)
 
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.

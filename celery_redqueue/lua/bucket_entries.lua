@@ -51,23 +51,28 @@ end
 
 -- Releases per key over the last minute, for the noisy-neighbour figures: K_RELEASES counts this
 -- minute's, K_RELEASES_PREV the previous minute's (renamed, not copied, when the minute rolls;
--- both hold only keys that released lately). Totals in K_STATS: releases_now, releases_prev.
+-- both hold only keys that released lately). The bucket's totals need no counter of their own:
+-- every release is one `receives` (reserve counts it), so K_STATS keeps `releases_base`, the
+-- receives when this minute began, and `releases_prev`, the previous minute's total. One
+-- command a release (ZINCRBY) beside the minute check; the roll runs once a minute.
 local function count_release(key, now)
   local minute = math.floor(now / 60000)
   local current = tonumber(redis.call('HGET', K_STATS, 'releases_minute') or '-1')
   if current ~= minute then
-    local last = redis.call('HGET', K_STATS, 'releases_now') or '0'
+    local counts = redis.call('HMGET', K_STATS, 'receives', 'releases_base')
+    local receives = tonumber(counts[1] or '0') or 0
+    local last = receives - (tonumber(counts[2] or '0') or 0)
     redis.call('DEL', K_RELEASES_PREV)
     if current == minute - 1 and redis.call('EXISTS', K_RELEASES) == 1 then
       redis.call('RENAME', K_RELEASES, K_RELEASES_PREV)
     else
       redis.call('DEL', K_RELEASES)
-      last = '0'
+      last = 0
     end
-    redis.call('HSET', K_STATS, 'releases_minute', minute, 'releases_prev', last, 'releases_now', 0)
+    redis.call('HSET', K_STATS, 'releases_minute', minute, 'releases_prev', last,
+               'releases_base', receives)
   end
   redis.call('ZINCRBY', K_RELEASES, 1, key)
-  redis.call('HINCRBY', K_STATS, 'releases_now', 1)
 end
 
 -- Reserve a released item until now + timeout_ms, and advance its key's schedules (GCRA: from

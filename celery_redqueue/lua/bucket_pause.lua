@@ -15,6 +15,10 @@ if action == 'pause' and ms ~= '' and not tonumber(ms) then
   return redis.error_reply('ERR bucket_pause: bad duration ' .. tostring(ms))
 end
 local now = now_ms()
+-- Pauses that ran out are forgotten by the scripts that add pauses (here and a backoff's
+-- settle), not by every poll: one that ran out is harmless to a release (its time is past), and
+-- a resume must not report it as ended here.
+forget_expired(K_PAUSED, now)
 
 if action == 'pause' then
   local till = ms == '' and 'inf' or string.format('%.17g', now + tonumber(ms))

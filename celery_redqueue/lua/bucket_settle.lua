@@ -53,7 +53,9 @@ if action == 'commit' then
 elseif action == 'retry' or action == 'backoff' then
   if action == 'backoff' then
     -- The key is paused for every worker (GT: a longer pause, or one until resumed, stays);
-    -- the call goes back as it came, its receive not counted.
+    -- the call goes back as it came, its receive not counted. Pauses that ran out are
+    -- forgotten here (and in bucket_pause.lua), where they are added.
+    forget_expired(K_PAUSED, now)
     redis.call('ZADD', K_PAUSED, 'GT', now + tonumber(detail), key)
     redis.call('HINCRBY', K_STATS, 'backoffs', 1)
     redis.call('HINCRBY', K_KEYSTATS, key .. '\0backoffs', 1)

@@ -1,22 +1,21 @@
 -- Should a drain pop now, or let calls gather first (pool_batch_wait)? Read-mostly: writes only
 -- the drain flag and the wake-up when it says "wait".
--- KEYS[1] items   zset: the pool's entries
--- KEYS[2] ages    zset: member -> when (ms) it was first offered
--- KEYS[3] drains  the drain flag (a count of pending or running drain jobs, with a lease)
--- KEYS[4] wake    "a drain job is scheduled for <ms>"; vanishes at that moment
--- ARGV[1] calls that make a batch worth popping at once (pool_batch_min)
--- ARGV[2] ms a batch may gather after its oldest call arrived (pool_batch_wait)
--- ARGV[3] longest ms before the waiting drain looks again (so a batch that fills early runs)
--- ARGV[4] drain lease ms
+-- KEYS: these of pool_common.lua's, as this line names them:
+-- Parts: items ages drains wake
+-- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
+-- ARGV[5] calls that make a batch worth popping at once (pool_batch_min)
+-- ARGV[6] ms a batch may gather after its oldest call arrived (pool_batch_wait)
+-- ARGV[7] longest ms before the waiting drain looks again (so a batch that fills early runs)
 -- Reply: {wait_ms, schedule}. wait_ms 0: pop now (also for an empty pool: the pop then ends
 -- the drain as usual). Else look again in wait_ms: the flag is held until then plus a lease (so
 -- calls arriving meanwhile send no drain job), and schedule 1 asks the caller to send one drain
 -- job with that countdown (0: one is scheduled no later). O(log N).
 -- Lost reply: safe to run twice (reads, and re-arms the same flag and wake-up)
 --#include clock
+--#include drain_lease
 local K_ITEMS, K_AGES, K_DRAINS, K_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local min_calls, wait, check, lease =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local lease, min_calls, wait, check =
+  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not (min_calls and wait and check and lease) or check < 1 then
   return redis.error_reply('ERR pool_gather: bad arguments')
 end
@@ -36,7 +35,6 @@ if redis.call('PTTL', K_DRAINS) < hold then
     redis.call('SET', K_DRAINS, 1, 'PX', hold)
   end
 end
-local scheduled = tonumber(redis.call('GET', K_WAKE) or '-1') or -1
-if scheduled >= 0 and scheduled <= now + countdown then return {countdown, 0} end
-redis.call('SET', K_WAKE, now + countdown, 'PX', countdown)
-return {countdown, 1}
+-- The next look is work due later: one drain job for it unless one is scheduled no later.
+local _, schedule_in = plan_drain(K_DRAINS, K_WAKE, lease, now, now + countdown)
+return {countdown, schedule_in >= 0 and 1 or 0}

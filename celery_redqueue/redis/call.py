@@ -258,13 +258,16 @@ def _lost_error(script: LuaScript, cause: Exception) -> ReplyLostError:
     )
 
 
-def _follow_moved(manager: Any, exc: Exception) -> None:
+def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
     """Point the slot at its new master in the cluster client's table (redis-py 7.4+ patches
     it at once with ``move_slot``; earlier versions on the next lookup)."""
     if hasattr(manager, "move_slot"):
         manager.move_slot(exc)
     else:
         manager.update_moved_exception(exc)
+        # Before 7.4 only get_node_from_slot applies the pending MOVED; get_node_from_key, which
+        # _node_for uses, reads the table as it is, so every resend went to the old master.
+        manager.get_node_from_slot(exc.slot_id)
 
 
 def _is_cluster(client: Any) -> bool:

@@ -147,8 +147,9 @@ class Limits:
         return float(cost)
 
 
-#: The bucket's release counters the scripts keep (bucket_entries.lua's count_release).
-_MINUTE_FIELDS = ("releases_minute", "releases_now", "releases_prev")
+#: The bucket's release counters the scripts keep (bucket_entries.lua's count_release): this
+#: minute's releases are the receives since ``releases_base``.
+_MINUTE_FIELDS = ("releases_minute", "receives", "releases_base", "releases_prev")
 
 
 def _last_minute(
@@ -161,7 +162,8 @@ def _last_minute(
     minute's count plus the previous minute's weighted by the part of it still inside the last
     60 s. The scripts roll the counters only on a release, so the stored "current" minute may be
     the previous one (or older: then nothing counts)."""
-    minute, total_now, total_prev = (float(t or 0) for t in totals)
+    minute, receives, base, total_prev = (float(t or 0) for t in totals)
+    total_now = receives - base
     this_minute = now // 60
     if totals[0] is None or minute < this_minute - 1:
         return {}

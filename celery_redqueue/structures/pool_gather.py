@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..redis.lua import script
-
 
 @dataclass(frozen=True)
 class Gather:
@@ -28,9 +26,8 @@ class Gather:
 class PoolGathering:
     """Mixin of :class:`~celery_redqueue.structures.pool.CappedPool`."""
 
-    client: Any
-    keys: Any
-    drain_lease_ms: int
+    def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
+        raise NotImplementedError
 
     def gather(self, min_calls: int, wait: float, *, check_every: float | None = None) -> Gather:
         """Pop now, or how long to let calls gather (see the module).
@@ -42,9 +39,5 @@ class PoolGathering:
         if wait_ms <= 0:
             return Gather()
         check_ms = max(int((check_every if check_every is not None else wait / 4) * 1000), 1)
-        reply = script("pool_gather")(
-            self.client,
-            [self.keys(p) for p in ("items", "ages", "drains", "wake")],
-            [min_calls, wait_ms, check_ms, self.drain_lease_ms],
-        )
+        reply = self._run("pool_gather", [min_calls, wait_ms, check_ms])
         return Gather(int(reply[0]) / 1000.0, bool(reply[1]))

@@ -47,6 +47,20 @@ def test_ring_sums_keep_only_the_last_minute():
     assert ring_sums(flow, now_ms) == {"in": 7.0, "out": 3.0, "busy": 0.25}
 
 
+def test_last_minute_weighs_the_previous_minute_and_takes_totals_from_receives():
+    from celery_redqueue.structures.bucket_limits import _last_minute
+
+    # 15 s into minute 2: 10 releases this minute (receives 40, 30 at the minute's start) and
+    # 12 last minute, weighted by 45/60.
+    totals = [b"2", b"40", b"30", b"12"]
+    loads = _last_minute(135.0, [("a", 6.0), ("b", 4.0)], [("a", 12.0)], totals)
+    assert loads == {"a": (15.0, round(15 / 19, 4)), "b": (4.0, round(4 / 19, 4))}
+    # Nothing released yet this minute: the stored minute is the previous one.
+    assert _last_minute(195.0, [("a", 6.0)], [("a", 12.0)], totals) == {"a": (4.5, 0.6)}
+    assert _last_minute(255.0, [("a", 6.0)], [], totals) == {}  # older: nothing counts
+    assert _last_minute(135.0, [], [], [None, None, None, None]) == {}
+
+
 def test_unfold_adds_a_folded_counter_to_each_counter_it_names():
     counters = {"offered+accepted+depth": 5, "offered": 2, "rejected": 2, "seq": 7}
     assert unfold(counters) == {"offered": 7, "accepted": 5, "depth": 5, "rejected": 2, "seq": 7}

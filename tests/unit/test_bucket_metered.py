@@ -178,6 +178,9 @@ def test_timed_pause_runs_out_by_itself(make_bucket):
     assert poll.reservation is None and 0.1 < poll.wait <= 0.3
     time.sleep(poll.wait)
     assert bucket.dequeue().reservation.payload == 1
+    # A pause that ran out is over for a resume and the counts too (no poll forgets it).
+    assert not bucket.resume("a")
+    assert bucket.paused() == [] and bucket.paused_count() == 0
 
 
 def test_noisy_neighbour_figures(make_bucket):

@@ -330,3 +330,19 @@ def test_single_calls_count_as_a_batch_does(make_pool, assert_identities, policy
     assert a.offered == 10 and a.accepted + a.rejected == 10
     for stats in (a, b, c):
         assert_identities(stats)
+
+
+def test_gather_waits_for_a_batch_and_schedules_one_look(make_pool, redqueue_redis):
+    pool = make_pool(capacity=100)
+    assert pool.gather(3, 10.0).wait == 0  # an empty pool: pop (the pop ends the drain)
+    pool.add_many(range(2))
+    first = pool.gather(3, 10.0, check_every=2.0)
+    assert 0 < first.wait <= 2.0 and first.schedule
+    # The flag is held over the wait (calls arriving meanwhile send no drain job), and a second
+    # drain that asks finds the look scheduled already.
+    assert redqueue_redis.pttl(pool.keys("drains")) > 2000
+    assert redqueue_redis.exists(pool.keys("wake"))
+    again = pool.gather(3, 10.0, check_every=2.0)
+    assert 0 < again.wait <= 2.0 and not again.schedule
+    pool.add(2)
+    assert pool.gather(3, 10.0).wait == 0  # min_calls reached: pop now
