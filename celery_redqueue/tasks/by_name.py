@@ -12,9 +12,15 @@ and acknowledges the message only after the store returned: the task is ``acks_l
 - A call that cannot be stored as it is (arguments the body cannot take, a key function that
   fails, a bad eta) is dead-lettered with its reason (counted as offered and dead) and the
   message acknowledged.
-- Redis unreachable or refusing the write: the message is sent again with a growing countdown
+- Redis unreachable or full: the message is sent again with a growing countdown
   (:data:`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
-  waits in the broker, not in a worker.
+  waits in the broker, not in a worker. Any other refusal of the write (a script error, a key
+  of the wrong type) would fail every time: the call is dead-lettered with its reason instead.
+- Stored once per message: a call with no dedupe id of its own (no key function, no
+  :data:`DEDUPE_HEADER`) is stored under the message's id as its dedupe id, so a copy of the
+  same message (redelivered because the worker died between the store and the ack, or sent
+  again after a lost reply that was applied) is refused by the structure's dedupe within its
+  dedupe window, counted in ``duplicates``, and acknowledged as already stored.
 
 The message's id becomes the call's id. With per-call results on, the body's outcome is stored
 under it, so ``app.send_task(...).get()`` returns the body's result; off, the message's own
@@ -31,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, Reject
 
-from ..errors import RedQueueError
+from ..errors import RedisFullError, RedisUnavailableError, RedQueueError
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +47,9 @@ DEDUPE_HEADER = "redqueue_dedupe_id"
 STORE_ATTEMPTS_HEADER = "redqueue_store_attempts"
 #: Longest countdown before a by-name call whose store failed is tried again.
 MAX_STORE_BACKOFF = 60.0
+#: Prefix of the dedupe id a by-name call without one of its own is stored under (then the
+#: message's id): it keeps message ids apart from the ids a dedupe key function returns.
+MESSAGE_DEDUPE_PREFIX = "message:"
 
 
 def receipt_dict(receipt: Any) -> dict[str, Any]:
@@ -106,33 +115,41 @@ class ByNameCalls:
             )
         except (TypeError, ValueError, RedQueueError) as exc:
             return self._bury_message(args, kwargs, exc)
+        message_dedupe = f"{MESSAGE_DEDUPE_PREFIX}{call_id}"
         try:
-            stored = self._store(prepared, delay, dedupe_id)
-        except RedQueueError as exc:
-            # Redis unreachable, full or refusing the script: nothing (or, after a lost reply,
-            # possibly the call) was stored; the broker keeps the call until Redis is back.
+            stored = self._store(prepared, delay, dedupe_id or message_dedupe)
+        except (RedisUnavailableError, RedisFullError) as exc:
+            # Nothing (or, after a lost reply, possibly the call: its copy is then refused by
+            # the message's dedupe id) was stored; the broker keeps the call until Redis is back.
             return self._store_later(args, kwargs, exc)
+        except RedQueueError as exc:
+            return self._bury_message(args, kwargs, exc)  # it would fail again every time
+        if stored.duplicate and dedupe_id is None:
+            logger.info("%s: by-name call %s was stored already (a copy)", self.name, call_id)
+            if results:
+                raise Ignore()  # the first copy's call stores its outcome under the id
+            return dict(receipt_dict(stored), id=call_id)
+        # A refused call's result is stored by _after_add when results are on.
         receipt = self._after_add(stored, None, call_id)
         if not receipt:
             logger.info(
                 "%s: by-name call %s refused by the structure (counted)", self.name, call_id
             )
         if results:
-            if not receipt:
-                from .results import store_refusal
-
-                store_refusal(self, call_id, receipt)
             raise Ignore()  # the body's outcome, not this message's, is stored under the id
         return receipt_dict(receipt)
 
-    def _bury_message(self, args: Any, kwargs: Any, exc: BaseException) -> dict[str, Any]:
+    def _bury_message(self, args: Any, kwargs: Any, exc: BaseException) -> Any:
         reason = f"by-name call not stored: {type(exc).__name__}: {exc}"
         logger.error("%s: %s (dead-lettered)", self.name, reason)
         try:
             payload = self.structure.encode([list(args), dict(kwargs)])
         except Exception:
             payload = repr((args, kwargs)).encode()
-        self.structure.bury_unstored(payload, reason)
+        try:
+            self.structure.bury_unstored(payload, reason)
+        except (RedisUnavailableError, RedisFullError) as bury_exc:
+            return self._store_later(args, kwargs, bury_exc)  # buried once Redis is back
         if self.redqueue_results:
             from .results import store_failure
 

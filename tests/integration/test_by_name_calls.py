@@ -206,3 +206,32 @@ def test_a_by_name_calls_message_result_is_its_receipt(app, redqueue_server_url,
         assert first.get(timeout=30)["kept"] is True
         refused = second.get(timeout=30)
     assert refused["kept"] is False and refused["id"] == second.id
+
+
+@pytest.mark.parametrize("kind", ["pool", "bucket"])
+def test_a_copy_of_a_by_name_message_is_not_stored_twice(app, kind, wait_for):
+    """A redelivered message (the worker died between the store and the ack) or one sent again
+    after a lost reply that was applied carries the same id: the call is stored once."""
+    ran = []
+    if kind == "pool":
+
+        @app.task(base=PoolTask, pool_drain_interval=None)
+        def record(i):
+            ran.append(i)
+
+        structure = record.pool
+    else:
+
+        @app.task(base=BucketTask, bucket_key="shop", bucket_drain_interval=None)
+        def record(shop, i):  # type: ignore[no-redef]
+            ran.append(i)
+
+        structure = record.bucket
+    args = [1] if kind == "pool" else ["s", 1]
+    first = app.send_task(record.name, args=args)
+    app.send_task(record.name, args=args, task_id=first.id)  # the same message again
+    app.send_task(record.name, args=args)  # another message with the same arguments
+    with running_worker(app):
+        wait_for(lambda: structure.stats().duplicates == 1, message="the copy refused")
+        wait_for(lambda: len(ran) == 2, message="two calls ran")
+    assert ran == [1, 1]
