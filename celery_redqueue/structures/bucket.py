@@ -227,9 +227,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
-        if delay < 0:
-            raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
-        delay_ms = int(delay * 1000)
+        delay_ms = int(seconds("delay", delay) * 1000)
         if (
             len(encoded) == 1
             and delay_ms == 0
@@ -351,9 +349,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         Returns False when the reservation is no longer held. Use it after an HTTP 429, or to
         retry later: the item keeps its place in its key's order.
         """
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
-            raise ConfigurationError(f"retry_later delay must be >= 0 seconds, got {delay!r}")
-        return self._settle(reservation, "retry", int(delay * 1000))
+        return self._settle(reservation, "retry", int(seconds("retry_later delay", delay) * 1000))
 
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to the dead-letter list with the text of its last error."""

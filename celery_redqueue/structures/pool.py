@@ -206,9 +206,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
-        if delay < 0:
-            raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
-        delay_ms = int(delay * 1000)
+        delay_ms = int(seconds("delay", delay) * 1000)
         if delay_ms == 0 and (
             dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):

@@ -45,6 +45,22 @@ def worker():
     return run
 
 
+@pytest.fixture
+def ended_jobs():
+    """The names of the tasks whose jobs an in-process worker ended (``task_postrun``: failed
+    or not) during the test, in order: a drain job is its task's name."""
+    from celery.signals import task_postrun
+
+    ended = []
+
+    def on_postrun(sender=None, **kwargs):
+        ended.append(sender.name)
+
+    task_postrun.connect(on_postrun, weak=False)
+    yield ended
+    task_postrun.disconnect(on_postrun)
+
+
 def pool_identities_hold(stats):
     return stats.offered == stats.accepted + stats.rejected and stats.accepted == (
         stats.processed
@@ -177,19 +193,35 @@ def worker_logs(tmp_path):
     return read
 
 
+def _imported(module_name, url, prefix, monkeypatch):
+    """Import ``module_name`` (a process app) in this process, as a producer on the test's
+    server and prefix; yields the module and closes its app afterwards."""
+    import importlib
+
+    monkeypatch.setenv("REDQUEUE_TEST_URL", url)
+    monkeypatch.setenv("REDQUEUE_TEST_PREFIX", prefix)
+    for name in (module_name, "tests.process_app"):  # read the environment afresh
+        sys.modules.pop(name, None)
+    module = importlib.import_module(module_name)
+    yield module
+    module.app.close()
+    sys.modules.pop(module_name, None)
+
+
 @pytest.fixture
 def fault_app(redqueue_server_url, redqueue_prefix, monkeypatch):
     """tests.faults.fault_app imported in this process, on the test's prefix (as a producer)."""
-    import importlib
+    yield from _imported(
+        "tests.faults.fault_app", redqueue_server_url, redqueue_prefix, monkeypatch
+    )
 
-    monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
-    monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
-    for name in ("tests.faults.fault_app", "tests.process_app"):  # read the environment afresh
-        sys.modules.pop(name, None)
-    module = importlib.import_module("tests.faults.fault_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("tests.faults.fault_app", None)
+
+@pytest.fixture
+def recovery_app(redqueue_server_url, redqueue_prefix, monkeypatch):
+    """tests.faults.recovery_app imported in this process, on the test's prefix (as a producer)."""
+    yield from _imported(
+        "tests.faults.recovery_app", redqueue_server_url, redqueue_prefix, monkeypatch
+    )
 
 
 @pytest.fixture

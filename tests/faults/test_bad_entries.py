@@ -8,22 +8,20 @@ import time
 import pytest
 import redis
 
-from celery_redqueue import BucketTask, CappedPool, LeakyBucket
+from celery_redqueue import BucketTask
 from celery_redqueue.errors import RedQueueError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def pool(redqueue_redis, redqueue_prefix):
-    return CappedPool(redqueue_redis, "p", 10, policy="newest", prefix=redqueue_prefix)
+def pool(make_pool):
+    return make_pool(policy="newest")
 
 
 @pytest.fixture
-def bucket(redqueue_redis, redqueue_prefix):
-    return LeakyBucket(
-        redqueue_redis, "b", default_rate="1000/s", default_burst=10, prefix=redqueue_prefix
-    )
+def bucket(make_bucket):
+    return make_bucket(default_rate="1000/s", default_burst=10)
 
 
 def corrupt_member(client, pool, index, member):
@@ -48,17 +46,8 @@ def test_problem_3_a_malformed_pool_member_loses_nothing(pool, redqueue_redis, i
     assert letter.error.startswith("malformed entry")
 
 
-def test_problem_3_pool_reap_reads_a_batch_before_taking_it(
-    redqueue_redis, redqueue_prefix, identities
-):
-    pool = CappedPool(
-        redqueue_redis,
-        "p",
-        10,
-        delivery="at_least_once",
-        visibility_timeout=60,
-        prefix=redqueue_prefix,
-    )
+def test_problem_3_pool_reap_reads_a_batch_before_taking_it(make_pool, redqueue_redis, identities):
+    pool = make_pool(delivery="at_least_once", visibility_timeout=60)
     pool.add_many(["a", "b"])
     batch = pool.pop(10)
     redqueue_redis.hset(pool.keys("inflight_items"), batch.id, b"{not json")
@@ -158,12 +147,8 @@ class PickyJSON:
         return value
 
 
-def test_an_undecodable_pool_payload_is_dead_lettered_at_most_once_too(
-    redqueue_redis, redqueue_prefix, identities
-):
-    pool = CappedPool(
-        redqueue_redis, "p", 10, policy="newest", serializer=PickyJSON(), prefix=redqueue_prefix
-    )
+def test_an_undecodable_pool_payload_is_dead_lettered_at_most_once_too(make_pool, identities):
+    pool = make_pool(policy="newest", serializer=PickyJSON())
     pool.add_many(["poison", "good"])
     batch = pool.pop(10)
     assert [item.payload for item in batch.items] == ["good"]

@@ -140,7 +140,7 @@ def test_problem_2_a_killed_drain_frees_the_pool_within_its_lease(
 
 
 def test_problem_2_a_redis_restart_mid_drain_strands_nothing(
-    data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for
+    data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for, ended_jobs
 ):
     """Redis (AOF on) restarts while a drain runs: the drain job fails with
     RedisUnavailableError, and once Redis is back the next calls are served within the drain
@@ -163,7 +163,8 @@ def test_problem_2_a_redis_restart_mid_drain_strands_nothing(
         wait_for(lambda: redqueue_redis.llen(started), timeout=60, message="the first call")
         data_server.stop()
         redis_down.set()
-        time.sleep(2)  # the drain's ack meets a Redis that is down, and the drain job fails
+        # The drain's ack meets a Redis that is down, and the drain job fails.
+        wait_for(lambda: t.name in ended_jobs, timeout=60, message="the drain job to end")
         data_server.start()
         back = time.monotonic()
         calls = 5

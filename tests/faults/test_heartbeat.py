@@ -26,27 +26,43 @@ def run_reaper(structure):
     return stop, thread
 
 
-def test_problem_10_an_at_least_once_batch_outliving_its_timeout_runs_once(
-    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities
+def at_least_once_task(app, kind, body, visibility_timeout):
+    """``body`` declared as an at-least-once pool task or a bucket task (keyed by its argument
+    ``i``) with no drain interval; returns the task and its structure."""
+    if kind == "pool":
+        task = app.task(
+            base=PoolTask,
+            pool_delivery="at_least_once",
+            pool_visibility_timeout=visibility_timeout,
+            pool_drain_interval=None,
+        )(body)
+        return task, task.pool
+    task = app.task(
+        base=BucketTask,
+        bucket_key="i",
+        bucket_visibility_timeout=visibility_timeout,
+        bucket_drain_interval=None,
+    )(body)
+    return task, task.bucket
+
+
+@pytest.mark.parametrize("kind", ["pool", "bucket"])
+def test_problem_10_a_batch_or_reservation_outliving_its_timeout_runs_once(
+    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities, kind
 ):
     runs = f"{redqueue_prefix}:runs"
 
-    @app.task(
-        base=PoolTask,
-        pool_delivery="at_least_once",
-        pool_visibility_timeout=2,
-        pool_drain_interval=None,
-    )
     def slow(i):
         redqueue_redis.rpush(runs, i)
         time.sleep(7)
 
-    stop, reaper = run_reaper(slow.pool)
+    slow, structure = at_least_once_task(app, kind, slow, visibility_timeout=2)
+    stop, reaper = run_reaper(structure)
     try:
         with worker(app):
-            assert slow.delay(1).drain_needed
+            assert slow.delay("a").drain_needed
             wait_for(
-                lambda: slow.pool.stats().processed == 1 or redqueue_redis.llen(runs) > 1,
+                lambda: structure.stats().processed == 1 or redqueue_redis.llen(runs) > 1,
                 timeout=60,
                 message="the call",
             )
@@ -54,44 +70,10 @@ def test_problem_10_an_at_least_once_batch_outliving_its_timeout_runs_once(
     finally:
         stop.set()
         reaper.join()
-    assert redqueue_redis.lrange(runs, 0, -1) == [b"1"]  # the old code ran it 5 times
-    stats = slow.pool.stats()
+    assert redqueue_redis.lrange(runs, 0, -1) == [b"a"]  # the old code ran it 5 times
+    stats = structure.stats()
     assert (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
-    assert identities["pool"](stats)
-
-
-def test_problem_10_a_reservation_outliving_its_timeout_runs_once(
-    app, worker, redqueue_redis, redqueue_prefix, wait_for, identities
-):
-    runs = f"{redqueue_prefix}:runs"
-
-    @app.task(
-        base=BucketTask,
-        bucket_key="k",
-        bucket_visibility_timeout=2,
-        bucket_drain_interval=None,
-    )
-    def slow(k):
-        redqueue_redis.rpush(runs, k)
-        time.sleep(7)
-
-    stop, reaper = run_reaper(slow.bucket)
-    try:
-        with worker(app):
-            assert slow.delay("a").drain_needed
-            wait_for(
-                lambda: slow.bucket.stats().processed == 1 or redqueue_redis.llen(runs) > 1,
-                timeout=60,
-                message="the call",
-            )
-            time.sleep(1)
-    finally:
-        stop.set()
-        reaper.join()
-    assert redqueue_redis.lrange(runs, 0, -1) == [b"a"]
-    stats = slow.bucket.stats()
-    assert (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)
-    assert identities["bucket"](stats)
+    assert identities[kind](stats)
 
 
 def test_a_renewal_that_finds_its_item_gone_is_logged_and_the_late_commit_counted(
@@ -129,22 +111,14 @@ def test_a_renewal_that_finds_its_item_gone_is_logged_and_the_late_commit_counte
 
 @pytest.mark.parametrize("flush_scripts", [False, True])
 def test_one_renewal_covers_every_structure_the_process_holds(
-    redqueue_redis, redqueue_prefix, flush_scripts
+    make_pool, make_bucket, redqueue_redis, flush_scripts
 ):
     """The heartbeat renews a pool batch and a bucket reservation together (one pipelined
     round trip), and falls back to one call each when the server lost its scripts."""
-    from celery_redqueue import CappedPool, LeakyBucket
     from celery_redqueue.tasks.heartbeat import Heartbeat
 
-    pool = CappedPool(
-        redqueue_redis,
-        "p",
-        10,
-        delivery="at_least_once",
-        visibility_timeout=60,
-        prefix=redqueue_prefix,
-    )
-    bucket = LeakyBucket(redqueue_redis, "b", visibility_timeout=60, prefix=redqueue_prefix)
+    pool = make_pool(delivery="at_least_once", visibility_timeout=60)
+    bucket = make_bucket(visibility_timeout=60)
     pool.add("x")
     batch = pool.pop(10)
     bucket.enqueue("k", "y")
@@ -172,30 +146,11 @@ def test_a_renewal_racing_the_commit_logs_no_false_taken_back(
     logged one for every such race; a real take-back is still logged (test above)."""
     from celery_redqueue.tasks.heartbeat import heartbeat
 
-    if kind == "pool":
+    def body(i):
+        redqueue_redis.rpush(f"{redqueue_prefix}:ran", i)
 
-        @app.task(
-            base=PoolTask,
-            pool_delivery="at_least_once",
-            pool_visibility_timeout=30,
-            pool_drain_interval=None,
-        )
-        def body(i):
-            redqueue_redis.rpush(f"{redqueue_prefix}:ran", i)
-
-        structure, settle = body.pool, "ack"
-    else:
-
-        @app.task(
-            base=BucketTask,
-            bucket_key="i",
-            bucket_visibility_timeout=30,
-            bucket_drain_interval=None,
-        )
-        def body(i):
-            redqueue_redis.rpush(f"{redqueue_prefix}:ran", i)
-
-        structure, settle = body.bucket, "commit"
+    body, structure = at_least_once_task(app, kind, body, visibility_timeout=30)
+    settle = "ack" if kind == "pool" else "commit"
     real = getattr(structure, settle)
     raced = []
 

@@ -4,7 +4,6 @@ plus a few seconds, with no further calls."""
 
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -17,21 +16,6 @@ pytestmark = pytest.mark.timeout(240)
 
 def ran(client, key):
     return [x.decode() for x in client.lrange(key, 0, -1)]
-
-
-@pytest.fixture
-def recovery_app(redqueue_server_url, redqueue_prefix, monkeypatch):
-    """tests.faults.recovery_app imported in this process (as a producer), on the test's prefix."""
-    import importlib
-
-    monkeypatch.setenv("REDQUEUE_TEST_URL", redqueue_server_url)
-    monkeypatch.setenv("REDQUEUE_TEST_PREFIX", redqueue_prefix)
-    for name in ("tests.faults.recovery_app", "tests.process_app"):  # read the environment afresh
-        sys.modules.pop(name, None)
-    module = importlib.import_module("tests.faults.recovery_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("tests.faults.recovery_app", None)
 
 
 def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reaper(
@@ -67,7 +51,7 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reap
 
 @pytest.mark.parametrize("kind", ["pool", "bucket"])
 def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_off(
-    kind, data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for
+    kind, data_app, data_server, worker, redqueue_redis, redqueue_prefix, wait_for, ended_jobs
 ):
     """Redis (AOF on) restarts while a drain runs a body with a backlog behind it; the drain
     fails (its ack meets Redis down). Beat is off and no call is made afterwards: the worker's
@@ -108,7 +92,8 @@ def test_a_redis_aof_restart_under_a_running_drain_leaves_no_backlog_with_beat_o
         wait_for(lambda: redqueue_redis.llen(started), timeout=60, message="the first call")
         data_server.stop()
         redis_down.set()
-        time.sleep(2)  # the drain's ack meets a Redis that is down, and the drain job fails
+        # The drain's ack meets a Redis that is down, and the drain job fails.
+        wait_for(lambda: t.name in ended_jobs, timeout=60, message="the drain job to end")
         data_server.start()
         back = time.monotonic()
         wait_for(

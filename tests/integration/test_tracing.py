@@ -60,6 +60,16 @@ def traced_app(app):
     return app
 
 
+@pytest.fixture
+def celery_instrumentation(provider):
+    """OpenTelemetry's Celery instrumentation on for the test (its run spans around each
+    message), off again afterwards."""
+    instrumentor = CeleryInstrumentor()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    yield
+    instrumentor.uninstrument()
+
+
 def _process_spans(exporter, name):
     return [s for s in exporter.get_finished_spans() if s.name == f"process {name}"]
 
@@ -329,25 +339,20 @@ def test_the_setting_must_be_a_boolean(app):
 
 
 def test_with_the_celery_instrumentation_spans_nest_without_orphans(
-    traced_app, spans, tracer, wait_for
+    traced_app, spans, tracer, wait_for, celery_instrumentation
 ):
     """Both on: each process span is a child of the drain job's ``run`` span, nothing is
     duplicated, and every exported span's parent is exported too."""
-    instrumentor = CeleryInstrumentor()
-    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
-    try:
-        done = []
+    done = []
 
-        @traced_app.task(base=PoolTask, pool_size=100)
-        def record(x):
-            done.append(x)
+    @traced_app.task(base=PoolTask, pool_size=100)
+    def record(x):
+        done.append(x)
 
-        with running_worker(traced_app):
-            requests = _requests(tracer, 3, record.delay)
-            wait_for(lambda: len(_process_spans(spans, record.name)) == 3, message="3 spans")
-            wait_for(lambda: record.pool.stats().drains_pending == 0, message="drain ended")
-    finally:
-        instrumentor.uninstrument()
+    with running_worker(traced_app):
+        requests = _requests(tracer, 3, record.delay)
+        wait_for(lambda: len(_process_spans(spans, record.name)) == 3, message="3 spans")
+        wait_for(lambda: record.pool.stats().drains_pending == 0, message="drain ended")
     finished = spans.get_finished_spans()
     processed = _process_spans(spans, record.name)
     assert sorted(done) == [0, 1, 2]
@@ -454,26 +459,21 @@ def test_a_traced_call_with_a_result_carries_both(
 
 
 def test_a_by_name_call_links_to_the_worker_span_that_stored_it(
-    traced_app, spans, tracer, wait_for
+    traced_app, spans, tracer, wait_for, celery_instrumentation
 ):
     """``send_task`` by name (a service that does not import the task): the worker stores the
     call under the Celery instrumentation's run span of that message, in the sender's trace,
     and the span that processes the call links there."""
-    instrumentor = CeleryInstrumentor()
-    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
-    try:
-        done = []
+    done = []
 
-        @traced_app.task(base=PoolTask, pool_size=100)
-        def record(x):
-            done.append(x)
+    @traced_app.task(base=PoolTask, pool_size=100)
+    def record(x):
+        done.append(x)
 
-        with running_worker(traced_app):
-            with tracer.start_as_current_span("request") as request:
-                traced_app.send_task(record.name, (5,))
-            wait_for(lambda: _process_spans(spans, record.name), message="the process span")
-    finally:
-        instrumentor.uninstrument()
+    with running_worker(traced_app):
+        with tracer.start_as_current_span("request") as request:
+            traced_app.send_task(record.name, (5,))
+        wait_for(lambda: _process_spans(spans, record.name), message="the process span")
     assert done == [5]
     (span,) = _process_spans(spans, record.name)
     (link,) = span.links

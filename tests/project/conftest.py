@@ -1,4 +1,7 @@
 import functools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from celery import Celery, Task
@@ -6,6 +9,26 @@ from flask import Flask, g
 
 from celery_redqueue.testing import celery_test_config
 from tests.integration.conftest import app, running_worker  # noqa: F401 (shared fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def run_demo():
+    """``run_demo(module, *args, timeout=240)``: run ``python -m example_project.<module>``
+    from the repository's top (as ``./run-demo`` does) to its end; returns the completed
+    process, its output as text."""
+
+    def run(module, *args, timeout=240):
+        return subprocess.run(
+            [sys.executable, "-m", f"example_project.{module}", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
 
 
 def flask_task_cls(flask_app):

@@ -2,24 +2,14 @@
 upstream on loopback, with a real prefork worker; every call runs and no tenant gets a 429
 after its first backoff."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import ROOT
 
 
 @pytest.mark.timeout(300)
-def test_api_gateway_demo():
-    result = subprocess.run(
-        [sys.executable, "-m", "example_project.api_gateway"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+def test_api_gateway_demo(run_demo):
+    result = run_demo("api_gateway")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no 429 after a tenant's first backoff" in result.stdout, result.stdout
     gamma = next(line for line in result.stdout.splitlines() if line.startswith("gamma"))

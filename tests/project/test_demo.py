@@ -39,60 +39,77 @@ def alive(pid):
         return False
 
 
-@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
-def test_demo_cleans_up_when_stopped_mid_burst(stop_with):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "example_project.demo"],
+def start_demo(*args):
+    """``python -m example_project.<args>`` running, its output (stderr too) to read as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def embedded_redis(url):
+    """The demo's embedded Redis at ``url``: its pid and its data directory."""
+    client = redis.Redis.from_url(url)
+    try:
+        return client.info("server")["process_id"], client.config_get("dir")["dir"]
+    finally:
+        client.close()
+
+
+def stop_and_check_cleanup(proc, stop_with, url, leftovers, paths):
+    """Send ``stop_with`` to the demo; it must exit by that signal saying it stopped
+    everything, leaving none of ``leftovers`` (pids) running and none of ``paths``."""
+    proc.send_signal(stop_with)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + stop_with, out
+    assert "stopped the worker, beat and Redis" in out
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(alive(pid) for pid in leftovers):
+        time.sleep(0.1)
+    assert not [pid for pid in leftovers if alive(pid)], "processes left running"
+    assert not processes_with(f"REDQUEUE_DEMO_URL={url}")
+    assert not [path for path in paths if os.path.exists(path)]
+
+
+def kill_leftovers(proc, leftovers):
+    """Whatever a failed run left behind: do not leak it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in leftovers:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_demo_cleans_up_when_stopped_mid_burst(stop_with):
+    proc = start_demo("example_project.demo")
     leftovers = []
     try:
         lines = [proc.stdout.readline() for _ in range(2)]
         url = re.search(r"redis://\S+", lines[0]).group(0)
         workdir = re.search(r"run in (\S+)", lines[1]).group(1)
-        client = redis.Redis.from_url(url)
-        leftovers.append(client.info("server")["process_id"])
-        redis_dir = client.config_get("dir")["dir"]
-        client.close()
+        redis_pid, redis_dir = embedded_redis(url)
+        leftovers.append(redis_pid)
         while "firing" not in proc.stdout.readline():
             pass
         celery_pids = processes_with(f"REDQUEUE_DEMO_URL={url}")
         assert celery_pids, "the worker and beat should be running by now"
         leftovers.extend(celery_pids)
         time.sleep(0.5)  # mid-burst
-        proc.send_signal(stop_with)
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 128 + stop_with, out
-        assert "stopped the worker, beat and Redis" in out
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(alive(pid) for pid in leftovers):
-            time.sleep(0.1)
-        assert not [pid for pid in leftovers if alive(pid)], "processes left running"
-        assert not processes_with(f"REDQUEUE_DEMO_URL={url}")
-        assert not os.path.exists(workdir) and not os.path.exists(redis_dir)
+        stop_and_check_cleanup(proc, stop_with, url, leftovers, [workdir, redis_dir])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in leftovers:  # whatever a failed run left behind: do not leak it
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_leftovers(proc, leftovers)
 
 
 @pytest.mark.timeout(300)
-def test_demo_output_explains_itself():
-    result = subprocess.run(
-        [sys.executable, "-m", "example_project.demo"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+def test_demo_output_explains_itself(run_demo):
+    result = run_demo("demo", timeout=280)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     # What was fired at which pool, and how many calls in all.
@@ -130,54 +147,26 @@ def test_run_demo_help_lists_the_demos():
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find stray processes")
 @pytest.mark.timeout(240)
 def test_orders_demo_cleans_up_when_stopped():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "example_project.orders"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_demo("example_project.orders")
     leftovers = []
     try:
         url = re.search(r"redis://\S+", proc.stdout.readline()).group(0)
-        client = redis.Redis.from_url(url)
-        leftovers.append(client.info("server")["process_id"])
-        redis_dir = client.config_get("dir")["dir"]
-        client.close()
+        redis_pid, redis_dir = embedded_redis(url)
+        leftovers.append(redis_pid)
         while "published" not in proc.stdout.readline():
             pass
         celery_pids = processes_with(f"REDQUEUE_DEMO_URL={url}")
         assert celery_pids, "the worker and beat should be running by now"
         leftovers.extend(celery_pids)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 128 + signal.SIGTERM, out
-        assert "stopped the worker, beat and Redis" in out
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(alive(pid) for pid in leftovers):
-            time.sleep(0.1)
-        assert not [pid for pid in leftovers if alive(pid)], "processes left running"
-        assert not processes_with(f"REDQUEUE_DEMO_URL={url}")
-        assert not os.path.exists(redis_dir)
+        stop_and_check_cleanup(proc, signal.SIGTERM, url, leftovers, [redis_dir])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in leftovers:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_leftovers(proc, leftovers)
 
 
 @pytest.mark.timeout(300)
 def test_demo_dashboard_mode_serves_the_demos_structures():
     """`./run-demo dashboard N`: the dashboard shows the demo's pools live, then stops with it."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "example_project.demo", "dashboard", "15"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_demo("example_project.demo", "dashboard", "15")
     try:
         line = ""
         while "more seconds" not in line:
@@ -201,6 +190,4 @@ def test_demo_dashboard_mode_serves_the_demos_structures():
         with pytest.raises(OSError):
             urllib.request.urlopen(url, timeout=5)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_leftovers(proc, [])

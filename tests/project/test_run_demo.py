@@ -1,13 +1,9 @@
 """`./run-demo django` and `./run-demo flask` (what they run after installing): each project on
 an embedded Redis with a real worker and beat, driven through its test client."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import ROOT
 
 
 @pytest.mark.timeout(300)
@@ -20,14 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
                    "'processed': 100"]),
     ],
 )  # fmt: skip
-def test_run_demo_project(project, expected):
-    result = subprocess.run(
-        [sys.executable, "-m", "example_project.projects", project],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+def test_run_demo_project(run_demo, project, expected):
+    result = run_demo("projects", project)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in expected:
         assert line in result.stdout, result.stdout

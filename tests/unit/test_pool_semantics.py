@@ -135,11 +135,21 @@ def test_bad_semantics_options(make_pool, options):
         make_pool(**options)
 
 
-def test_bad_delay_stores_nothing(make_pool):
+@pytest.mark.parametrize("delay", [-1, float("nan"), float("inf"), "5"])
+def test_bad_delay_stores_nothing(make_pool, make_bucket, delay):
     pool = make_pool()
-    with pytest.raises(ConfigurationError):
-        pool.add("x", delay=-1)
-    assert pool.stats().delayed == 0
+    with pytest.raises(ConfigurationError, match="delay must be seconds >= 0"):
+        pool.add("x", delay=delay)
+    assert pool.stats().delayed == 0 and pool.stats().depth == 0
+    bucket = make_bucket()
+    with pytest.raises(ConfigurationError, match="delay must be seconds >= 0"):
+        bucket.enqueue("k", "x", delay=delay)
+    assert bucket.stats().delayed == 0 and bucket.stats().depth == 0
+    bucket.enqueue("k", "x")
+    reservation = bucket.dequeue().reservation
+    with pytest.raises(ConfigurationError, match="retry_later delay must be seconds >= 0"):
+        bucket.retry_later(reservation, delay=delay)
+    assert bucket.stats().in_flight == 1  # still held: nothing was settled
 
 
 # Regressions found in review: each of these failed before its fix.
