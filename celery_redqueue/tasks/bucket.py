@@ -25,7 +25,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
-from .options import check_key_parameter, check_structure_name
+from .options import check_key_parameter, check_structure_name, function_or_name
 from .results import call_id_of, store_failure, store_success, with_id
 from .wire import DRAIN_HEADER
 
@@ -129,15 +129,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
         seconds("bucket_dedupe_window", cls.bucket_dedupe_window, positive=True)
         function_option(cls, "bucket_dedupe_key")
         seconds("bucket_processed_guard", cls.bucket_processed_guard)
-        key = cls.__dict__.get("bucket_key")
-        if key is not None:
-            if not (isinstance(key, str) or callable(key)):
-                raise ConfigurationError(
-                    f"bucket_key must be a callable or an argument name, got {key!r}"
-                )
-            if callable(key) and not isinstance(key, staticmethod):
-                # A plain function stored on the class would become a bound method.
-                cls.bucket_key = staticmethod(key)
+        function_or_name(cls, "bucket_key")
         if "run" in cls.__dict__ and cls.bucket_key is None:
             raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):

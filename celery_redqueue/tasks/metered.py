@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.bucket_limits import Limits
-from .options import check_key_parameter
+from .options import check_key_parameter, function_or_name
 
 logger = logging.getLogger("celery_redqueue.tasks.bucket")
 
@@ -78,14 +78,7 @@ def check_metered_options(cls: Any) -> Limits:
         **limit_options(cls),
         names=lambda name, default: LIMIT_OPTION_NAMES.get(name, default),
     )
-    cost = cls.__dict__.get("bucket_cost")
-    if cost is not None:
-        if not (isinstance(cost, str) or callable(cost)):
-            raise ConfigurationError(
-                f"bucket_cost must be a callable or an argument name, got {cost!r}"
-            )
-        if callable(cost) and not isinstance(cost, staticmethod):
-            cls.bucket_cost = staticmethod(cost)  # a plain function would become a method
+    function_or_name(cls, "bucket_cost")
     if (cls.bucket_cost is None) != (cls.bucket_cost_rate is None):
         raise ConfigurationError(
             "bucket_cost and bucket_cost_rate go together: bucket_cost gives each call its "

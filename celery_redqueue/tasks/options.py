@@ -194,6 +194,20 @@ def check_structure_name(cls: type, option: str) -> None:
         validate_name(task_name, f"{option} (the task name, when {option} is not given)")
 
 
+def function_or_name(cls: Any, option: str) -> Any:
+    """Check an option given as a callable or one of the body's argument names (``bucket_key``,
+    ``bucket_cost``), set on ``cls`` itself; a callable is stored as a staticmethod (a plain
+    function on the class would become a bound method). Returns the value, None if unset."""
+    value = cls.__dict__.get(option)
+    if value is None:
+        return None
+    if not (isinstance(value, str) or callable(value)):
+        raise ConfigurationError(f"{option} must be a callable or an argument name, got {value!r}")
+    if callable(value) and not isinstance(value, staticmethod):
+        setattr(cls, option, staticmethod(value))
+    return value
+
+
 def check_key_parameter(key: str, run: Any) -> None:
     """``bucket_key`` given as a name must be one of the body's named parameters."""
     body = run.__func__ if isinstance(run, staticmethod) else run
