@@ -8,9 +8,11 @@ pushes every held id's deadline and renews the drain lease, every third of the s
 shortest timeout (so two renewals can fail before anything expires); the calls due together on
 one client go in one pipelined round trip.
 
-The same thread watches a structure whose drain failed (Redis unreachable, restarted under it):
+A second thread watches a structure whose drain failed (Redis unreachable, restarted under it):
 nothing else would send its next drain with beat off, since the dead drain's lease runs out
 over its calls and its in-flight work comes back only when reaped. See :meth:`Heartbeat.watch`.
+It is a thread of its own because a check against a Redis that does not answer blocks for its
+timeouts, and renewals of everything else the process holds must not wait behind it.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Heartbeat:
         self._watches: dict[int, _Watch] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         #: Renewal rounds run and renewals that failed (for tests and logs).
         self.rounds = 0
         self.failures = 0
@@ -115,7 +118,10 @@ class Heartbeat:
         A check that fails (Redis still down) is retried; watching again restarts the window."""
         with self._lock:
             self._watches[id(structure)] = _Watch(check, window, time.monotonic() + WATCH_INTERVAL)
-            self._start()
+            if self._watcher is None or not self._watcher.is_alive():
+                watcher = threading.Thread(target=self._watch, name="redqueue-watch", daemon=True)
+                self._watcher = watcher
+                watcher.start()
 
     def drop(self, structure: Any, item_id: str | None = None) -> None:
         parts = getattr(structure, "heartbeat_parts", None)
@@ -174,8 +180,16 @@ class Heartbeat:
             due, sleep = self._due()
             if due:
                 self.renew(due)
-            sleep = min(sleep, self.check_watches())
             self._wake.wait(max(sleep, 0.01))
+
+    def _watch(self) -> None:
+        while True:
+            sleep = self.check_watches()
+            with self._lock:
+                if not self._watches:  # watch() starts another thread when one is added
+                    self._watcher = None
+                    return
+            time.sleep(max(sleep, 0.01))
 
     def check_watches(self) -> float:
         """Run the watches that are due; returns the seconds until the next one is."""

@@ -2,10 +2,12 @@
 renews its at-least-once batch or bucket reservation (every third of the timeout), so the
 reaper, run here as often as beat would, finds nothing to take back."""
 
+import socket
 import threading
 import time
 
 import pytest
+import redis
 
 from celery_redqueue import BucketTask, PoolTask
 
@@ -170,3 +172,34 @@ def test_a_renewal_racing_the_commit_logs_no_false_taken_back(
         wait_for(lambda: len(raced) >= 1, message="a settle")
     assert raced and all(n == 1 for n in raced)  # each racing renewal ran and found it gone
     assert "taken back" not in caplog.text
+
+
+def test_a_watch_stuck_on_an_unreachable_redis_does_not_hold_back_renewals(make_pool, wait_for):
+    """A watched structure (its drain failed) whose Redis does not answer blocks its check for
+    seconds; the renewals of what the process holds elsewhere go on meanwhile. When the watch
+    ran on the renewal thread, a batch with a 1-s timeout expired behind it."""
+    from celery_redqueue.tasks.heartbeat import Heartbeat
+
+    silent = socket.socket()  # accepts connections, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    stuck = redis.Redis(port=silent.getsockname()[1], socket_timeout=4, retry=None)
+    checks = []
+
+    def check():
+        checks.append(time.monotonic())
+        stuck.ping()
+
+    pool = make_pool(delivery="at_least_once", visibility_timeout=1)
+    pool.add("x")
+    batch = pool.pop(10)
+    beat = Heartbeat()
+    try:
+        beat.watch(object(), check, window=60)
+        wait_for(lambda: checks, timeout=10, message="the watch's first check")
+        with beat.holding(pool, batch.id):
+            time.sleep(2.5)  # past the batch's timeout while the check hangs
+            assert pool.reap().returned == 0
+        assert beat.rounds >= 3
+    finally:
+        silent.close()
