@@ -153,21 +153,19 @@ def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue
         pool_size=30,
         pool_shards=3,
         pool_delivery="at_least_once",
-        pool_visibility_timeout=2,
-        pool_drain_lease=2,
+        pool_visibility_timeout=1,
+        pool_drain_lease=1,
         pool_drain_interval=None,
     )
     def slow(i):
         runs.append(i)
-        time.sleep(7 if i == 1 else 0)
+        time.sleep(3.5 if i == 1 else 0)
 
     pool = slow.pool
     with running_worker(app):
         assert slow.delay(1).drain_needed
         wait_for(lambda: runs == [1], message="the slow call started")
-        # Past both timeouts (2 s; renewed every 2/3 s, so a busy machine can miss a renewal):
-        # only the heartbeat keeps them.
-        time.sleep(4.5)
+        time.sleep(2.2)  # past both timeouts: only the heartbeat keeps them
         assert pool.reap().returned == 0
         (home,) = [s for s in pool.shards if s.stats().in_flight == 1]
         assert redqueue_redis.exists(home.keys("drains"))  # the drain lease, renewed
