@@ -27,7 +27,7 @@ from .composition import CallComposition, entry_point
 from .config import get_config
 from .heartbeat import heartbeat
 from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
-from .results import new_call_id, outcome_reader, store_refusal
+from .results import named_receipt, new_call_id
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
@@ -379,20 +379,11 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
         """
         if call_id:
-            receipt = self._named(receipt, call_id)
+            receipt = named_receipt(self, receipt, call_id)
         if not receipt.drain_needed and receipt.wake_in is None:
             return receipt
         sent, error = self.send_wanted_drains(receipt.drain_needed, receipt.wake_in, routing)
         return dataclasses.replace(receipt, drain_sent=sent, drain_error=error)
-
-    def _named(self, receipt: Any, call_id: str) -> Any:
-        """The receipt carrying its call's id; a refused call's result is stored at once when
-        per-call results are on (nobody waits on its id forever)."""
-        results = self.redqueue_results
-        named = receipt.named(call_id, outcome_reader(self, bool(receipt), results))
-        if results and not named:  # (a delayed call is truthy: held, not refused)
-            store_refusal(self, call_id, named)
-        return named
 
     def send_wanted_drains(
         self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
 from ..structures.protocols import Producer
+from .results import named_receipt
 
 #: Open buffers of this thread or asyncio task, innermost last.
 _open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
@@ -166,7 +167,7 @@ class CallBuffer:
                         results = _store_many(task, chunk, delay)
                         for (_, _, receipt), result in zip(chunk, results, strict=True):
                             if receipt.id:
-                                result = task._named(result, receipt.id)
+                                result = named_receipt(task, result, receipt.id)
                             receipt._state, receipt._result = _STORED, result
                             drain_needed = drain_needed or result.drain_needed
                             if result.wake_in is not None:

@@ -37,7 +37,14 @@ from .config import get_config
 from .decorators import decorate_task
 from .heartbeat import heartbeat
 from .options import check_structure_name
-from .results import call_id_of, new_call_id, store_failure, store_success, with_id
+from .results import (
+    call_id_of,
+    named_receipt,
+    new_call_id,
+    store_failure,
+    store_success,
+    with_id,
+)
 from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
@@ -256,7 +263,7 @@ class PoolTask(RedQueueTask):
                 sent = True
                 results[i] = self._after_add(result, None, ids[i])
             else:
-                results[i] = self._named(result, ids[i])
+                results[i] = named_receipt(self, result, ids[i])
         return results
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:

@@ -149,3 +149,13 @@ def store_refusal(task: Any, call_id: str, receipt: Any) -> None:
     task.backend.mark_as_failure(
         call_id, CallRefusedError(f"{task.name}: the call was not stored ({why})")
     )
+
+
+def named_receipt(task: Any, receipt: Any, call_id: str) -> Any:
+    """``receipt`` carrying its call's id; a refused call's result is stored at once when
+    per-call results are on (nobody waits on its id forever)."""
+    results = task.redqueue_results
+    named = receipt.named(call_id, outcome_reader(task, bool(receipt), results))
+    if results and not named:  # (a delayed call is truthy: held, not refused)
+        store_refusal(task, call_id, named)
+    return named
