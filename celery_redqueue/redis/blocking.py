@@ -2,7 +2,7 @@
 
 A blocking command holds its connection until an element arrives or its timeout ends, so the
 connection's socket timeout must exceed the block time or redis-py reports a timeout that is
-none. :func:`block_pop` caps the block at :data:`SOCKET_MARGIN` below the connection's socket
+none. `block_pop` caps the block at `SOCKET_MARGIN` below the connection's socket
 timeout, and uses a connection of its own from the client's pool (never a thread's kept
 script connection: a script call made meanwhile on that thread would read BLPOP's reply).
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 SOCKET_MARGIN = 0.25
 
 #: Seconds Redis's own BLPOP timeout is set beyond the wait (a backstop: the wait is ended
-#: on time by the client, see :func:`block_pop`).
+#: on time by the client, see `block_pop`).
 BACKSTOP = 0.5
 
 #: Shortest block in seconds: Redis reads a BLPOP timeout in whole milliseconds, and one that

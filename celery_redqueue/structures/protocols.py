@@ -1,8 +1,8 @@
 """The public seam between the Celery glue and the structures.
 
-The glue (``tasks/``) stores calls through :class:`Producer` and works a structure through
-:class:`Drained`; pools, buckets and their sharded forms implement both and :class:`Wakeable`,
-streams implement :class:`Drained`. Nothing in the glue touches a private name of a structure.
+The glue (``tasks/``) stores calls through `Producer` and works a structure through
+`Drained`; pools, buckets and their sharded forms implement both and `Wakeable`, streams
+implement `Drained`. Nothing in the glue touches a private name of a structure.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Producer(Protocol[ItemT]):
     """Where a producer stores encoded calls: a pool takes ``bytes``, a bucket
     ``(key, bytes)`` pairs."""
 
-    #: Most calls one :meth:`store_encoded` takes: one round trip, one bounded script.
+    #: Most calls one `store_encoded()` takes: one round trip, one bounded script.
     store_chunk: int
 
     def encode(self, payload: Any) -> bytes:
@@ -39,7 +39,7 @@ class Producer(Protocol[ItemT]):
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
-        """Store up to :attr:`store_chunk` encoded calls in one round trip; at most one
+        """Store up to `store_chunk` encoded calls in one round trip; at most one
         receipt asks for a drain job."""
         ...
 
@@ -71,11 +71,11 @@ class Wakeable(Protocol):
     stream offers the same per group: ``wake_signals(group)``, ``listen(group, timeout)``).
 
     Arm first, in the empty look itself (``pop(..., listen=s)``, ``dequeue(listen=s)``), then
-    wait: see :mod:`.wake`.
+    wait: see `wake`.
     """
 
     def wake_signals(self) -> list[WakeSignal]:
-        """The signals a store pushes to (one per shard), for :func:`.wake.listen_any`."""
+        """The signals a store pushes to (one per shard), for `wake.listen_any`."""
         ...
 
     def listen(self, timeout: float) -> bool:

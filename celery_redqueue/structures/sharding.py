@@ -1,4 +1,4 @@
-"""The machinery of sharded structures (:mod:`.sharded`): shard names, ids, the round-robin
+"""The machinery of sharded structures (`sharded`): shard names, ids, the round-robin
 sweep, heartbeat parts, and dead letters and figures over the shards."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Sharded(catalog.Registered):
         return [signal for shard in self.shards for signal in shard.wake_signals()]
 
     def listen(self, timeout: float) -> bool:
-        """Wait on every shard's wake signal at once (see :func:`.wake.listen_any`)."""
+        """Wait on every shard's wake signal at once (see `wake.listen_any`)."""
         return bool(listen_any(self.wake_signals(), timeout))
 
     def settings(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A queue hands each message to one consumer and forgets it; a stream keeps it, and each group
 (the SMS sender, the packing-slip printer, the loyalty ledger) reads every event once, at its own
-pace, and can go back (:meth:`EventStream.seek`) to replay after a bug fix. Redis Streams hold the
+pace, and can go back (`EventStream.seek()`) to replay after a bug fix. Redis Streams hold the
 log: XADD under an approximate cap, consumer groups, a pending list per group, XAUTOCLAIM.
 
 Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
@@ -16,7 +16,7 @@ pending longer than ``visibility_timeout`` is claimed again by the next read, an
   sequence numbers every entry carries); ``lost`` (group): entries trimmed while pending, so
   they could not be delivered again.
 
-Example::
+Example:
 
     stream = EventStream(redis.Redis(), "orders", maxlen=100_000, groups=["sms", "loyalty"])
     stream.publish({"order": 7, "step": "placed"}, key="7")
@@ -217,7 +217,7 @@ class EventStream(Structure):
         An empty read releases the group's drain lease in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published
         afterwards is stranded. With ``listen`` (seconds) a read with nothing to hand out arms
-        the group's wake signal for that long: wait with :meth:`listen`.
+        the group's wake signal for that long: wait with `listen`.
         """
         validate_group(group)
         positive_int("count", count)
@@ -257,7 +257,7 @@ class EventStream(Structure):
         return batch
 
     def wake_signals(self, group: str) -> list[WakeSignal]:
-        """The wake signal of ``group`` (see :mod:`.wake`)."""
+        """The wake signal of ``group`` (see `wake`)."""
         return [WakeSignal(self.client, self.keys(f"group:{validate_group(group)}:signal"))]
 
     def listen(self, group: str, timeout: float) -> bool:

@@ -5,14 +5,14 @@ Every pool and bucket (and every group of a stream) has two keys in its hash tag
 most. A consumer that finds nothing to hand out arms the marker in that same atomic step
 (``pop(..., listen=s)``, ``dequeue(listen=s)``, ``read(..., listen=s)``: arming apart from the
 empty check would miss a call stored in between), then blocks on the list for up to that long
-(:meth:`WakeSignal.listen`, or :func:`listen_any` for several structures). A store pushes a
+(`WakeSignal.listen`, or `listen_any` for several structures). A store pushes a
 token only while the marker exists and the list is empty: no extra round trip per call, and
 nothing grows while nobody listens (the list also expires).
 
 A token is a hint, never work: a lost one (its BLPOP reply lost, Redis restarted) leaves the
 waiter to its timeout, a stale one costs one look.
 
-Example::
+Example:
 
     batch = pool.pop(100, listen=0.5)
     if not batch and pool.listen(0.5):
@@ -78,7 +78,7 @@ def listen_any(signals: Sequence[WakeSignal], timeout: float) -> list[WakeSignal
 
     Signals on one plain client (Redis, Sentinel) share one BLPOP. On Redis Cluster a BLPOP
     takes keys of one slot only, so signals of several slots are waited on in turn, a short
-    slice (:data:`CLUSTER_SLICE`) each; signals of several clients likewise.
+    slice (`CLUSTER_SLICE`) each; signals of several clients likewise.
     """
     groups: dict[tuple[int, str], list[WakeSignal]] = {}
     for signal in signals:
