@@ -120,7 +120,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Send one argument-less drain job for this task to the broker.
 
         It goes through ``send_task`` with the task's own routing options: the task's signature
-        check would refuse a call without the body's arguments (a consumer's: :mod:`.handover`).
+        check would refuse a call without the body's arguments (a consumer's: `handover`).
         """
         if handed_over(self.name, options.get("countdown")):
             return None

@@ -4,7 +4,7 @@ without drain jobs.
 Turn it on with the setting ``redqueue_consumer = True`` (Django: ``CELERY_REDQUEUE_CONSUMER``)
 or ``celery worker --redqueue-consumer``. The worker then waits for work on the structures of
 its pooled, bucket and stream tasks routed to a queue it consumes from (or the task names the
-setting lists), and runs their drains in its own pool (:mod:`.consumer_loop`): no broker
+setting lists), and runs their drains in its own pool (`consumer_loop`): no broker
 message while it keeps up. Drain jobs, beat and the reaper go on as before; the drain lease
 keeps a consumer and drain jobs from running more drains of one structure than it allows.
 
@@ -160,7 +160,7 @@ celeryd_init.connect(_add_step, weak=False)
 def add_worker_option(command: Any) -> None:
     """Give ``celery worker`` the ``--redqueue-consumer`` flag (from the package's
     ``celery.commands`` plugin, loaded before Celery parses the command line); the worker hands
-    it to :class:`ConsumerStep` as ``redqueue_consumer``."""
+    it to `ConsumerStep` as ``redqueue_consumer``."""
     import click
 
     if any(OPTION in getattr(param, "opts", ()) for param in command.params):

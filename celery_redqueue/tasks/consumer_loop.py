@@ -4,11 +4,11 @@ work on the structures it serves and runs their drains in the worker's own pool.
 A drain it runs is the drain a drain job runs (``task.drain()``: the same pops, heartbeat,
 drain lease, visibility timeout and acks); only the follow-up drain jobs that drain asks for
 (a hand-over at the end of its time budget, a fan-out, a wake-up for delayed calls or the next
-eligible bucket key) are handed back here (:mod:`.handover`) instead of sent to the broker.
+eligible bucket key) are handed back here (`handover`) instead of sent to the broker.
 
 Per structure at most its drain concurrency (``*_drain_concurrency``, 1 for streams) runs at
 once, and over all structures at most the worker's concurrency. The pool is asked through its
-public ``apply_async(target, args, callback=...)`` with :func:`run_drain`, a module-level
+public ``apply_async(target, args, callback=...)`` with `run_drain`, a module-level
 function (prefork pickles it); under prefork with the event loop the call is made from the
 loop's own thread (woken through a pipe), elsewhere from the dispatcher's thread.
 """
@@ -33,7 +33,7 @@ from .wake_wait import wait_for_work
 
 logger = logging.getLogger(__name__)
 
-#: The app whose tasks :func:`run_drain` looks up: set in the worker's main process before the
+#: The app whose tasks `run_drain` looks up: set in the worker's main process before the
 #: pool starts, so prefork children inherit it.
 _APP: Any = None
 

@@ -1,9 +1,9 @@
 """Drain jobs a drain asks for, kept in the worker instead of sent to the broker.
 
-A drain run by the continuous consumer (:mod:`.consumer`) hands its follow-up work (the hand-over
+A drain run by the continuous consumer (`consumer`) hands its follow-up work (the hand-over
 at the end of its time budget, a fan-out, the wake-up for delayed calls or the next eligible
 key) back to the consumer, which runs it in the worker's own pool: the broker carries nothing.
-:meth:`~.base.RedQueueTask.send_drain` asks :func:`handed_over` first. A leaf module (it imports
+`base.RedQueueTask.send_drain` asks `handed_over` first. A leaf module (it imports
 nothing of the package), so the task base and the consumer can both use it.
 """
 
@@ -36,7 +36,7 @@ _CAPTURED: contextvars.ContextVar[tuple[str, Handover] | None] = contextvars.Con
 
 @contextmanager
 def capturing(task_name: str) -> Iterator[Handover]:
-    """Inside, drain jobs of ``task_name`` are recorded in the yielded :class:`Handover`
+    """Inside, drain jobs of ``task_name`` are recorded in the yielded `Handover`
     instead of sent (drain jobs of other tasks, e.g. a body calling another task, are sent)."""
     handover = Handover()
     token = _CAPTURED.set((task_name, handover))

@@ -1,8 +1,8 @@
 """How the continuous consumer waits for work on the structures it serves.
 
-One function, :func:`wait_for_work`: until the structures' wake signals are there to block on,
+One function, `wait_for_work`: until the structures' wake signals are there to block on,
 it looks at each idle structure's depth (one cheap read: the counters hash, or a stream group's
-figures) every :data:`POLL` seconds.
+figures) every `POLL` seconds.
 """
 
 from __future__ import annotations
