@@ -1,6 +1,7 @@
 -- Hand up to n entries to one consumer of a group: first held entries whose key came free
 -- (ordered groups), then entries pending longer than the visibility timeout (XAUTOCLAIM; past
--- max_receives they are dead-lettered instead), then new entries (XREADGROUP).
+-- max_receives they are dead-lettered instead), then new entries (XREADGROUP). A claimed entry
+-- was handed out before (its batch died or failed): it is handed out alone, a read of one.
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),

@@ -201,7 +201,9 @@ class EventStream(Structure):
         self, group: str, consumer: str, count: int = 10, *, linger: bool = False
     ) -> StreamRead:
         """Hand up to ``count`` entries of ``group`` to ``consumer``: entries whose key came
-        free (ordered), then entries pending past the visibility timeout, then new ones.
+        free (ordered), then entries pending past the visibility timeout, then new ones. A
+        claimed entry was handed out before (its batch died or failed): it comes alone, a read
+        of one, so an entry that kills its consumer's process takes no other entry with it.
 
         An empty read releases the group's drain lease in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published
