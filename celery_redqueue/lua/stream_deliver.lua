@@ -40,7 +40,7 @@ end
 
 -- Ordered groups: held entries whose key came free (parked with 0 receives).
 local function take_ready(r)
-  while r.ordered and r.handed < r.n do
+  while r.ordered and r.handed < r.n and not r.alone do
     local id = redis.call('LPOP', K_READY)
     if not id then return end
     redeliver(r, id, entry_of(id), receives_of(r.group, id))
@@ -49,9 +49,9 @@ end
 
 -- Entries pending longer than the visibility timeout (XAUTOCLAIM from the saved cursor, one at
 -- a time; JUSTID so that the count is set here). Each was handed out before, to a batch that
--- died or failed, so it is handed out alone (r.alone): a read that holds entries already
--- claims none, and one claimed entry ends the read, so a call that killed its batch's process
--- cannot take good calls down with it again. Returns true when more may be claimable.
+-- died or failed, so it is handed out alone (r.alone): the read claims only while it holds
+-- nothing, and one claimed entry ends it, so a call that killed its batch's process cannot
+-- take good calls down with it again. Returns true when more may be claimable.
 local function take_claimed(r)
   if r.handed > 0 then return false end
   local cursor, claimed_any = redis.call('HGET', K_GSTATS, 'cursor') or '0-0', false
