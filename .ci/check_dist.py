@@ -14,14 +14,22 @@ folder = Path(sys.argv[1])
 (sdist,) = folder.glob("*.tar.gz")
 with zipfile.ZipFile(wheel) as archive:
     names = archive.namelist()
-lua = [n for n in names if n.startswith("celery_redqueue/lua/") and n.endswith(".lua")]
-source_lua = list(Path("celery_redqueue/lua").glob("*.lua"))
+lua = {n for n in names if n.startswith("celery_redqueue/lua/") and n.endswith(".lua")}
+source_lua = {p.as_posix() for p in Path("celery_redqueue/lua").glob("*.lua")}
 problems = []
-if len(lua) != len(source_lua):
-    problems.append(f"the wheel has {len(lua)} Lua scripts, the source {len(source_lua)}")
-for name in ["index.html", "app.js", "app.css"]:
-    if f"celery_redqueue/ops/static/{name}" not in names:
-        problems.append(f"the wheel lacks ops/static/{name}")
+if lua != source_lua:
+    problems.append(f"Lua scripts: the wheel lacks {sorted(source_lua - lua)[:5]}")
+static = {n for n in names if n.startswith("celery_redqueue/ops/static/")}
+source_static = {
+    f"celery_redqueue/{p.relative_to('celery_redqueue').as_posix()}"
+    for p in Path("celery_redqueue/ops/static").rglob("*")
+    if p.is_file()
+}
+if not source_static or static != source_static:
+    problems.append(f"dashboard files: the wheel lacks {sorted(source_static - static)[:5]}")
+tests = [n for n in names if "/tests/" in f"/{n}" or n.rsplit("/", 1)[-1].startswith("test_")]
+if tests:
+    problems.append(f"the wheel holds tests: {tests[:5]}")
 if "celery_redqueue/py.typed" not in names:
     problems.append("the wheel lacks py.typed")
 strays = [n for n in names if not n.startswith(("celery_redqueue/", "celery_redqueue-"))]
@@ -34,5 +42,9 @@ for part in ["tests/conftest.py", "docs/index.md", "LICENSE", "CHANGELOG.md"]:
         problems.append(f"the sdist lacks {part}")
 for problem in problems:
     print(f"check_dist: {problem}", file=sys.stderr)
-print(f"check_dist: {wheel.name}: {len(names)} files, {len(lua)} Lua scripts; {sdist.name} ok")
-sys.exit(1 if problems else 0)
+if problems:
+    sys.exit(1)
+print(
+    f"check_dist: {wheel.name}: {len(names)} files, {len(lua)} Lua scripts, "
+    f"{len(static)} dashboard files, no tests; {sdist.name}: tests and docs"
+)

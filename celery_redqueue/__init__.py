@@ -2,16 +2,16 @@
 
 Where things are (arrows point down: each layer uses only the layers below it):
 
-- :mod:`celery_redqueue.ops`: operator tools (``celery redqueue ...`` CLI)
-- :mod:`celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, StreamTask, LeaseTask,
+- `celery_redqueue.ops`: operator tools (``celery redqueue ...`` CLI)
+- `celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, StreamTask, LeaseTask,
   decorators, drain and reaper jobs, the app's ``redqueue_*`` settings)
-- :mod:`celery_redqueue.structures`: Redis structures that know nothing of Celery (CappedPool,
+- `celery_redqueue.structures`: Redis structures that know nothing of Celery (CappedPool,
   LeakyBucket, EventStream, ResourcePool, sorted sets, figures, the registry)
-- :mod:`celery_redqueue.redis`: the Redis layer (client, key names, Lua loader, serializers);
+- `celery_redqueue.redis`: the Redis layer (client, key names, Lua loader, serializers);
   the scripts themselves are in ``celery_redqueue/lua/``
-- :mod:`celery_redqueue.errors` and :mod:`celery_redqueue.validation`: every exception, and the
+- `celery_redqueue.errors` and `celery_redqueue.validation`: every exception, and the
   checks of option values, used by all layers
-- :mod:`celery_redqueue.testing`: the embedded Redis server and the pytest plugin
+- `celery_redqueue.testing`: the embedded Redis server and the pytest plugin
 """
 
 from .errors import (

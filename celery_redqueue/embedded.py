@@ -1,5 +1,5 @@
 """A throwaway Redis server for demos, tests and development: the short, public name of
-:mod:`celery_redqueue.testing.embedded`.
+`celery_redqueue.testing.embedded`.
 
 ``python -m celery_redqueue.embedded [--port 6379]`` runs one in the foreground until Ctrl-C
 (or SIGTERM), with nothing installed by hand: a Redis for local development.

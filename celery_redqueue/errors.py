@@ -103,7 +103,7 @@ class KeyBackoff(RedQueueError):
     a receive, so backing off never dead-letters it. Other keys go on. ``cost``: the units the
     upstream counted for the refused call (None: none, its charge is refunded).
 
-    Example::
+    Example:
 
         response = session.post(url, json=body)
         if response.status_code == 429:
@@ -123,9 +123,9 @@ class KeyBackoff(RedQueueError):
 
 
 def retry_after(value: str | int | float | None, *, default: float = 1.0) -> KeyBackoff:
-    """A :class:`KeyBackoff` from an HTTP ``Retry-After`` value: seconds (``"20"``) or an HTTP
-    date (``"Wed, 21 Oct 2015 07:28:00 GMT"``; a date in the past is 0 s). ``default`` when the
-    header is missing or unreadable."""
+    """A [`KeyBackoff`][celery_redqueue.KeyBackoff] from an HTTP ``Retry-After`` value: seconds
+    (``"20"``) or an HTTP date (``"Wed, 21 Oct 2015 07:28:00 GMT"``; a date in the past is 0 s).
+    ``default`` when the header is missing or unreadable."""
     import email.utils
     import time
 

@@ -1,8 +1,8 @@
 """Checks of option and argument values, shared by structures and tasks.
 
 Every check takes the name the caller knows the value by (a structure says ``capacity``, a task
-says ``pool_size``) and raises :class:`~celery_redqueue.errors.ConfigurationError` naming it
-(a call's argument: :class:`~celery_redqueue.errors.InvalidArgumentError`).
+says ``pool_size``) and raises [`ConfigurationError`][celery_redqueue.ConfigurationError] naming it
+(a call's argument: [`InvalidArgumentError`][celery_redqueue.InvalidArgumentError]).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def delay(name: str, value: Any) -> float:
     """A call's delay in seconds (``countdown``, or ``eta`` minus now), clamped at 0.
 
     A moment in the past means "now" (an eta that just passed, a small negative countdown), but
-    not one more than :data:`MAX_DELAY` ago; NaN, infinities and delays beyond
-    :data:`MAX_DELAY` are refused with :class:`InvalidArgumentError` before anything is stored.
+    not one more than `MAX_DELAY` ago; NaN, infinities and delays beyond
+    `MAX_DELAY` are refused with [`InvalidArgumentError`][celery_redqueue.InvalidArgumentError]
+    before anything is stored.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{name} must be seconds, got {value!r}")

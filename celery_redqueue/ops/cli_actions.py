@@ -1,5 +1,5 @@
 """The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate, pause,
-resume, reap, seek, beat-prune. Registered on the group of :mod:`.cli_base`; :mod:`.cli`
+resume, reap, seek, beat-prune. Registered on the group of `cli_base`; `cli`
 imports this module."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What every ``celery -A proj redqueue`` command shares: the command group, opening the app's
-structures, one-line errors and finding a structure by name. :mod:`.cli` (figures) and
-:mod:`.cli_actions` (actions) register their commands on :data:`redqueue`."""
+structures, one-line errors and finding a structure by name. `cli` (figures) and
+`cli_actions` (actions) register their commands on `redqueue`."""
 
 from __future__ import annotations
 

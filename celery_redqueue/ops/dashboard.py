@@ -15,8 +15,8 @@ need all of:
 Every response forbids inline script and framing (Content-Security-Policy); the page only ever
 puts data in the DOM as text.
 
-``celery -A proj redqueue dashboard`` runs it on its own; :func:`dashboard_app` mounts it in your
-own web project instead, behind your project's login (the token still guards actions)::
+``celery -A proj redqueue dashboard`` runs it on its own; `dashboard_app()` mounts it in your
+own web project instead, behind your project's login (the token still guards actions):
 
     # Flask
     from werkzeug.middleware.dispatcher import DispatcherMiddleware
@@ -103,7 +103,7 @@ class Dashboard:
     """The dashboard as a WSGI callable; mount it under any path of a WSGI server.
 
     Args:
-        ops: what to read and act on (see :meth:`Operations.from_app`).
+        ops: what to read and act on (see `Operations.from_app()`).
         token: the secret that unlocks actions; None makes the dashboard read-only.
         refresh: seconds between the page's refreshes.
         allowed_hosts: host names the ``Host`` header may carry (any port); None accepts any

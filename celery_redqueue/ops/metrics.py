@@ -4,7 +4,7 @@ Served at ``GET /metrics`` by the dashboard and printed by ``celery -A proj redq
 (for node_exporter's textfile collector). Names follow Prometheus conventions: counters end in
 ``_total``, times are in seconds, and every series carries ``kind`` and ``name`` labels. Per-key
 series exist only for each bucket's busiest keys (``top_keys``), and per-group series of a
-stream for at most its :data:`~celery_redqueue.ops.reading.GROUP_WINDOW` most lagging groups, so
+stream for at most its `GROUP_WINDOW` most lagging groups, so
 cardinality stays bounded however many keys a bucket or groups a stream has.
 
 Needs ``prometheus_client`` (``pip install 'celery-redqueue[dashboard]'``).
@@ -39,7 +39,7 @@ def _prometheus() -> Any:
 class RedQueueCollector:
     """A prometheus_client collector reading every structure at each scrape.
 
-    Register it on your own registry to export redqueue figures from an existing endpoint::
+    Register it on your own registry to export redqueue figures from an existing endpoint:
 
         from prometheus_client import REGISTRY
         REGISTRY.register(RedQueueCollector(Operations.from_app(app)))

@@ -217,7 +217,7 @@ class Operations:
 
     def groups(self, target: Target) -> list[GroupFigures]:
         """A stream's groups' figures (one script each), the most behind first; at most
-        :data:`GROUP_WINDOW` of them (groups are declared by code, so normally a few)."""
+        `GROUP_WINDOW` of them (groups are declared by code, so normally a few)."""
         stream = target.structure
         if not isinstance(stream, EventStream):
             raise ConfigurationError(f"{target.id} is not a stream: it has no groups")
@@ -247,7 +247,7 @@ class Operations:
             return letter_view(letter)
 
     def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
-        """A bucket's busiest keys (deepest among the next :data:`KEY_WINDOW` eligible), or the
+        """A bucket's busiest keys (deepest among the next `KEY_WINDOW` eligible), or the
         keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
         are those of every shard, merged."""
         bucket = target.structure
@@ -366,7 +366,7 @@ class Operations:
         return [DeadLetter(None, 0, "", 0.0, raw=raw) for raw in raws]
 
     def requeue(self, target: Target, refs: Sequence[str] | None = None, limit: int = -1) -> str:
-        """Requeue the letters named by ``refs`` (from :meth:`dead_letters`), or the oldest
+        """Requeue the letters named by ``refs`` (from `dead_letters()`), or the oldest
         ``limit`` (-1: all); sends a drain job when the app has the structure's task."""
         count = int(target.structure.requeue_dead(self._letters(refs), limit=limit))
         sent = self.send_drain(target) if count else None

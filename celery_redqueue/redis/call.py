@@ -1,12 +1,12 @@
-"""The one way a script reaches Redis: :func:`run_script`, sent once, never retried by redis-py.
+"""The one way a script reaches Redis: `run_script()`, sent once, never retried by redis-py.
 
 redis-py (6+) re-sends a command after a ``ConnectionError`` on read, and a user's
 ``redqueue_redis_options`` may configure any ``Retry``. For a script that is a second run after
 a lost reply: a store kept twice, a pop that overwrote its own batch. So scripts never go
 through redis-py's command path: this module takes a connection, sends EVALSHA once and reads
 the reply, and decides what a lost reply means from the script's header (``-- Lost reply:``,
-see :mod:`.lua`): a script that is safe to run twice is sent again on a fresh connection; any
-other raises :class:`~celery_redqueue.errors.ReplyLostError` ("may have been applied").
+see `lua`): a script that is safe to run twice is sent again on a fresh connection; any
+other raises [`ReplyLostError`][celery_redqueue.ReplyLostError] ("may have been applied").
 
 It is also the producer's hot path. A pooled ``.delay()`` is one round trip, so what surrounds
 it shows: a thread keeps one connection of the client's pool for its calls (taking and giving
@@ -171,7 +171,7 @@ def _closed_by_peer(conn: Any) -> bool:
 
 
 #: (SHA, keys, encoding) -> (parts, packed prefix). Emptied when it grows past
-#: :data:`PREFIX_CACHE`: calls with a key of their own (a bucket poll's, a lease token's) would
+#: `PREFIX_CACHE`: calls with a key of their own (a bucket poll's, a lease token's) would
 #: otherwise grow it without end; the hot key lists are packed again on their next call.
 _prefixes: dict[tuple[Any, ...], tuple[int, bytes]] = {}
 PREFIX_CACHE = 2048
@@ -206,8 +206,8 @@ def run_script(
 
     A lost reply (the connection broke after the script was sent) re-sends a script whose
     header says it is safe to run twice, on a fresh connection, and raises
-    :class:`ReplyLostError` for any other; a timeout raises for any script. Every redis-py
-    error comes back translated (:func:`.client.translate_error`).
+    [`ReplyLostError`][celery_redqueue.ReplyLostError] for any other; a timeout raises for any
+    script. Every redis-py error comes back translated (`client.translate_error()`).
     """
     action = f"running {script.name}"
     asking: Any = None

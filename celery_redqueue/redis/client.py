@@ -1,5 +1,5 @@
 """Redis clients: built from a URL, one per process and URL, with timeouts by default, and
-every redis-py error translated into the package's own (see :func:`redis_errors`)."""
+every redis-py error translated into the package's own (see `redis_errors()`)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ DEFAULT_TIMEOUTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeo
 
 def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
     """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster,
-    ``sentinel://`` URLs a client of the master (see :mod:`.sentinel`).
+    ``sentinel://`` URLs a client of the master (see `sentinel`).
 
-    ``options`` go to redis-py's ``from_url`` over :data:`DEFAULT_TIMEOUTS` (pass
+    ``options`` go to redis-py's ``from_url`` over `DEFAULT_TIMEOUTS` (pass
     ``socket_timeout=None`` to wait forever).
     """
     if not isinstance(url, str) or "://" not in url:
@@ -107,9 +107,10 @@ def translate_error(exc: Exception, action: str) -> RedQueueError:
 def redis_errors(action: str) -> Iterator[None]:
     """Turn every redis-py error into a RedQueueError naming the action, the cause chained.
 
-    Unreachable, stalled, loading or read-only Redis: :class:`RedisUnavailableError`; at
-    maxmemory: :class:`RedisFullError`; anything else Redis refuses (``WRONGTYPE``, a script
-    error): :class:`RedisCommandError`.
+    Unreachable, stalled, loading or read-only Redis:
+    [`RedisUnavailableError`][celery_redqueue.RedisUnavailableError]; at maxmemory:
+    `RedisFullError`; anything else Redis refuses (``WRONGTYPE``, a script error):
+    `RedisCommandError`.
     """
     try:
         yield

@@ -12,20 +12,20 @@ Every script in ``lua/`` follows one contract:
   parts last. "Send a drain job" is always a field of its own, ``send_drain`` (1|0; with
   ``wake_in_ms`` when a job should be sent with a countdown), never a special value of another
   field. A script that takes work out (``pool_pop``, ``bucket_dequeue``, ``stream_read``)
-  replies a status first: one of :data:`EMPTY`, :data:`TAKEN`, :data:`LINGER`, :data:`AGAIN`,
-  :data:`LATER` (``drain_lease.lua`` names the same values). Times with a fraction of a
+  replies a status first: one of `EMPTY`, `TAKEN`, `LINGER`, `AGAIN`,
+  `LATER` (``drain_lease.lua`` names the same values). Times with a fraction of a
   millisecond travel as ``"%.17g"`` strings (Lua's ``tostring`` keeps 14 digits).
 * **Errors**: a malformed argument is an error reply ``ERR <script>: <what>``, before any write.
 * **Lost reply**: a header line ``-- Lost reply: safe to run twice (why)`` or
   ``-- Lost reply: raises (why)`` says what a second run would do, and is what the call path
-  does when a reply is lost (:mod:`.call`): send it again, or raise ``ReplyLostError``.
+  does when a reply is lost (`call`): send it again, or raise ``ReplyLostError``.
   Every script has one; docs/failure-modes.md tabulates them.
 * **Keys**: a script that receives only some of its structure's keys names them, in order, on
   a header line ``-- Parts: items stats ...``; the structure passes exactly those (see
-  :attr:`LuaScript.parts`). Without it a script receives all of them.
+  `LuaScript.parts`). Without it a script receives all of them.
 
 Helpers shared by several scripts live in included files (``--#include name``, see
-:func:`script`): ``common`` (``clock``, ``flow``, ``drain_lease``, expiring ids, counters),
+`script()`): ``common`` (``clock``, ``flow``, ``drain_lease``, expiring ids, counters),
 then per structure ``<kind>_common`` and the files it includes.
 """
 
@@ -131,7 +131,7 @@ def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]
 
     A consistent snapshot like MULTI/EXEC, but Redis serves it at maxmemory too (it refuses every
     command of a MULTI then), which is when an operator needs the figures. A nil reply comes
-    back as None; HGETALL as a flat list (see :func:`pairs`). All keys must share a hash tag.
+    back as None; HGETALL as a flat list (see `pairs()`). All keys must share a hash tag.
     """
     keys: list[KeyOrArg] = []
     args: list[KeyOrArg] = []

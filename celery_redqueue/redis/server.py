@@ -1,4 +1,4 @@
-"""What in the Redis server's own settings can lose calls: the one :func:`server_warnings` that
+"""What in the Redis server's own settings can lose calls: the one `server_warnings()` that
 figures, the dashboard, ``top``, the CLI and the worker's start-up check all show.
 
 Two things take calls out of Redis without any script running: an eviction policy (Redis

@@ -2,7 +2,7 @@
 encoding, dead-letter tools and clearing.
 
 A structure kind is a subclass with a ``kind`` name and the ``PARTS`` its scripts receive;
-defining it adds it to the :mod:`.catalog`, so the reaper, figures and CLI can reopen any
+defining it adds it to the `catalog`, so the reaper, figures and CLI can reopen any
 registered structure from its recorded settings without importing user code.
 """
 
@@ -35,7 +35,7 @@ class Structure(DeadLetterTools, catalog.Registered):
 
     Subclasses set ``kind`` (the middle of the hash tag: ``prefix:{<kind>:<name>}:<part>``),
     ``parts`` (the keys every script of the kind receives, in order), implement
-    :meth:`settings` and :meth:`_script_head` (the arguments every script of the kind takes
+    `settings()` and `_script_head()` (the arguments every script of the kind takes
     first).
     """
 
@@ -72,7 +72,7 @@ class Structure(DeadLetterTools, catalog.Registered):
         """Run script ``name`` with this structure's keys (or ``keys``) and the common head.
 
         A script whose header names the key parts it receives (``-- Parts:``) gets exactly
-        those; any other all of :attr:`parts`. The first call of a process records the
+        those; any other all of `parts`. The first call of a process records the
         structure in the registry.
         """
         self.register_once()

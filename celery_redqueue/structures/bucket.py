@@ -11,7 +11,7 @@ exact and a late consumer's lost time is not made up. All time is the Redis serv
 
 A dequeued item is *reserved* until committed. If its consumer dies, the reaper puts it back at
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
-to the dead-letter list instead. A worker renews what it holds (:meth:`LeakyBucket.renew`) while
+to the dead-letter list instead. A worker renews what it holds (`LeakyBucket.renew()`) while
 the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
 drain-pending flag is a short lease (``drain_lease``) that a running drain renews. An item that
 cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
@@ -20,7 +20,7 @@ Layout (all under one hash tag): per-key FIFOs live in one hash (``key NUL posit
 and tail positions per key, so every script touches only the fixed keys it is given and works on
 Redis Cluster, and every operation is O(log K) in the number of keys.
 
-Example::
+Example:
 
     bucket = LeakyBucket(redis.Redis(), "crawl", default_rate="2/s")
     bucket.set_rate("example.com", "10/s")
@@ -364,7 +364,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
         return decode_ids(reply)
 
     def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
-        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        """The script, keys and arguments of `renew()` (a heartbeat pipelines them)."""
         return "bucket_renew", self._keys, [self.visibility_timeout_ms, *reservation_ids]
 
     def heartbeat_interval(self) -> float:
@@ -402,7 +402,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
     def figures(self) -> Figures:
         """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
         and out over the last minute, oldest waiting item, time to drain, workers needed.
-        Per key, :meth:`key_stats` adds the rate-bound drain time (depth x interval)."""
+        Per key, `key_stats()` adds the rate-bound drain time (depth x interval)."""
         return structure_figures(
             self.client,
             self.keys,

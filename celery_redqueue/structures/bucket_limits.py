@@ -1,14 +1,14 @@
 """A bucket's limits for metered APIs, beside each key's call rate: a cost budget per key (units
 per period), a total rate over all keys, a concurrency limit per key, pauses (an upstream's
-429, or by hand), and the noisy-neighbour figures. :class:`~.bucket.LeakyBucket` mixes this in;
-the scripts' side is ``lua/bucket_limits.lua``. See docs/metered-apis.md.
+429, or by hand), and the noisy-neighbour figures. [`LeakyBucket`][celery_redqueue.LeakyBucket]
+mixes this in; the scripts' side is ``lua/bucket_limits.lua``. See docs/metered-apis.md.
 
 Costs follow GCRA on units, checked before a release: a key may release once its unit schedule
 (less its burst) is reached, and the release moves the schedule on by the call's cost from the
 theoretical schedule (never from "now" while the key is behind), as the call rate does. The body
 may report the actual cost; the difference is charged (or refunded) at its commit.
 
-Example::
+Example:
 
     bucket = LeakyBucket(client, "llm", default_rate="500/m", cost_rate="90000/m",
                          concurrency=4)
@@ -218,7 +218,7 @@ class BucketLimits:
             self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
 
     def pause(self, key: str, seconds: float | None = None) -> bool:
-        """Release nothing of ``key`` for ``seconds`` (None: until :meth:`resume`), in every
+        """Release nothing of ``key`` for ``seconds`` (None: until `resume()`), in every
         process; the key keeps accepting calls. A pause never shortens a longer one. Returns
         whether the pause changed."""
         if seconds is not None and (
@@ -231,7 +231,7 @@ class BucketLimits:
 
     def resume(self, key: str) -> bool:
         """End a key's pause (by hand or a backoff); False when it was not paused. Sends a drain
-        job through :attr:`drain_sender` when the key has work and none is running."""
+        job through `drain_sender` when the key has work and none is running."""
         changed, send = self._run("bucket_pause", ["resume", _check_key(key), ""])
         if send and self.drain_sender is not None:
             self.drain_sender()

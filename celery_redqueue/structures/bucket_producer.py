@@ -1,6 +1,6 @@
 """What a bucket offers producers: checking, encoding and enqueueing calls, one or many; shared
-by :class:`~.bucket.LeakyBucket` and the sharded bucket, which differ only in where an item
-goes. Re-exported by :mod:`.bucket`."""
+by [`LeakyBucket`][celery_redqueue.LeakyBucket] and the sharded bucket, which differ only in where
+an item goes. Re-exported by `bucket`."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def _cost_arg(call: EncodedCall) -> str:
 
 
 class BucketProducer(Producer[EncodedCall]):
-    """What a bucket offers producers on top of :class:`~.protocols.Producer`: shared by
-    :class:`LeakyBucket` and the sharded bucket, which differ only in where an item goes."""
+    """What a bucket offers producers on top of `Producer`: shared by
+    [`LeakyBucket`][celery_redqueue.LeakyBucket] and the sharded bucket, which differ only in where
+    an item goes."""
 
     store_chunk = ENQUEUE_CHUNK
     limits: Limits

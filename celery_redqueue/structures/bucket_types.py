@@ -1,5 +1,5 @@
 """What a LeakyBucket hands back (results, reservations, figures) and how its options are read
-(rates, keys, option checks shared with BucketTask). Re-exported by :mod:`.bucket`."""
+(rates, keys, option checks shared with BucketTask). Re-exported by `bucket`."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class Reservation:
 
 @dataclass(frozen=True)
 class Dequeued:
-    """The answer of :meth:`LeakyBucket.poll`: a reservation, or how long until one can go."""
+    """The answer of `LeakyBucket.poll()`: a reservation, or how long until one can go."""
 
     reservation: Reservation | None = None
     #: Seconds until the next key becomes eligible (items are queued); None when empty.

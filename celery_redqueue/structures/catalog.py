@@ -29,7 +29,7 @@ def add_kind(kind: str, cls: type[Any]) -> None:
 
 
 def add_sharded(kind: str, cls: type[Any]) -> None:
-    """Make sharded structures of ``kind`` reopenable (called by :mod:`.sharded`)."""
+    """Make sharded structures of ``kind`` reopenable (called by `sharded`)."""
     SHARDED[kind] = cls
 
 
@@ -111,7 +111,7 @@ def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]
     """Every registered structure of ``prefix`` as ``(kind, name, settings)``, sorted.
 
     Raises ConfigurationError when an entry's settings are unreadable; callers that must carry
-    on past one bad entry use :func:`registry_entries` and :func:`open_entry`.
+    on past one bad entry use `registry_entries()` and `open_entry()`.
     """
     return [(e.kind, e.name, decode_settings(e)) for e in registry_entries(client, prefix)]
 

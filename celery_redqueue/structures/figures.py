@@ -3,7 +3,7 @@ would take to keep up. One call, bounded Redis work (a few hash reads, no scan o
 
 Rates come from per-second counters kept by the structure's scripts (flow.lua: one field per
 second, pruned after two minutes), so "per second" means "averaged over the last minute". The
-same scripts keep per-minute counters for an hour, read in the same call as :class:`History`:
+same scripts keep per-minute counters for an hour, read in the same call as `History`:
 the last hour, minute by minute.
 """
 
@@ -79,7 +79,7 @@ class Figures:
     #: The last minute and the last hour, read in the same call.
     history: History | None = field(default=None, repr=False, compare=False)
     #: What in Redis's configuration can lose calls (an eviction policy, persistence off);
-    #: see :func:`~celery_redqueue.redis.server.server_warnings`.
+    #: see `server_warnings()`.
     warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,8 +104,9 @@ def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
 
 def parse_counters(where: str, flat: Mapping[bytes, bytes]) -> dict[str, int]:
     """A stats hash's fields as integers; a field that is not an integer (written by another
-    program, or corrupted) raises :class:`CorruptDataError` naming ``where`` (the hash's key)
-    and the field, rather than a bare ``ValueError`` from deep inside ``stats()``."""
+    program, or corrupted) raises [`CorruptDataError`][celery_redqueue.CorruptDataError] naming
+    ``where`` (the hash's key) and the field, rather than a bare ``ValueError`` from deep inside
+    ``stats()``."""
     counters: dict[str, int] = {}
     for name, value in flat.items():
         text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # leases.py imports this module (it re-exports LeaseKeeper)
 
 logger = logging.getLogger("celery_redqueue.structures.leases")
 
-#: What a :class:`LeaseKeeper` calls, once, when its lease is lost: ``(lease, reason)``.
+#: What a [`LeaseKeeper`][celery_redqueue.LeaseKeeper] calls, once, when its lease is lost:
+#: ``(lease, reason)``.
 LostCallback = Callable[["Lease", str], None]
 
 
@@ -37,13 +38,13 @@ class LeaseKeeper:
     * no renewal succeeded before its local deadline (``Lease.local_deadline``; Redis stalled
       or unreachable): the keeper cannot prove it still holds the lease, so it does not wait
       for Redis to say so;
-    * :meth:`release` finds it no longer held.
+    * `release()` finds it no longer held.
 
     Check ``lost`` right before each use of the resource. That still leaves a window (a pause
     between the check and the use): give writes the lease's fencing token (``lease.fence``)
     and let the store refuse stale ones; see docs/guides/leases.md.
 
-    Example::
+    Example:
 
         keeper = LeaseKeeper(pool, lease, ttl=30, on_lost=lambda lease, why: abort.set())
         keeper.start()

@@ -1,5 +1,5 @@
 """What a ResourcePool hands back (a Lease, its figures) and how its arguments are checked.
-Re-exported by :mod:`.leases`."""
+Re-exported by `leases`."""
 
 from __future__ import annotations
 

@@ -19,11 +19,12 @@ Redis holds, under ``<prefix>:{lease:<name>}:``:
 Every operation is one Lua script, O(log N) (reclaiming is bounded per call), and time is the
 Redis server's ``TIME``, so the clocks of many clients cannot disagree about who holds what.
 
-A lease is proof of holding a resource: ``release`` and ``renew`` take the :class:`Lease` and
-succeed only for its token while the lease is still valid. A holder whose lease ran out (and
-whose resource may already be someone else's) gets False and changes nothing.
+A lease is proof of holding a resource: ``release`` and ``renew`` take the
+[`Lease`][celery_redqueue.Lease] and succeed only for its token while the lease is still valid. A
+holder whose lease ran out (and whose resource may already be someone else's) gets False and changes
+nothing.
 
-Example::
+Example:
 
     keys = ResourcePool(redis.Redis(), "api-keys", ["key-1", "key-2", "key-3"])
     with keys.lease(ttl=30) as name:       # NoFreeResourceError when all are taken
@@ -87,7 +88,7 @@ class ResourcePool(catalog.Registered):
         name: the pool's name.
         resources: names to make sure are in the pool. They are added on the first operation
             (no I/O happens here), and adding is idempotent, so every process may declare the
-            same list. Declaring never removes: use :meth:`remove_resources` for that (and drop
+            same list. Declaring never removes: use `remove_resources()` for that (and drop
             the name from the declaration, or the next new process adds it again).
         prefix: namespace of the keys.
     """
@@ -304,9 +305,10 @@ class ResourcePool(catalog.Registered):
         ``keep_alive=True`` a background thread renews the lease every ``ttl / 3`` seconds
         while the block runs, so ``ttl`` only bounds how long a crashed holder keeps it.
         ``on_lost(lease, reason)`` is called once if the lease is lost (see
-        :class:`LeaseKeeper`), at the latest when the release at the end finds it gone.
+        [`LeaseKeeper`][celery_redqueue.LeaseKeeper]), at the latest when the release at the end
+        finds it gone.
 
-        Example::
+        Example:
 
             with pool.lease(ttl=10, wait=30) as device:
                 flash_firmware(device)

@@ -1,5 +1,5 @@
 """Loss made visible: detect a Redis that restarted and lost its data (the settings that can
-lose data are warned about by :func:`~celery_redqueue.redis.server.server_warnings`).
+lose data are warned about by `server_warnings()`).
 
 Two things can take calls out of Redis without any script running: an eviction policy (Redis
 deletes keys when full, leaving structures with phantom depth or wedged keys) and a restart
@@ -7,9 +7,9 @@ without persistence (every counter starts again at 0, so the accounting identiti
 "hold" while thousands of queued calls are gone). Neither can be prevented from here; both can
 be made known.
 
-* :func:`check_for_loss`: compares each registered structure's totals with the snapshot last
+* `check_for_loss()`: compares each registered structure's totals with the snapshot last
   seen (kept in process memory and in ``<prefix>:health``); when Redis's run id changed and a
-  structure's counters went backwards or vanished, returns a :class:`Loss` per structure that
+  structure's counters went backwards or vanished, returns a `Loss` per structure that
   says what was last seen, and when. The Celery glue calls it at worker start and from the
   reaper, and logs what it finds.
 """

@@ -12,7 +12,7 @@ is full depends on the policy:
 With ``coalesce=True`` equal payloads merge into one entry with a count; capacity counts
 distinct entries and consumers receive each payload with its count.
 
-Accounting is exact and can be read at any moment from any process (``stats()``)::
+Accounting is exact and can be read at any moment from any process (``stats()``):
 
     offered  == accepted + rejected
     accepted == processed + failed + evicted + depth + in_flight + lost + dead + purged
@@ -26,12 +26,12 @@ Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered
 
 The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
 renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
-deadline (``visibility_timeout``) is pushed forward by :meth:`CappedPool.renew` while its bodies
+deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while its bodies
 run.
 An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
 (``dead``); the rest of its batch carries on.
 
-Example::
+Example:
 
     pool = CappedPool(redis.Redis(), "events", capacity=1000)
     pool.add({"user": 7})
@@ -104,8 +104,9 @@ _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
 class PoolProducer(Producer[bytes]):
-    """What a pool offers producers on top of :class:`~.protocols.Producer`: shared by
-    :class:`CappedPool` and the sharded pool, which differ only in where an encoded call goes."""
+    """What a pool offers producers on top of `Producer`: shared by
+    [`CappedPool`][celery_redqueue.CappedPool] and the sharded pool, which differ only in where an
+    encoded call goes."""
 
     store_chunk = ADD_CHUNK
 
@@ -260,7 +261,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         the flag was released (calls due now send their own drain job), and ``schedule`` asks
         the caller to send one drain job with that countdown (none is scheduled earlier).
         Entries that cannot be parsed are dead-lettered (``malformed``); undecodable payloads
-        are listed in ``undecodable`` and dead-lettered by :meth:`ack`. With ``linger=True``
+        are listed in ``undecodable`` and dead-lettered by `ack()`. With ``linger=True``
         an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
         soon, so calls arriving meanwhile send no drain job.
 
@@ -360,7 +361,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         return decode_ids(reply)
 
     def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
-        """The script, keys and arguments of :meth:`renew` (a heartbeat pipelines them)."""
+        """The script, keys and arguments of `renew()` (a heartbeat pipelines them)."""
         return "pool_renew", self._keys, [self.visibility_timeout_ms, *batch_ids]
 
     def heartbeat_interval(self) -> float:

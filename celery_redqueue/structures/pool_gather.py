@@ -1,7 +1,7 @@
 """Gathering: whether a drain should pop a pool now or let a batch fill first.
 
 A ``pool_batch`` body that writes to a database wants batches, not single calls: "every 10 s or
-every 100 calls". :meth:`PoolGathering.gather` answers, in one atomic read, whether the pool
+every 100 calls". `PoolGathering.gather()` answers, in one atomic read, whether the pool
 holds ``min_calls`` or its oldest call has waited ``wait`` seconds (pop now), or how long the
 drain should let calls gather. When it says wait, it holds the drain flag until then (calls
 arriving meanwhile send no drain job) and marks the wake-up, so that of all the drains that ask
@@ -24,7 +24,7 @@ class Gather:
 
 
 class PoolGathering:
-    """Mixin of :class:`~celery_redqueue.structures.pool.CappedPool`."""
+    """Mixin of [`CappedPool`][celery_redqueue.CappedPool]."""
 
     def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
         raise NotImplementedError

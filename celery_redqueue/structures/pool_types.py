@@ -1,5 +1,5 @@
 """What a CappedPool hands back (results, batches, counters) and its option checks (shared
-with PoolTask). Re-exported by :mod:`.pool`."""
+with PoolTask). Re-exported by `pool`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The public seam between the Celery glue and the structures.
 
-The glue (``tasks/``) stores calls through :class:`Producer` and works a structure through
-:class:`Drained`; pools, buckets and their sharded forms implement both, streams implement
-:class:`Drained`. Nothing in the glue touches a private name of a structure.
+The glue (``tasks/``) stores calls through `Producer` and works a structure through
+`Drained`; pools, buckets and their sharded forms implement both, streams implement
+`Drained`. Nothing in the glue touches a private name of a structure.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Producer(Protocol[ItemT]):
     """Where a producer stores encoded calls: a pool takes ``bytes``, a bucket
     ``(key, bytes)`` pairs."""
 
-    #: Most calls one :meth:`store_encoded` takes: one round trip, one bounded script.
+    #: Most calls one `store_encoded()` takes: one round trip, one bounded script.
     store_chunk: int
 
     def encode(self, payload: Any) -> bytes:
@@ -38,7 +38,7 @@ class Producer(Protocol[ItemT]):
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
-        """Store up to :attr:`store_chunk` encoded calls in one round trip; at most one
+        """Store up to `store_chunk` encoded calls in one round trip; at most one
         receipt asks for a drain job."""
         ...
 

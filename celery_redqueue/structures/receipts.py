@@ -1,6 +1,7 @@
-"""What a producer learns about a call it stored (:class:`Receipt`, one class for pool add,
-bucket enqueue and stream publish) and what a reaper pass did (:class:`ReapResult`, one class
-for every kind). A field a kind never sets keeps its default."""
+"""What a producer learns about a call it stored ([`Receipt`][celery_redqueue.Receipt], one class
+for pool add, bucket enqueue and stream publish) and what a reaper pass did
+([`ReapResult`][celery_redqueue.ReapResult], one class for every kind). A field a kind never sets
+keeps its default."""
 
 from __future__ import annotations
 

@@ -2,11 +2,13 @@
 
 Three classes over one Redis sorted set each (``<prefix>:{set:<name>}:items``):
 
-* :class:`SortedSet`: items ordered by a score, lowest first. The score comes from ``add(item,
+* [`SortedSet`][celery_redqueue.SortedSet]: items ordered by a score, lowest first. The score comes
+from ``add(item,
   score=...)``, else from the set's ``scorer(item)``, else it is 0 (ties are ordered by the
   serialized bytes). An explicit score of 0 is a score like any other.
-* :class:`TimeSortedSet`: scored by the time the item was added (first in, first out).
-* :class:`ScheduledSet`: scored by the time the item becomes due; ``pop``/``take``/``peek``
+* [`TimeSortedSet`][celery_redqueue.TimeSortedSet]: scored by the time the item was added (first in,
+first out). * [`ScheduledSet`][celery_redqueue.ScheduledSet]: scored by the time the item becomes
+due; ``pop``/``take``/``peek``
   see only items whose score is not in the future, and ``available()`` counts them.
 
 Items are serialized (JSON by default; ``"str"`` stores ``str(item)`` and gives back text, as
@@ -25,7 +27,7 @@ process that calls. Scores are Unix timestamps in seconds (floats, microsecond r
 explicit ``score=time.time() + 60`` works too, as long as the caller's clock is close to the
 server's. A custom ``scorer`` runs in the calling process and uses whatever clock it likes.
 
-Example::
+Example:
 
     jobs = ScheduledSet(redis.Redis(), "reminders")
     jobs.add({"order": 7}, delay=15 * 60)   # due in 15 minutes, by the server's clock
@@ -94,7 +96,7 @@ class SortedSet:
             ``redset``; a member that is not UTF-8 is reported as undecodable).
         prefix: namespace of the key.
 
-    Example::
+    Example:
 
         ranking = SortedSet(client, "crawl-frontier", scorer=lambda url: len(url))
         ranking.add("https://example.com/")
@@ -268,7 +270,7 @@ class ScheduledSet(TimeSortedSet):
     ``len()`` counts every item, ``available()`` the due ones, and ``peek_score()`` tells when
     the earliest item is (or was) due, which is how long a consumer with nothing to do may sleep.
 
-    Example::
+    Example:
 
         later = ScheduledSet(client, "cancel-unpaid")
         later.add({"order": 7}, delay=900)        # due 15 minutes from now (server clock)

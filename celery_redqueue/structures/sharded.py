@@ -1,11 +1,12 @@
 """Sharded pools and buckets: one logical structure spread over N hash tags (so over the nodes
 of a Redis Cluster), for the user whose one hot pool or bucket outgrows a node.
 
-A :class:`ShardedPool` holds N :class:`~.pool.CappedPool` shards and a :class:`ShardedBucket`
-N :class:`~.bucket.LeakyBucket` shards; each shard is a complete structure under its own hash
-tag, ``<prefix>:{pool:<name>#<i>.<j>}:<part>``, so every script still touches one slot. ``j`` is
-the smallest number that puts shard ``i``'s slot in the ``i``-th N-th of the slot space: with
-N equal to the number of masters and the slots split evenly (as ``redis-cli --cluster create``
+A [`ShardedPool`][celery_redqueue.ShardedPool] holds N [`CappedPool`][celery_redqueue.CappedPool]
+shards and a [`ShardedBucket`][celery_redqueue.ShardedBucket] N
+[`LeakyBucket`][celery_redqueue.LeakyBucket] shards; each shard is a complete structure under its
+own hash tag, ``<prefix>:{pool:<name>#<i>.<j>}:<part>``, so every script still touches one slot.
+``j`` is the smallest number that puts shard ``i``'s slot in the ``i``-th N-th of the slot space:
+with N equal to the number of masters and the slots split evenly (as ``redis-cli --cluster create``
 does), the shards land on distinct masters.
 
 Pools: each call goes to one shard, chosen with probability proportional to the shard's
@@ -23,7 +24,7 @@ shard's own pop, so nothing that arrives on any shard is stranded. Stats, figure
 dead letters are summed or merged over the shards; the registry lists the logical structure
 once (``shards`` in its settings), never its shards.
 
-Example::
+Example:
 
     pool = ShardedPool(cluster_client, "events", capacity=30_000, shards=3)
     pool.add({"user": 7})
@@ -141,7 +142,7 @@ class ShardedPool(Sharded, PoolProducer):
 
     def pop(self, n: int = 100, *, linger: bool = False) -> PoolBatch:
         """Pop a batch from the next shard that has work (see ``CappedPool.pop``); its id names
-        the shard, so :meth:`ack` and the heartbeat find it. An empty batch means every shard
+        the shard, so `ack()` and the heartbeat find it. An empty batch means every shard
         was empty (and released its flag, unless lingering); ``wait``/``schedule`` are the
         earliest shard's."""
         batch: PoolBatch | None
@@ -263,7 +264,7 @@ class ShardedBucket(Sharded, BucketProducer):
         return self.shard(key).pause(key, seconds)
 
     def resume(self, key: str) -> bool:
-        """Resume a key on its shard; its drain job goes through :attr:`drain_sender`."""
+        """Resume a key on its shard; its drain job goes through `drain_sender`."""
         shard = self.shard(key)
         shard.drain_sender = self.drain_sender
         return shard.resume(key)

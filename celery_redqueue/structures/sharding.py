@@ -1,4 +1,4 @@
-"""The machinery of sharded structures (:mod:`.sharded`): shard names, ids, the round-robin
+"""The machinery of sharded structures (`sharded`): shard names, ids, the round-robin
 sweep, heartbeat parts, and dead letters and figures over the shards."""
 
 from __future__ import annotations

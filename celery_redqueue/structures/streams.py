@@ -2,7 +2,7 @@
 
 A queue hands each message to one consumer and forgets it; a stream keeps it, and each group
 (the SMS sender, the packing-slip printer, the loyalty ledger) reads every event once, at its own
-pace, and can go back (:meth:`EventStream.seek`) to replay after a bug fix. Redis Streams hold the
+pace, and can go back (`EventStream.seek()`) to replay after a bug fix. Redis Streams hold the
 log: XADD under an approximate cap, consumer groups, a pending list per group, XAUTOCLAIM.
 
 Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
@@ -16,7 +16,7 @@ pending longer than ``visibility_timeout`` is claimed again by the next read, an
   sequence numbers every entry carries); ``lost`` (group): entries trimmed while pending, so
   they could not be delivered again.
 
-Example::
+Example:
 
     stream = EventStream(redis.Redis(), "orders", maxlen=100_000, groups=["sms", "loyalty"])
     stream.publish({"order": 7, "step": "placed"}, key="7")

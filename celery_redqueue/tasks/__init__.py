@@ -1,14 +1,14 @@
 """The Celery glue: task base classes whose calls go into Redis structures, and their decorators.
 
-- :mod:`.base`: what every redqueue task shares (storing calls, drain routing, delays, dedupe);
-  :mod:`.composition`: how it composes with other task bases (Flask, Django, yours)
-- :mod:`.pool`: :class:`PoolTask` and ``@pool_task`` (capped pools)
-- :mod:`.bucket`: :class:`BucketTask` and ``@bucket_task`` (per-key leaky buckets)
-- :mod:`.stream`: :class:`StreamTask` and ``@stream_task`` (consumer groups of event streams);
-  :mod:`.stream_app`: the app's streams (the groups its tasks subscribe)
-- :mod:`.lease`: :class:`LeaseTask` and ``@lease_task`` (leased resources)
-- :mod:`.beat`: drain and reaper jobs, beat entries
-- :mod:`.config`: the app's ``redqueue_*`` settings
+- `base`: what every redqueue task shares (storing calls, drain routing, delays, dedupe);
+  `composition`: how it composes with other task bases (Flask, Django, yours)
+- `pool`: [`PoolTask`][celery_redqueue.PoolTask] and ``@pool_task`` (capped pools)
+- `bucket`: [`BucketTask`][celery_redqueue.BucketTask] and ``@bucket_task`` (per-key leaky buckets)
+- `stream`: [`StreamTask`][celery_redqueue.StreamTask] and ``@stream_task`` (consumer groups of
+  event streams); `stream_app`: the app's streams (the groups its tasks subscribe)
+- `lease`: [`LeaseTask`][celery_redqueue.LeaseTask] and ``@lease_task`` (leased resources)
+- `beat`: drain and reaper jobs, beat entries
+- `config`: the app's ``redqueue_*`` settings
 """
 
 from .base import RedQueueTask

@@ -1,7 +1,7 @@
 """The shared plumbing of tasks backed by a redqueue structure: ``delay()`` stores the call in
-its structure (through :class:`~celery_redqueue.structures.protocols.Producer`), the broker
-carries argument-less drain jobs marked by :data:`~.wire.DRAIN_HEADER`, and a drain job runs
-the body for calls taken from the structure. The kinds: :mod:`.pool`, :mod:`.bucket`, ..."""
+its structure (through `Producer`), the broker
+carries argument-less drain jobs marked by `DRAIN_HEADER`, and a drain job runs
+the body for calls taken from the structure. The kinds: `pool`, `bucket`, ..."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     """
 
     #: A message is acknowledged after its job returned: a by-name call's message only once
-    #: the call is stored (:mod:`.by_name`); a drain job's when the drain ended.
+    #: the call is stored (`by_name`); a drain job's when the drain ended.
     acks_late = True
 
     #: The kind's ``*_results`` option (set per class: it is read on every call).
@@ -94,7 +94,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Inside a stored call, raise :class:`~celery.exceptions.Retry` for the drain to
+        """Inside a stored call, raise `Retry` for the drain to
         handle (the structure retries the call); elsewhere, Celery's retry."""
         if self._in_stored_call():
             raise Retry(exc=exc, when=countdown if countdown is not None else eta)
@@ -194,11 +194,11 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
         Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
         does an argument-less call of a body that needs arguments made by a scheduler or tool
-        (:func:`.options.is_trigger`: beat, django-celery-beat, Flower); from anything else
+        (`options.is_trigger()`: beat, django-celery-beat, Flower); from anything else
         (``delay()`` with the arguments forgotten) it is refused with InvalidArgumentError.
         ``task_id=`` names the call (the receipt's ``id``).
         Every other option has a meaning for the call or is refused, naming it
-        (:mod:`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
+        (`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
         arguments as a worker would see them.
         """
         routing: dict[str, Any] | None = None
@@ -296,7 +296,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
     def buffer(self, *, flush_on_error: bool = False) -> CallBuffer:
         """``with task.buffer():`` holds this task's calls and stores them on exit (see
-        :mod:`.buffer`)."""
+        `buffer`)."""
         return CallBuffer((self,), flush_on_error=flush_on_error)
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
@@ -329,7 +329,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``).
 
         Raises InvalidArgumentError for NaN, infinities, a moment more than
-        :data:`~celery_redqueue.validation.MAX_DELAY` away, or an eta that is not a datetime:
+        `MAX_DELAY` away, or an eta that is not a datetime:
         checked before anything is stored.
         """
         countdown, eta = options.get("countdown"), options.get("eta")

@@ -63,7 +63,7 @@ def reap(self: Task) -> dict[str, int]:
 
     Each structure is reaped on its own: whatever one raises (``WRONGTYPE`` on a key another
     program overwrote, settings that cannot be read, Redis refusing a script) is logged with
-    the structure's name and the error, counted under :data:`FAILED_KEY` in the result, and
+    the structure's name and the error, counted under `FAILED_KEY` in the result, and
     the others are still reaped. The job itself never raises, so one broken structure cannot
     hold back every other's expired work; a Redis outage is logged and the next run retries.
     """

@@ -46,7 +46,7 @@ TASK_OPTION_NAMES = {
 class BucketTask(RedQueueTask, MeteredOptions):
     """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
 
-    Example::
+    Example:
 
         @app.task(base=BucketTask, bucket_key=lambda url: urlsplit(url).hostname,
                   bucket_rate="2/s")
@@ -201,7 +201,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
         return self._key_of(args, kwargs, checked=False)
 
     def _key_of(self, args: Any, kwargs: Any, *, checked: bool) -> str:
-        """:meth:`key_for`; ``checked``: Celery has checked the call against the body's
+        """`key_for()`; ``checked``: Celery has checked the call against the body's
         signature already (``delay()`` does), so a key passed by position is read by index."""
         key_spec = self.bucket_key
         try:
@@ -429,9 +429,10 @@ class BucketTask(RedQueueTask, MeteredOptions):
 
 
 def bucket_task(*args: Any, **options: Any) -> Any:
-    """Decorator: a shared task with :class:`BucketTask` as base; options are checked at once.
+    """Decorator: a shared task with [`BucketTask`][celery_redqueue.BucketTask] as base; options are
+    checked at once.
 
-    Example::
+    Example:
 
         @bucket_task(bucket_key="domain", bucket_rate="5/s")
         def crawl(domain, path):

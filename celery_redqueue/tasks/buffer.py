@@ -2,7 +2,7 @@
 round trip per task and thousand calls.
 
 A web request, a loop over rows or a signal handler that fires many calls pays one round trip
-per pooled or bucket task instead of one per call::
+per pooled or bucket task instead of one per call:
 
     with celery_redqueue.buffer():          # every redqueue task called in this block
         for row in rows:
@@ -16,9 +16,10 @@ Rules (each is tested):
 
 * A call is checked where it is made: bad arguments, a failing key or dedupe function raise at
   ``delay()`` and are not buffered.
-* ``delay()`` returns a :class:`BufferedReceipt`. Its fields (``kept``, ``duplicate``, ...) are
+* ``delay()`` returns a [`BufferedReceipt`][celery_redqueue.BufferedReceipt]. Its fields (``kept``,
+``duplicate``, ...) are
   those of the stored call's receipt and can be read once the block has exited; before,
-  reading one raises :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
+  reading one raises [`ReceiptNotReadyError`][celery_redqueue.ReceiptNotReadyError].
 * Buffers belong to the thread (and asyncio task) that opened them: a call made in another
   thread is stored at once. Blocks nest; a call goes to the innermost open block that covers
   its task, and each block stores its own calls when it exits.
@@ -52,9 +53,9 @@ class BufferedReceipt:
     """The receipt of a buffered call: the stored call's receipt once its buffer has flushed.
 
     Attribute reads (``receipt.kept``, ``receipt.drain_needed``...) and ``bool(receipt)`` are
-    passed to the pool's :class:`~celery_redqueue.Receipt` or the bucket's
-    :class:`~celery_redqueue.Receipt`; before the flush they raise
-    :class:`~celery_redqueue.errors.ReceiptNotReadyError`.
+    passed to the pool's [`Receipt`][celery_redqueue.Receipt] or the bucket's
+    [`Receipt`][celery_redqueue.Receipt]; before the flush they raise
+    [`ReceiptNotReadyError`][celery_redqueue.ReceiptNotReadyError].
     """
 
     __slots__ = ("_error", "_result", "_state", "id", "task_name")
@@ -108,7 +109,7 @@ class BufferedReceipt:
 class CallBuffer:
     """One open ``buffer()`` block: the calls it holds, grouped by task and delay.
 
-    Use :func:`buffer` or ``task.buffer()`` to make one.
+    Use [`buffer()`][celery_redqueue.buffer] or ``task.buffer()`` to make one.
     """
 
     def __init__(self, tasks: Iterable[Any] = (), *, flush_on_error: bool = False) -> None:
@@ -212,7 +213,7 @@ def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
     """Collect the calls of ``tasks`` (no tasks: every pooled and bucket task) made in this
     thread inside the ``with`` block, and store them when it exits.
 
-    Example::
+    Example:
 
         with buffer(record, fetch) as held:
             for row in rows:

@@ -13,11 +13,11 @@ and acknowledges the message only after the store returned: the task is ``acks_l
   fails, a bad eta) is dead-lettered with its reason (counted as offered and dead) and the
   message acknowledged.
 - Redis unreachable or full: the message is sent again with a growing countdown
-  (:data:`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
+  (`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
   waits in the broker, not in a worker. Any other refusal of the write (a script error, a key
   of the wrong type) would fail every time: the call is dead-lettered with its reason instead.
 - Stored once per message: a call with no dedupe id of its own (no key function, no
-  :data:`DEDUPE_HEADER`) is stored under the message's id as its dedupe id, so a copy of the
+  `DEDUPE_HEADER`) is stored under the message's id as its dedupe id, so a copy of the
   same message (redelivered because the worker died between the store and the ack, or sent
   again after a lost reply that was applied) is refused by the structure's dedupe within its
   dedupe window, counted in ``duplicates``, and acknowledged as already stored.
@@ -62,7 +62,7 @@ def receipt_dict(receipt: Any) -> dict[str, Any]:
 
 
 class ByNameCalls:
-    """Mixin of :class:`~celery_redqueue.tasks.base.RedQueueTask`: storing by-name calls."""
+    """Mixin of `RedQueueTask`: storing by-name calls."""
 
     #: A message with arguments is stored in the structure (pools, buckets); a stream task's
     #: structure takes events by publishing, so its by-name calls run the body as before.

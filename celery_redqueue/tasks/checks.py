@@ -1,5 +1,5 @@
-"""The app's health checks: server warnings (:mod:`celery_redqueue.redis.server`) and data
-loss (:mod:`celery_redqueue.structures.loss`).
+"""The app's health checks: server warnings (`celery_redqueue.redis.server`) and data
+loss (`celery_redqueue.structures.loss`).
 
 At worker start (``worker_ready``, in the ``celery worker`` process) the worker warns when
 Redis's eviction policy or missing persistence can lose calls, and compares the structures'

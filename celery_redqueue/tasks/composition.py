@@ -1,7 +1,7 @@
 """How a redqueue task composes with other task bases (a Flask app's ``task_cls``, Django's
 ``DjangoTask``, a base of your own), in either order.
 
-Whichever base's ``__call__`` wins, :func:`entry_point` makes drain jobs recognised first; a
+Whichever base's ``__call__`` wins, `entry_point()` makes drain jobs recognised first; a
 direct call then goes on through the other bases' ``__call__``, and each stored call a drain
 runs goes through them too (e.g. inside Flask's app context), one call at a time, without
 Celery's own ``__call__`` pushing a second request.
@@ -37,7 +37,7 @@ def entry_point(owner: type, inner: Callable[..., Any] | None) -> Callable[..., 
 
 
 class CallComposition:
-    """Mixin of :class:`~celery_redqueue.tasks.base.RedQueueTask`: the ``__call__`` dispatch."""
+    """Mixin of `RedQueueTask`: the ``__call__`` dispatch."""
 
     if TYPE_CHECKING:  # provided by RedQueueTask
 

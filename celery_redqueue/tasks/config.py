@@ -34,7 +34,7 @@ class RedQueueConfig:
     serializer: Serializer = field(default_factory=lambda: get_serializer("json"))
     #: Extra keyword arguments for ``redis.Redis.from_url`` (TLS, ...), over the package's
     #: default timeouts (``socket_timeout`` and ``socket_connect_timeout`` of 5 s, see
-    #: :data:`~celery_redqueue.redis.client.DEFAULT_TIMEOUTS`; ``None`` waits forever).
+    #: `DEFAULT_TIMEOUTS`; ``None`` waits forever).
     redis_options: dict[str, Any] = field(default_factory=dict)
     #: ``redqueue_transport_options`` for a ``sentinel://`` URL: ``master_name`` (required),
     #: ``sentinel_kwargs``, ``min_other_sentinels`` (kombu's names), checked.
@@ -44,7 +44,7 @@ class RedQueueConfig:
     #: Seconds between runs of the reaper job under beat.
     reaper_interval: float = 30.0
     #: ``redqueue_tracing``: stored calls keep their caller's trace context and run in
-    #: OpenTelemetry ``process`` spans linked to it (:mod:`.tracing`). False when OpenTelemetry
+    #: OpenTelemetry ``process`` spans linked to it (`tracing`). False when OpenTelemetry
     #: is not installed.
     tracing: bool = False
 

@@ -10,7 +10,7 @@ one client go in one pipelined round trip.
 
 A second thread watches a structure whose drain failed (Redis unreachable, restarted under it):
 nothing else would send its next drain with beat off, since the dead drain's lease runs out
-over its calls and its in-flight work comes back only when reaped. See :meth:`Heartbeat.watch`.
+over its calls and its in-flight work comes back only when reaped. See `Heartbeat.watch()`.
 It is a thread of its own because a check against a Redis that does not answer blocks for its
 timeouts, and renewals of everything else the process holds must not wait behind it.
 """
@@ -113,7 +113,7 @@ class Heartbeat:
     def watch(self, structure: Any, check: Callable[[], object], window: float) -> None:
         """After a drain of ``structure`` failed, run ``check`` (the task's reap: it takes back
         expired work and sends the drain that due work under no live lease needs) every
-        :data:`WATCH_INTERVAL` seconds, until ``window`` seconds after the first check that
+        `WATCH_INTERVAL` seconds, until ``window`` seconds after the first check that
         succeeded: long enough for the dead drain's lease and its in-flight work to expire.
         A check that fails (Redis still down) is retried; watching again restarts the window."""
         with self._lock:

@@ -1,7 +1,7 @@
 """Celery glue for leased resources: tasks that run only while holding one resource of a pool.
 
 Declare the pool's resources once, where the app is defined, and give tasks ``LeaseTask`` as
-base (or use the :func:`lease_task` decorator)::
+base (or use the [`lease_task()`][celery_redqueue.lease_task] decorator):
 
     api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
 
@@ -17,7 +17,7 @@ that dies loses its lease ``lease_ttl`` seconds later at most.
 
 When every resource is leased, the call does not block the worker: it is retried with
 exponential backoff (``self.retry(countdown=...)``), up to ``lease_max_retries`` times, and then
-fails with :class:`~celery_redqueue.leases.NoFreeResourceError`. Those retries count in
+fails with [`NoFreeResourceError`][celery_redqueue.NoFreeResourceError]. Those retries count in
 ``self.request.retries`` like any other, so they also use up the body's own ``max_retries``.
 Called directly or in eager mode, a call that finds no
 free resource raises NoFreeResourceError at once (an eager retry would spin).
@@ -73,14 +73,15 @@ def _registry(app: Any) -> _LeaseRegistry:
 
 
 def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -> ResourcePool:
-    """The app's :class:`ResourcePool` called ``name``; declares ``resources`` for it.
+    """The app's [`ResourcePool`][celery_redqueue.ResourcePool] called ``name``; declares
+    ``resources`` for it.
 
     Uses the app's ``redqueue_*`` settings (URL, key prefix). Declaring does no I/O: every process
     adds the declared names (idempotently) on its first use of the pool, so calling this at module
     level next to the app is safe and workers forked later know the names too. Each process gets
     its own pool object; within one process, every call returns the same one.
 
-    Example::
+    Example:
 
         devices = resource_pool(app, "phones", [f"phone-{i}" for i in range(8)])
         devices.stats()
@@ -116,7 +117,8 @@ class _Holding:
 
 
 class LeaseTask(Task):  # type: ignore[misc]
-    """Base class of tasks that hold one resource of a :class:`ResourcePool` while they run.
+    """Base class of tasks that hold one resource of a
+    [`ResourcePool`][celery_redqueue.ResourcePool] while they run.
 
     See the module docstring for the lifecycle. Options are class attributes, so both
     ``@app.task(base=LeaseTask, lease_pool="api-keys")`` and ``@lease_task(...)`` work.
@@ -297,11 +299,12 @@ class LeaseTask(Task):  # type: ignore[misc]
 
 
 def lease_task(*args: Any, **options: Any) -> Any:
-    """Decorator: a shared task (or ``app=``'s task) with :class:`LeaseTask` as base.
+    """Decorator: a shared task (or ``app=``'s task) with [`LeaseTask`][celery_redqueue.LeaseTask]
+    as base.
 
     Options are checked at once, at the decoration site.
 
-    Example::
+    Example:
 
         @lease_task(lease_pool="api-keys", lease_ttl=30)
         def fetch(url):

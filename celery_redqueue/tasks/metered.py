@@ -1,7 +1,7 @@
 """BucketTask's options for metered APIs (``bucket_cost``, ``bucket_cost_rate``,
 ``bucket_total_rate``, ``bucket_concurrency``): their checks at declaration, a call's cost at
 the call site, and the cost a body reports (``self.report_cost(n)``). The structure side is
-:mod:`celery_redqueue.structures.bucket_limits`; see docs/metered-apis.md."""
+`celery_redqueue.structures.bucket_limits`; see docs/metered-apis.md."""
 
 from __future__ import annotations
 

@@ -2,13 +2,13 @@
 
 Declaration: every ``pool_*``, ``bucket_*`` and ``lease_*`` name given to a task class (by a
 decorator, ``@app.task(base=...)`` or a subclass) must be an option of that task kind; a typo
-is a :class:`~celery_redqueue.errors.ConfigurationError` with a "did you mean". One class may be
-only one kind of redqueue task.
+is a [`ConfigurationError`][celery_redqueue.ConfigurationError] with a "did you mean". One class may
+be only one kind of redqueue task.
 
 Calls: a pooled or bucket call is stored in Redis, not sent as a message, so each of Celery's
-``apply_async`` options either has a meaning for it (:data:`CALL_OPTIONS`,
-:data:`DRAIN_OPTIONS`) or is refused with a :class:`~celery_redqueue.errors.RedQueueError`
-naming it (:data:`REFUSED_OPTIONS`); none is dropped silently.
+``apply_async`` options either has a meaning for it (`CALL_OPTIONS`,
+`DRAIN_OPTIONS`) or is refused with a [`RedQueueError`][celery_redqueue.RedQueueError]
+naming it (`REFUSED_OPTIONS`); none is dropped silently.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def check_decoration_keywords(base: type, names: Any, kind: str) -> None:
     """Refuse decorator keywords that are neither Celery task options nor options of ``kind``
     (``@pool_task(size=10)``): Celery would set them on the class, where nothing reads them.
 
-    ``pool_*``/``bucket_*``/``lease_*`` names are checked by :func:`check_option_names`.
+    ``pool_*``/``bucket_*``/``lease_*`` names are checked by `check_option_names()`.
     """
     for name in names:
         if (

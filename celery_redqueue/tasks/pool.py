@@ -73,7 +73,7 @@ LINGER_POLL = 0.02
 class PoolTask(RedQueueTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
-    Example::
+    Example:
 
         @app.task(base=PoolTask, pool_size=10_000, pool_policy="sample")
         def record(event):
@@ -94,7 +94,7 @@ class PoolTask(RedQueueTask):
     pool_coalesce: bool = False
     #: Name of the keyword argument that carries the count of a coalesced call.
     pool_count_kwarg: str = "count"
-    #: Call the body once per popped batch with a list of :class:`PoolCall`.
+    #: Call the body once per popped batch with a list of [`PoolCall`][celery_redqueue.PoolCall].
     pool_batch: bool = False
     #: Seconds between beat-run drains (a safety net; calls also send drains). None: no beat.
     pool_drain_interval: float | None = 60.0
@@ -435,9 +435,10 @@ class PoolTask(RedQueueTask):
 
 
 def pool_task(*args: Any, **options: Any) -> Any:
-    """Decorator: a shared task with :class:`PoolTask` as base; options are checked at once.
+    """Decorator: a shared task with [`PoolTask`][celery_redqueue.PoolTask] as base; options are
+    checked at once.
 
-    Example::
+    Example:
 
         @pool_task(pool_size=1000, pool_coalesce=True)
         def count_error(fingerprint, count=1):

@@ -5,7 +5,7 @@ Every call a pooled or bucket task stores gets an id, on its receipt (``receipt.
 ``*_results`` option on (``pool_results=True``, ``bucket_results=True``) the id travels with
 the stored call and the body's return value or exception is stored in the app's result backend
 under it, so ``receipt.get()`` and ``AsyncResult(receipt.id).get()`` work; a call the structure
-refuses gets :class:`~celery_redqueue.errors.CallRefusedError` as its result at once.
+refuses gets [`CallRefusedError`][celery_redqueue.CallRefusedError] as its result at once.
 
 Off (the default), nothing is stored per call: a pool exists to take calls at a fraction of a
 message's cost, and a result is one more backend write per call (and a read per wait). The
@@ -105,7 +105,7 @@ def outcome_reader(task: Any, kept: bool, results: bool) -> Any:
 
 def with_id(call: list[Any], call_id: str | None) -> list[Any]:
     """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
-    ``meta`` (shared with the trace context, see :mod:`.tracing`) when results are on."""
+    ``meta`` (shared with the trace context, see `tracing`) when results are on."""
     if call_id is not None:
         if len(call) == 3:
             call[2] = dict(call[2], **{ID_FIELD: call_id})

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 class StreamTask(RedQueueTask):
     """Base class of stream consumers: the task is group ``stream_group`` of ``stream_name``.
 
-    Example::
+    Example:
 
         @stream_task(stream="orders", group="sms")
         def send_sms(event):
@@ -338,10 +338,11 @@ class StreamTask(RedQueueTask):
 
 
 def stream_task(*args: Any, **options: Any) -> Any:
-    """Decorator: a shared task with :class:`StreamTask` as base; options are checked at once.
-    ``stream=`` and ``group=`` are short for ``stream_name=`` and ``stream_group=``.
+    """Decorator: a shared task with [`StreamTask`][celery_redqueue.StreamTask] as base; options are
+    checked at once. ``stream=`` and ``group=`` are short for ``stream_name=`` and
+    ``stream_group=``.
 
-    Example::
+    Example:
 
         @stream_task(stream="orders", group="loyalty", stream_processed_guard=86400)
         def add_points(event):

@@ -1,5 +1,5 @@
 """The app's view of one event stream: the groups its tasks subscribe, and the stream built
-with their options (publishes wake each group's drain job). :mod:`.stream` uses it and passes
+with their options (publishes wake each group's drain job). `stream` uses it and passes
 its task class in; this module never imports it (no import cycle)."""
 
 from __future__ import annotations

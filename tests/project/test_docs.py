@@ -145,3 +145,21 @@ def test_the_architecture_page_lists_every_module_and_script():
     for path in [*package.rglob("*.py"), *(package / "lua").glob("*.lua")]:
         assert f"| `{path.relative_to(package)}` |" in table
     assert "<!-- modules -->" in (ROOT / "docs" / "architecture.md").read_text()
+
+
+SPHINX_ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc|obj|const):`")
+LITERAL_MARKER = re.compile(r"\S::\n[ \t]*\n")
+
+
+def test_docstrings_and_comments_are_markdown():
+    """mkdocstrings renders docstrings (and the generator ``#:`` comments) as Markdown: a Sphinx
+    role (``:class:`X```) or a ``::`` literal-block marker would show as raw text on the API and
+    configuration pages. Write ```X``` or a cross-reference ``[`X`][celery_redqueue.X]``."""
+    found = [
+        f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group()!r}"
+        for path in sorted((ROOT / "celery_redqueue").rglob("*.py"))
+        for text in [path.read_text()]
+        for pattern in (SPHINX_ROLE, LITERAL_MARKER)
+        for match in pattern.finditer(text)
+    ]
+    assert found == []
