@@ -27,7 +27,7 @@
 -- KEYS[23] calls     hash: call id -> what it did (call_records.lua: re-sent polls, settles)
 -- KEYS[24] calls_at  zset: call id -> when its record expires (ms)
 -- KEYS[25] signal    list: the wake signal's token (wake_signal.lua)
--- KEYS[26] listening string: present while a consumer waits on the signal
+-- KEYS[26] listening zset: listener id -> until when (ms) it waits on the signal
 -- Common ARGV: [1] default interval ms, [2] default burst, [3] limits (bucket_limits.lua:
 -- concurrency, 1 for an ordered bucket; cost and total rates),
 -- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),

@@ -80,7 +80,9 @@ tick(K_FLOW, 'in', enqueued + rejected + duplicates, now)
 -- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
 -- eligible now needs a drain job unless one holds the flag; later work needs one scheduled
 -- unless one is scheduled no later.
-local send, wait = plan_bucket_drain(now)
+-- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself.
+local woken = enqueued > 0 and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
+local send, wait = -1, -1
+if woken and delayed == 0 then send = 0 else send, wait = plan_bucket_drain(now) end
 result[1], result[2] = send, wait
-if enqueued > 0 then wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS) end
 return result

@@ -66,7 +66,9 @@ tick(K_FLOW, 'in', calls, now)
 
 -- A refused call found the pool full, so entries wait either way: a drain job is needed now
 -- unless one holds the flag (plan_drain in drain_lease.lua; the wake key is not touched).
-if redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then result[1] = 1 end
--- Entries wait: wake a consumer waiting on the wake signal, if one is (wake_signal.lua).
-wake_listener(K_LISTENING, K_SIGNAL, lease)
+-- unless a listener waits on the wake signal (wake_signal.lua): it is woken and takes them.
+if not wake_listener(K_LISTENING, K_SIGNAL, lease, now)
+    and redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
+  result[1] = 1
+end
 return result

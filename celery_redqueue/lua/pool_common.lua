@@ -13,7 +13,7 @@
 -- KEYS[9] dedupe          zset: dedupe id -> end of its window (ms)
 -- KEYS[10] wake           string: when (ms) a sleeping drain job wakes up
 -- KEYS[11] signal         list: the wake signal's token (wake_signal.lua)
--- KEYS[12] listening      string: present while a consumer waits on the signal
+-- KEYS[12] listening      zset: listener id -> until when (ms) it waits on the signal
 -- KEYS[13] inflight       zset: batch id -> deadline (ms)
 -- KEYS[14] inflight_calls hash: batch id -> calls in the batch
 -- KEYS[15] inflight_items hash: batch id -> cjson list of entries (at-least-once pools)

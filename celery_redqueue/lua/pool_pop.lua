@@ -7,7 +7,8 @@
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
 -- ARGV[9] processed-guard (1|0): skip entries whose id completed already,
 -- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon),
--- ARGV[11] listen ms (0: no): an empty pop (EMPTY, LINGER) arms the wake signal for that long.
+-- ARGV[11] listen ms, ARGV[12] listener id: a pop that takes nothing (EMPTY, LINGER) lists the
+-- listener on the wake signal for that long, or (0, and LATER) takes it off (wake_signal.lua).
 -- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then per entry: payload,
 -- count, receives, id}; status (drain_lease.lua): TAKEN, EMPTY (flag cleared in this step),
 -- LINGER, AGAIN (only guard-skipped entries were popped), LATER (only delayed calls remain,
@@ -22,6 +23,7 @@
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local max_drains = tonumber(ARGV[8])
 local guard, linger, listen = ARGV[9] == '1', ARGV[10] == '1', tonumber(ARGV[11]) or 0
+local listener = ARGV[12] or ''
 local now = pool_now()
 if redis.call('HEXISTS', K_INFLIGHT_CALLS, batch_id) == 1 then
   -- A re-sent pop: its first run's reply was lost. The same batch, its deadline pushed.
@@ -94,7 +96,10 @@ if calls == 0 then
     redis.call('DEL', K_DRAINS, K_WAKE)
     result[1] = EMPTY
   end
-  if result[1] ~= AGAIN and result[1] ~= LATER then listen_for(K_LISTENING, K_SIGNAL, listen) end
+  -- LATER ends the drain (a job is scheduled for the delayed calls): it stops listening.
+  if result[1] ~= AGAIN then
+    listen_for(K_LISTENING, K_SIGNAL, listener, result[1] == LATER and 0 or listen, now)
+  end
   return result
 end
 

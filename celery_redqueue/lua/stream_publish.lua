@@ -1,6 +1,7 @@
 -- Append events to the stream under its cap, create the groups the caller knows of (at the end,
 -- before these events, so they receive them) and arm the drain lease of each group that has
--- none, and wake each group's waiting consumer (wake_signal.lua). KEYS[1..5]: see
+-- none, unless a consumer of the group waits on its wake signal: then wake it instead
+-- (wake_signal.lua). KEYS[1..5]: see
 -- stream_common.lua; then per known group: gstats, drain, listening, signal.
 -- ARGV[1] maxlen (0: uncapped), ARGV[2] drain lease ms, ARGV[3] number of known groups G,
 -- ARGV[4 .. 3+G] their names, then per event: payload, partition key ('' none), target group
@@ -30,9 +31,9 @@ tick(K_FLOW, 'in', events, now)
 
 local armed = {}
 for i = 1, n_groups do
-  if redis.call('SET', KEYS[3 + 4 * i], 1, 'NX', 'PX', drain_lease_ms) then
+  if not wake_listener(KEYS[4 + 4 * i], KEYS[5 + 4 * i], drain_lease_ms, now)
+      and redis.call('SET', KEYS[3 + 4 * i], 1, 'NX', 'PX', drain_lease_ms) then
     armed[#armed + 1] = ARGV[3 + i]
   end
-  wake_listener(KEYS[4 + 4 * i], KEYS[5 + 4 * i], drain_lease_ms)
 end
 return {ids, trimmed, armed}

@@ -6,7 +6,8 @@
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
 -- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease,
--- ARGV[10] listen ms (0: no): on nothing to hand out arm the group's wake signal that long.
+-- ARGV[10] listen ms, ARGV[11] listener id: on nothing to hand out list the listener on the
+-- group's wake signal for that long, or (0) take it off (wake_signal.lua).
 -- Reply: {status, then per entry: id, payload, receives, key ('' none)}; status
 -- (drain_lease.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
 -- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
@@ -26,6 +27,7 @@ local r = {
   out = {TAKEN}, handed = 0,
 }
 local drain_lease_ms, linger, listen = tonumber(ARGV[8]), ARGV[9] == '1', tonumber(ARGV[10]) or 0
+local listener = ARGV[11] or ''
 if not r.n or r.n < 1 or not r.visibility or not r.max_receives or not drain_lease_ms then
   return redis.error_reply('ERR stream_read: malformed arguments')
 end
@@ -44,7 +46,7 @@ for _ = 1, 10 do
 end
 
 if r.handed == 0 and not more then
-  listen_for(K_LISTENING, K_SIGNAL, listen)
+  listen_for(K_LISTENING, K_SIGNAL, listener, listen, r.now)
   if linger then return {LINGER} end
   redis.call('DEL', K_DRAIN)
   return {EMPTY}

@@ -63,7 +63,7 @@ from .bucket_types import (
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
 from .receipts import ReapResult, Receipt
-from .wake import Listening, listen_ms
+from .wake import Listening, listen_ms, listener_id
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -265,10 +265,13 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
 
     # Consuming
 
-    def dequeue(self, *, listen: float = 0.0) -> Dequeued:
+    def dequeue(
+        self, *, listen: float = 0.0, listener: str | None = None, linger: bool = False
+    ) -> Dequeued:
         """Reserve the head item of the key eligible longest, or say how long until one is.
-        With ``listen`` (seconds) a poll that releases nothing arms the wake signal for that
-        long: wait with `listen` (see `wake`).
+        ``listen`` (s): a poll that releases nothing lists ``listener`` (default: this thread)
+        on the wake signal that long when something is due within it (or, with ``linger``, when
+        nothing is), else takes it off; see `listen` and `wake`.
 
         An item whose payload cannot be decoded is dead-lettered at once with the reason
         ("undecodable payload: ..."), logged and counted, and the poll carries on with the next.
@@ -284,6 +287,8 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
                     int(self.processed_guard_ms > 0),
                     uuid.uuid4().hex,
                     listen_ms(listen),
+                    listener or listener_id(),
+                    int(linger),
                 ],
             )
             malformed += int(reply[-1])

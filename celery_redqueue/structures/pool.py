@@ -69,7 +69,7 @@ from .pool_types import (
 )
 from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
-from .wake import Listening, listen_ms
+from .wake import Listening, listen_ms, listener_id
 
 __all__ = [
     "COUNTERS",
@@ -256,6 +256,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         *,
         linger: bool = False,
         listen: float = 0.0,
+        listener: str | None = None,
         batch_id: str | None = None,
     ) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
@@ -271,9 +272,9 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         Entries that cannot be parsed are dead-lettered (``malformed``); undecodable payloads
         are listed in ``undecodable`` and dead-lettered by `ack()`. With ``linger=True``
         an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
-        soon, so calls arriving meanwhile send no drain job. With ``listen`` (seconds) an empty
-        pop also arms the wake signal for that long: wait with `listen` (see
-        `wake`).
+        soon, so calls arriving meanwhile send no drain job. ``listen`` (s): a pop taking nothing
+        lists ``listener`` (default: this thread) on the wake signal that long, or (0) takes it
+        off; see `listen` and `wake`.
 
         ``batch_id`` (default: a new one) names the batch: a pop with the id of a batch still
         in flight pops nothing and returns that batch again, which is what makes a pop whose
@@ -292,6 +293,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
                 int(self.processed_guard_ms > 0),
                 int(linger),
                 listen_ms(listen),
+                listener or listener_id(),
             ],
         )
         status, fan_out, remaining, wait_ms, schedule, malformed = reply[:6]

@@ -52,7 +52,7 @@ from .stream_types import (
     seek_target,
     validate_group,
 )
-from .wake import WakeSignal, listen_ms
+from .wake import WakeSignal, listen_ms, listener_id
 
 #: The stream's own keys, in the order every stream script receives them (stream_common.lua).
 PARTS = ("events", "stats", "flow", "groups", "dead")
@@ -210,6 +210,7 @@ class EventStream(Structure):
         *,
         linger: bool = False,
         listen: float = 0.0,
+        listener: str | None = None,
     ) -> StreamRead:
         """Hand up to ``count`` entries of ``group`` to ``consumer``: an entry pending past the
         visibility timeout alone (a read of one: it was handed out before and its batch died or
@@ -218,8 +219,7 @@ class EventStream(Structure):
 
         An empty read releases the group's drain lease in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published
-        afterwards is stranded. With ``listen`` (seconds) a read with nothing to hand out arms
-        the group's wake signal for that long: wait with `listen`.
+        afterwards is stranded. ``listen``, ``listener``: as `CappedPool.pop`'s, per group.
         """
         validate_group(group)
         positive_int("count", count)
@@ -240,6 +240,7 @@ class EventStream(Structure):
                 self.drain_lease_ms,
                 int(linger),
                 listen_ms(listen),
+                listener or listener_id(),
             ],
             keys=self._group_keys(group),
         )
@@ -263,8 +264,7 @@ class EventStream(Structure):
         return [WakeSignal(self.client, self.keys(f"group:{validate_group(group)}:signal"))]
 
     def listen(self, group: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for a publish to wake ``group`` (armed by an empty
-        ``read(..., listen=)``); True when woken."""
+        """`Wakeable.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""
         return self.wake_signals(group)[0].listen(timeout)
 
     def ack(

@@ -1,13 +1,15 @@
 """Wake signals: a consumer with nothing to do waits for the next call instead of polling.
 
 Every pool and bucket (and every group of a stream) has two keys in its hash tag:
-``listening``, a marker with a time-to-live, and ``signal``, a list that holds one token at
-most. A consumer that finds nothing to hand out arms the marker in that same atomic step
-(``pop(..., listen=s)``, ``dequeue(listen=s)``, ``read(..., listen=s)``: arming apart from the
-empty check would miss a call stored in between), then blocks on the list for up to that long
-(`WakeSignal.listen`, or `listen_any` for several structures). A store pushes a
-token only while the marker exists and the list is empty: no extra round trip per call, and
-nothing grows while nobody listens (the list also expires).
+``listening``, a zset of the listeners waiting (listener id -> until when), and ``signal``, a
+list that holds one token at most. A consumer that finds nothing to hand out lists itself in
+that same atomic step (``pop(..., listen=s)``, ``dequeue(listen=s)``, ``read(..., listen=s)``:
+arming apart from the empty check would miss a call stored in between), then blocks on the list
+for up to that long (`WakeSignal.listen`, or `listen_any` for several structures). A store
+pushes a token only while a listener is live and the list is empty: no extra round trip per
+call, and nothing grows while nobody listens (both keys also expire). A live listener counts
+as a drain: the store sends no drain job. An empty look with ``listen=0`` takes the listener
+off, so a drain that ends stops absorbing calls in its last step.
 
 A token is a hint, never work: a lost one (its BLPOP reply lost, Redis restarted) leaves the
 waiter to its timeout, a stale one costs one look.
@@ -21,6 +23,9 @@ Example:
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +34,7 @@ from typing import Any
 from ..redis.blocking import block_pop, is_cluster
 from ..redis.keys import StructureKeys
 
-#: Milliseconds the marker outlives the wait it was armed for (the round trip between the
+#: Milliseconds a listener stays listed beyond the wait it was armed for (the round trip between the
 #: arming step and the blocking read).
 MARGIN_MS = 100
 
@@ -37,8 +42,13 @@ MARGIN_MS = 100
 CLUSTER_SLICE = 0.05
 
 
+def listener_id() -> str:
+    """This thread's listener id (host, process, thread): one thread waits in one place."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
 def listen_ms(seconds: float) -> int:
-    """The marker's time-to-live for a wait of ``seconds`` (0: do not arm)."""
+    """How long a listener stays listed for a wait of ``seconds`` (0: take it off)."""
     return int(seconds * 1000) + MARGIN_MS if seconds > 0 else 0
 
 

@@ -69,11 +69,25 @@ def test_arming_drops_a_stale_token(make_pool):
     assert signal_len(pool) == 0
 
 
-def test_a_longer_listener_keeps_its_marker(make_pool):
+def test_a_longer_listener_keeps_the_marker_alive(make_pool):
     pool = make_pool(capacity=10)
-    pool.pop(10, listen=WAIT)
-    pool.pop(10, listen=0.01)
+    pool.pop(10, listen=WAIT, listener="long")
+    pool.pop(10, listen=0.01, listener="short")
     assert pool.client.pttl(pool.keys("listening")) > 1000
+
+
+def test_a_live_listener_counts_as_a_drain_until_it_stops_listening(make_pool):
+    pool = make_pool(capacity=100)
+    assert not pool.pop(10, listen=WAIT, listener="consumer")
+    receipts = [pool.add(i) for i in range(3)] + pool.add_many(range(3, 6))
+    receipts.append(pool.add(6, dedupe_id="x"))
+    assert not any(r.drain_needed for r in receipts)  # the listener takes them
+    assert pool.stats().drains_pending == 0
+    batch = pool.pop(100, listener="consumer")
+    pool.ack(batch)
+    assert not pool.pop(10, listen=0, listener="consumer")  # it stops listening
+    assert not pool.client.exists(pool.keys("listening"))
+    assert pool.add(7).drain_needed
 
 
 def test_listen_any_says_which_structure_woke(make_pool):
@@ -136,3 +150,24 @@ def test_a_publish_wakes_each_group_that_listens(redqueue_redis, redqueue_prefix
     other = EventStream(redqueue_redis, "quiet", groups=["a"], prefix=redqueue_prefix)
     other.publish_many([{"n": 3}] * 5)  # nobody ever listened
     assert redqueue_redis.llen(other.wake_signals("a")[0].key) == 0
+
+
+def test_a_live_bucket_listener_takes_calls_for_keys_that_may_go(make_bucket):
+    bucket = make_bucket()
+    assert bucket.dequeue(listen=WAIT, listener="c", linger=True).reservation is None
+    assert not bucket.enqueue("k", 1).drain_needed
+    assert not any(r.drain_needed for r in bucket.enqueue_many([("j", 2), ("l", 3)]))
+    assert bucket.client.llen(bucket.keys("signal")) == 1
+    for _ in range(3):
+        bucket.commit(bucket.dequeue(listener="c").reservation)
+    assert bucket.dequeue(listener="c").reservation is None  # empty, not lingering: off
+    assert bucket.enqueue("m", 4).drain_needed
+
+
+def test_a_stream_group_listener_absorbs_publishes(redqueue_redis, redqueue_prefix):
+    stream = EventStream(redqueue_redis, "s", groups=["g"], prefix=redqueue_prefix)
+    assert not stream.read("g", "c", 10, listen=WAIT, listener="c")
+    assert stream.publish(1).woken == ()  # no drain job: the listener reads it
+    assert [e.payload for e in stream.read("g", "c", 10, listener="c").events] == [1]
+    assert not stream.read("g", "c", 10, listener="c")  # empty, listen 0: off
+    assert stream.publish(2).woken == ("g",)
