@@ -27,11 +27,17 @@ import json
 import time
 
 import click
+from celery.bin.worker import worker
 
 from ..redis.server import server_warnings
 from ..structures.loss import check_for_loss
+from ..tasks.consumer import add_worker_option
 from .cli_base import cli_errors, find_target, open_ops, redqueue, seconds_text
 from .reading import WORK_KINDS
+
+# This module is the package's `celery.commands` plugin, loaded before Celery parses the command
+# line: the place to give `celery worker` its --redqueue-consumer flag.
+add_worker_option(worker)
 
 
 @redqueue.command(name="list")

@@ -11,6 +11,7 @@
 - `config`: the app's ``redqueue_*`` settings
 """
 
+from . import consumer  # noqa: F401  (connects the continuous consumer's worker step)
 from .base import RedQueueTask
 from .bucket import BucketTask, bucket_task
 from .pool import PoolCall, PoolTask, pool_task

@@ -25,6 +25,7 @@ from .buffer import CallBuffer, buffered_call
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
+from .handover import handed_over
 from .heartbeat import heartbeat
 from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
 from .results import named_receipt, new_call_id
@@ -119,8 +120,10 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Send one argument-less drain job for this task to the broker.
 
         It goes through ``send_task`` with the task's own routing options: the task's signature
-        check would refuse a call without the body's arguments.
+        check would refuse a call without the body's arguments (a consumer's: `handover`).
         """
+        if handed_over(self.name, options.get("countdown")):
+            return None
         options = dict(self._get_exec_options(), **options)
         options.setdefault("ignore_result", self.ignore_result)
         options["headers"] = dict(options.get("headers") or {}, **{DRAIN_HEADER: 1})

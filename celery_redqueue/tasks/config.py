@@ -47,6 +47,10 @@ class RedQueueConfig:
     #: OpenTelemetry ``process`` spans linked to it (`tracing`). False when OpenTelemetry
     #: is not installed.
     tracing: bool = False
+    #: ``redqueue_consumer``: ``celery worker`` runs the continuous consumer (docs/consumer.md)
+    #: for the pooled, bucket and stream tasks routed to its queues (True), or for the tasks
+    #: named in a list; ``celery worker --redqueue-consumer`` turns it on for one worker.
+    consumer: bool | tuple[str, ...] = False
 
     def client(self) -> Any:
         return get_client(self.url, {**self.redis_options, **self.transport_options})
@@ -97,6 +101,7 @@ def load_config(conf: Any) -> RedQueueConfig:
         beat=True if beat is None else bool(beat),
         reaper_interval=float(interval),
         tracing=tracing_setting(conf),
+        consumer=consumer_setting(conf.get("redqueue_consumer")),
     )
 
 
@@ -107,6 +112,24 @@ def get_config(app: Any) -> RedQueueConfig:
         config = load_config(app.conf)
         app._redqueue_config = config
     return config
+
+
+def consumer_setting(value: Any) -> bool | tuple[str, ...]:
+    """Check ``redqueue_consumer``: True/False, or the names of the tasks to serve (a list, or
+    a comma-separated string)."""
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list | tuple | set | frozenset) and all(
+        isinstance(name, str) and name for name in value
+    ):
+        return tuple(sorted(value)) or False
+    raise ConfigurationError(
+        f"redqueue_consumer must be True, False or a list of task names, got {value!r}"
+    )
 
 
 #: The tracing setting (Django: ``CELERY_REDQUEUE_TRACING``).

@@ -1,0 +1,175 @@
+"""The continuous consumer (opt-in): a worker bootstep that serves the app's redqueue structures
+without drain jobs.
+
+Turn it on with the setting ``redqueue_consumer = True`` (Django: ``CELERY_REDQUEUE_CONSUMER``)
+or ``celery worker --redqueue-consumer``. The worker then waits for work on the structures of
+its pooled, bucket and stream tasks routed to a queue it consumes from (or the task names the
+setting lists), and runs their drains in its own pool (`consumer_loop`): no broker
+message while it keeps up. Drain jobs, beat and the reaper go on as before; the drain lease
+keeps a consumer and drain jobs from running more drains of one structure than it allows.
+
+The step is added to every ``celery worker`` of an app (``celeryd_init``, before the worker
+builds its steps) and includes itself only when the setting or the option asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import bootsteps
+from celery.signals import celeryd_init
+
+from ..errors import ConfigurationError
+from . import consumer_loop
+from .base import RedQueueTask
+from .checks import STRUCTURE_KINDS
+from .config import get_config
+from .consumer_loop import Dispatcher, Served
+
+logger = logging.getLogger(__name__)
+
+#: The setting (Django: ``CELERY_REDQUEUE_CONSUMER``).
+SETTING = "redqueue_consumer"
+#: The ``celery worker`` option: ``--redqueue-consumer``.
+OPTION = "--redqueue-consumer"
+
+#: Shortest and longest seconds between the consumer's reaper passes (the watchdog): half the
+#: shortest visibility timeout of what it serves, within these bounds.
+REAP_BOUNDS = (0.5, 30.0)
+
+
+def queue_of(app: Any, task: Any) -> str:
+    """The queue the task's drain jobs are routed to (its options, then the app's routes)."""
+    route = app.amqp.router.route(dict(task._get_exec_options()), task.name)
+    queue = route.get("queue")
+    return str(getattr(queue, "name", queue))
+
+
+def served_tasks(app: Any, names: tuple[str, ...] | None, queues: set[str] | None) -> list[Served]:
+    """The tasks a consumer serves: the named ones (each must be a pooled, bucket or stream
+    task: ConfigurationError otherwise), or every such task routed to one of ``queues``."""
+    tasks = {
+        name: task
+        for name, task in app.tasks.items()
+        if getattr(type(task), "redqueue_kind", None) in STRUCTURE_KINDS
+    }
+    if names is not None:
+        unknown = sorted(set(names) - set(tasks))
+        if unknown:
+            raise ConfigurationError(
+                f"{SETTING} names {unknown}, which are not pooled, bucket or stream tasks of "
+                f"this app (these are: {sorted(tasks)})"
+            )
+        chosen = [tasks[name] for name in names]
+    else:
+        chosen = [
+            task
+            for _, task in sorted(tasks.items())
+            if queues is None or queue_of(app, task) in queues
+        ]
+    return [Served(task, max_drains_of(task)) for task in chosen]
+
+
+def max_drains_of(task: RedQueueTask) -> int:
+    """Most drains of the task's structure at once (a stream group: one)."""
+    kind = type(task).redqueue_kind  # type: ignore[attr-defined]
+    return max(1, int(getattr(task, f"{kind}_drain_concurrency", 1) or 1))
+
+
+def reap_interval(app: Any, served: list[Served]) -> float:
+    timeouts = [
+        float(getattr(s.task, f"{type(s.task).redqueue_kind}_visibility_timeout", 60.0))  # type: ignore[attr-defined]
+        for s in served
+    ]
+    low, high = REAP_BOUNDS
+    high = min(high, get_config(app).reaper_interval)
+    return max(low, min([t / 2 for t in timeouts] + [high]))
+
+
+class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """The worker bootstep of the continuous consumer."""
+
+    label = "redqueue consumer"
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, redqueue_consumer: Any = None, **kwargs: Any) -> None:
+        # The step is added to every worker; only an app that asks reads its settings.
+        asked = redqueue_consumer or parent.app.conf.get(SETTING)
+        setting = (
+            True if redqueue_consumer else (get_config(parent.app).consumer if asked else False)
+        )
+        self.enabled = bool(setting)
+        self.names = setting if isinstance(setting, tuple) else None
+        self.dispatcher: Dispatcher | None = None
+        if self.enabled:
+            # Before the pool starts, so that prefork's children inherit it.
+            consumer_loop._APP = parent.app
+        super().__init__(parent, **kwargs)
+
+    def include_if(self, parent: Any) -> bool:
+        return self.enabled
+
+    def create(self, parent: Any) -> Any:
+        return None
+
+    def start(self, parent: Any) -> None:
+        pool = parent.pool
+        if getattr(pool, "is_green", False):
+            logger.warning(
+                "redqueue consumer: not available with the %s pool (it dispatches from a thread "
+                "of its own); drain jobs serve the structures",
+                type(pool).__module__,
+            )
+            return
+        queues = set(parent.app.amqp.queues.consume_from or {}) or None
+        served = served_tasks(parent.app, self.names, queues)
+        if not served:
+            logger.warning("redqueue consumer: no pooled, bucket or stream task to serve")
+            return
+        hub = getattr(parent, "hub", None) if getattr(parent, "use_eventloop", False) else None
+        self.dispatcher = Dispatcher(
+            parent.app,
+            pool,
+            served,
+            concurrency=int(getattr(parent, "concurrency", 1) or 1),
+            hub=hub,
+            reap_interval=reap_interval(parent.app, served),
+        )
+        self.dispatcher.start()
+        logger.info("redqueue consumer: serving %s", ", ".join(s.name for s in served))
+
+    def stop(self, parent: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+            self.dispatcher = None
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+
+
+def _add_step(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    app = getattr(instance, "app", None)
+    if app is not None:
+        app.steps["worker"].add(ConsumerStep)
+
+
+celeryd_init.connect(_add_step, weak=False)
+
+
+def add_worker_option(command: Any) -> None:
+    """Give ``celery worker`` the ``--redqueue-consumer`` flag (from the package's
+    ``celery.commands`` plugin, loaded before Celery parses the command line); the worker hands
+    it to `ConsumerStep` as ``redqueue_consumer``."""
+    import click
+
+    if any(OPTION in getattr(param, "opts", ()) for param in command.params):
+        return
+    command.params.append(
+        click.Option(
+            [OPTION],
+            is_flag=True,
+            default=False,
+            help="Serve the app's pooled, bucket and stream tasks continuously (redqueue).",
+        )
+    )

@@ -1,0 +1,276 @@
+"""The continuous consumer's dispatcher: one thread in the worker's main process that waits for
+work on the structures it serves and runs their drains in the worker's own pool.
+
+A drain it runs is the drain a drain job runs (``task.drain()``: the same pops, heartbeat,
+drain lease, visibility timeout and acks); only the follow-up drain jobs that drain asks for
+(a hand-over at the end of its time budget, a fan-out, a wake-up for delayed calls or the next
+eligible bucket key) are handed back here (`handover`) instead of sent to the broker.
+
+Per structure at most its drain concurrency (``*_drain_concurrency``, 1 for streams) runs at
+once, and over all structures at most the worker's concurrency. The pool is asked through its
+public ``apply_async(target, args, callback=...)`` with `run_drain`, a module-level
+function (prefork pickles it); under prefork with the event loop the call is made from the
+loop's own thread (woken through a pipe), elsewhere from the dispatcher's thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import current_app
+
+from ..errors import RedQueueError
+from .base import RedQueueTask
+from .handover import capturing
+from .wake_wait import wait_for_work
+
+logger = logging.getLogger(__name__)
+
+#: The app whose tasks `run_drain` looks up: set in the worker's main process before the
+#: pool starts, so prefork children inherit it.
+_APP: Any = None
+
+#: Seconds a structure whose drain failed (Redis unreachable) waits before the next try.
+RETRY_PAUSE = 1.0
+
+
+def run_drain(task_name: str) -> dict[str, Any]:
+    """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
+    pool gives a raised error to no callback). Returns what it did and what it asked for."""
+    app = _APP if _APP is not None else current_app
+    try:
+        task = app.tasks[task_name]
+        with capturing(task_name) as handover:
+            summary = task.drain()
+    except Exception as exc:
+        logger.warning("redqueue consumer: drain of %s failed: %s", task_name, exc, exc_info=True)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "now": handover.now,
+        "later": handover.later,
+        "processed": summary.processed,
+        "pid": os.getpid(),
+    }
+
+
+@dataclass
+class Served:
+    """One task whose structure the consumer serves."""
+
+    task: RedQueueTask
+    #: Most drains of this structure at once.
+    max_drains: int
+    running: int = 0
+    #: Monotonic time a drain is due (asked for by a drain: now, or a delayed call's moment).
+    due_at: float | None = None
+    #: Monotonic time before which the structure is not looked at (after a failure).
+    paused_until: float = 0.0
+    #: Drains run and drains that failed (for logs, tests and the bench).
+    runs: int = 0
+    errors: int = 0
+    processed: int = 0
+    pids: set[int] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return str(self.task.name)
+
+
+class Dispatcher:
+    """Waits for work and hands drains to the pool; see the module's docstring."""
+
+    def __init__(
+        self,
+        app: Any,
+        pool: Any,
+        served: list[Served],
+        concurrency: int,
+        hub: Any = None,
+        reap_interval: float = 5.0,
+    ) -> None:
+        self.app = app
+        self.pool = pool
+        self.served = {s.name: s for s in served}
+        self.concurrency = max(1, int(concurrency))
+        self.hub = hub
+        self.reap_interval = reap_interval
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pending: collections.deque[str] = collections.deque()
+        self._pipe: tuple[int, int] | None = None
+        self._next_reap = 0.0
+
+    # Life cycle
+
+    def start(self) -> None:
+        global _APP
+        _APP = self.app
+        if self.hub is not None:
+            read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)
+            self._pipe = (read_end, write_end)
+            self.hub.add_reader(read_end, self._on_pipe)
+        self._thread = threading.Thread(target=self._run, name="redqueue-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop waiting and dispatching; hand the structures this consumer was working on to
+        drain jobs (one per structure with a drain running or due), so that another worker (or
+        this one's next start) carries on. Running drains finish in the pool: they ack their
+        batches; the pool's own shutdown waits for them (warm) or ends them (cold)."""
+        self._stopping.set()
+        self._changed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self.hub is not None and self._pipe is not None:
+            try:
+                self.hub.remove_reader(self._pipe[0])
+            except Exception:  # the loop may be gone already
+                logger.debug("redqueue consumer: removing the pipe reader failed", exc_info=True)
+        with self._lock:
+            handed = [(s, s.due_at) for s in self.served.values() if s.running or s.due_at]
+        for served, due_at in handed:
+            countdown = None if served.running or due_at is None else due_at - time.monotonic()
+            served.task.send_drain_or_release(
+                countdown=countdown if countdown and countdown > 0 else None
+            )
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    def busy(self) -> int:
+        with self._lock:
+            return sum(s.running for s in self.served.values())
+
+    # The dispatcher's thread
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                timeout = self._round()
+            except Exception:
+                logger.exception("redqueue consumer: dispatch round failed")
+                timeout = RETRY_PAUSE
+            if timeout > 0:
+                self._changed.wait(timeout)
+            self._changed.clear()
+
+    def _round(self) -> float:
+        """Dispatch what is due; returns how long to wait for more."""
+        now = time.monotonic()
+        if now >= self._next_reap:
+            self._next_reap = now + self.reap_interval
+            self._reap()
+        with self._lock:
+            idle = [
+                s
+                for s in self.served.values()
+                if s.running < s.max_drains and s.paused_until <= now
+            ]
+            free = self.concurrency - sum(s.running for s in self.served.values())
+        if free <= 0:
+            return self.reap_interval
+        due = [s for s in idle if s.due_at is not None and s.due_at <= now]
+        looked = [s for s in idle if s.due_at is None or s.due_at > now]
+        # Structures with a drain running are not looked at unless they may fan out.
+        looked = [s for s in looked if s.running == 0 or s.max_drains > 1]
+        found: list[Served] = []
+        if looked and not due:
+            found = wait_for_work([s.task for s in looked], self._stopping, self._changed)
+        found_names = {t.name for t in found}
+        for served in due + [s for s in looked if s.name in found_names]:
+            if free <= 0:
+                break
+            self._dispatch(served)
+            free -= 1
+        return self._next_wait(time.monotonic())
+
+    def _next_wait(self, now: float) -> float:
+        with self._lock:
+            moments = [s.due_at for s in self.served.values() if s.due_at is not None]
+            moments += [s.paused_until for s in self.served.values() if s.paused_until > now]
+        wait = min([m - now for m in moments] + [self.reap_interval])
+        return max(wait, 0.0)
+
+    def _reap(self) -> None:
+        """The watchdog: take back expired holds of every served structure, and run the drain
+        a structure needs (work under an expired drain lease, or work taken back) here."""
+        for served in list(self.served.values()):
+            try:
+                with capturing(served.name) as handover:
+                    served.task.reap()
+            except RedQueueError as exc:
+                logger.warning("redqueue consumer: reaping %s failed: %s", served.name, exc)
+                continue
+            if handover.wanted():
+                self._want(served, handover.now, handover.later)
+
+    # Dispatching
+
+    def _dispatch(self, served: Served) -> None:
+        with self._lock:
+            served.running += 1
+            served.due_at = None
+        if self.hub is not None and self._pipe is not None:
+            self._pending.append(served.name)
+            os.write(self._pipe[1], b"x")
+        else:
+            self._apply(served.name)
+
+    def _on_pipe(self, *_: Any) -> None:
+        """In the event loop's thread: read the pipe and apply what is pending."""
+        try:
+            while os.read(self._pipe[0] if self._pipe else -1, 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        while self._pending:
+            self._apply(self._pending.popleft())
+
+    def _apply(self, name: str) -> None:
+        done: Callable[[Any], None] = lambda result: self._done(name, result)  # noqa: E731
+        try:
+            self.pool.apply_async(run_drain, args=(name,), callback=done, error_callback=done)
+        except Exception as exc:
+            logger.warning("redqueue consumer: the pool refused a drain of %s: %s", name, exc)
+            self._done(name, {"error": repr(exc)})
+
+    def _done(self, name: str, result: Any) -> None:
+        """A drain ended (in the pool's result thread or the event loop)."""
+        served = self.served[name]
+        if not isinstance(result, dict):  # an error callback's ExceptionInfo
+            result = {"error": repr(result)}
+        with self._lock:
+            served.running -= 1
+            served.runs += 1
+            if "error" in result:
+                served.errors += 1
+                served.paused_until = time.monotonic() + RETRY_PAUSE
+            else:
+                served.processed += int(result.get("processed") or 0)
+                served.pids.add(int(result.get("pid") or 0))
+        if "error" not in result:
+            self._want(served, int(result.get("now") or 0), result.get("later"))
+        self._changed.set()
+
+    def _want(self, served: Served, now: int, later: float | None) -> None:
+        """A drain asked for more: now, or in ``later`` seconds."""
+        when = time.monotonic() if now else None
+        if later is not None:
+            moment = time.monotonic() + float(later)
+            when = moment if when is None else min(when, moment)
+        if when is None:
+            return
+        with self._lock:
+            served.due_at = when if served.due_at is None else min(served.due_at, when)
+        self._changed.set()
