@@ -1,4 +1,7 @@
 -- Move due delayed calls in, pop up to n entries as one in-flight batch, plan the drain jobs.
+-- An entry received before (returned by the reaper or a failed ack) is popped alone: a batch of
+-- one when it comes first, else it waits for a later pop (a call that killed its batch's
+-- process cannot take good calls down with it again).
 -- KEYS[1..17]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
@@ -39,20 +42,29 @@ for _ = 1, 10 do
   if #range == 0 then break end
   local entries = {}
   for i = 1, #range, 2 do entries[#entries + 1] = read_entry(range[i], range[i + 1], now) end
+  local alone = false
   for _, e in ipairs(entries) do
-    forget_entry(e.member)
-    if e.bad then
+    local done = not e.bad and guard and redis.call('ZSCORE', K_DONE, e.id)
+    -- An entry received before came back from a batch that died or failed: it goes alone,
+    -- so a call that kills its process kills only itself. Later pops hand it out.
+    local again = not e.bad and not done and e.receives > 1
+    if alone or (again and calls > 0) then
+      -- Left waiting for a later pop.
+    elseif e.bad then
+      forget_entry(e.member)
       bury(e.member, e.count, e.receives, e.bad, now)
       malformed = malformed + e.count
       skipped = skipped + e.count
-    elseif guard and redis.call('ZSCORE', K_DONE, e.id) then
+    elseif done then
       -- A redelivered entry whose body already completed: it is not applied twice.
+      forget_entry(e.member)
       redis.call('HINCRBY', K_STATS, 'guard_skipped', e.count)
       redis.call('HINCRBY', K_STATS, 'processed', e.count)
       pool_tick('out', e.count, now)
       skipped = skipped + e.count
     else
-      calls = calls + e.count
+      forget_entry(e.member)
+      calls, alone = calls + e.count, again
       for _, v in ipairs({e.payload, e.count, e.receives, e.id}) do result[#result + 1] = v end
       kept[#kept + 1] = {e.member, e.score, e.count, e.receives, e.offered_at, e.id}
     end

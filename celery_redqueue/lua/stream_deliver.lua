@@ -40,29 +40,38 @@ end
 
 -- Ordered groups: held entries whose key came free (parked with 0 receives).
 local function take_ready(r)
-  while r.ordered and r.handed < r.n do
+  while r.ordered and r.handed < r.n and not r.alone do
     local id = redis.call('LPOP', K_READY)
     if not id then return end
     redeliver(r, id, entry_of(id), receives_of(r.group, id))
   end
 end
 
--- Entries pending longer than the visibility timeout (XAUTOCLAIM from the saved cursor; JUSTID
--- so that the count is set here). Returns true when more may be claimable further on.
+-- Entries pending longer than the visibility timeout (XAUTOCLAIM from the saved cursor, one at
+-- a time; JUSTID so that the count is set here). Each was handed out before, to a batch that
+-- died or failed, so it is handed out alone (r.alone): the read claims only while it holds
+-- nothing, and one claimed entry ends it, so a call that killed its batch's process cannot
+-- take good calls down with it again. Returns true when more may be claimable.
 local function take_claimed(r)
-  if r.handed >= r.n then return false end
-  local cursor = redis.call('HGET', K_GSTATS, 'cursor') or '0-0'
-  local claimed = redis.call('XAUTOCLAIM', K_EVENTS, r.group, r.consumer, r.visibility, cursor,
-    'COUNT', r.n - r.handed, 'JUSTID')
-  redis.call('HSET', K_GSTATS, 'cursor', claimed[1])
-  for _, id in ipairs(claimed[2]) do
-    local f = entry_of(id)
-    if r.ordered and f and f['k'] and redis.call('ZSCORE', K_HELD, held_member(f['k'], id)) then
-      -- Still waiting for its key: back to the held consumer, count untouched.
-      redis.call('XCLAIM', K_EVENTS, r.group, HELD, 0, id, 'JUSTID')
-    else
-      redeliver(r, id, f, receives_of(r.group, id))
+  if r.handed > 0 then return false end
+  local cursor, claimed_any = redis.call('HGET', K_GSTATS, 'cursor') or '0-0', false
+  for _ = 1, r.n do
+    local claimed = redis.call('XAUTOCLAIM', K_EVENTS, r.group, r.consumer, r.visibility, cursor,
+      'COUNT', 1, 'JUSTID')
+    cursor = claimed[1]
+    for _, id in ipairs(claimed[2]) do
+      claimed_any = true
+      local f = entry_of(id)
+      if r.ordered and f and f['k'] and redis.call('ZSCORE', K_HELD, held_member(f['k'], id)) then
+        -- Still waiting for its key: back to the held consumer, count untouched.
+        redis.call('XCLAIM', K_EVENTS, r.group, HELD, 0, id, 'JUSTID')
+      else
+        redeliver(r, id, f, receives_of(r.group, id))
+      end
     end
+    if r.handed > 0 or cursor == '0-0' then break end
   end
-  return #claimed[2] > 0 and claimed[1] ~= '0-0'
+  r.alone = r.handed > 0
+  redis.call('HSET', K_GSTATS, 'cursor', cursor)
+  return claimed_any and cursor ~= '0-0'
 end

@@ -1,6 +1,7 @@
--- Hand up to n entries to one consumer of a group: first held entries whose key came free
--- (ordered groups), then entries pending longer than the visibility timeout (XAUTOCLAIM; past
--- max_receives they are dead-lettered instead), then new entries (XREADGROUP).
+-- Hand up to n entries to one consumer of a group: an entry pending longer than the visibility
+-- timeout (XAUTOCLAIM; past max_receives it is dead-lettered instead) alone, a read of one (it
+-- was handed out before and its batch died or failed); else held entries whose key came free
+-- (ordered groups), then new entries (XREADGROUP).
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
@@ -32,8 +33,8 @@ if r.guard then forget_expired(K_DONE, r.now) end
 
 local more = false
 for _ = 1, 10 do
+  local more_claims = take_claimed(r)  -- first: a read that holds entries claims none
   take_ready(r)
-  local more_claims = take_claimed(r)
   local fresh = take_new(r)
   -- Stop when something was handed out, or when nothing more could be.
   more = fresh > 0 or more_claims or redis.call('LLEN', K_READY) > 0

@@ -3,7 +3,7 @@
 
 -- New entries (XREADGROUP). Returns how many were read, handed out or not.
 local function take_new(r)
-  if r.handed >= r.n then return 0 end
+  if r.handed >= r.n or r.alone then return 0 end
   local read = redis.call('XREADGROUP', 'GROUP', r.group, r.consumer, 'COUNT', r.n - r.handed,
     'STREAMS', K_EVENTS, '>')
   local entries = read and read[1] and read[1][2] or {}

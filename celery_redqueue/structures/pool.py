@@ -253,6 +253,8 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
         enter the pool).
 
+        An entry received before (returned by the reaper or by a failed ack) is popped alone: a
+        batch of one, so a call that kills its process takes no good call with it again.
         An empty batch with ``wait`` None means the pool was empty at that instant; the
         drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
         stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s;

@@ -200,8 +200,10 @@ class EventStream(Structure):
     def read(
         self, group: str, consumer: str, count: int = 10, *, linger: bool = False
     ) -> StreamRead:
-        """Hand up to ``count`` entries of ``group`` to ``consumer``: entries whose key came
-        free (ordered), then entries pending past the visibility timeout, then new ones.
+        """Hand up to ``count`` entries of ``group`` to ``consumer``: an entry pending past the
+        visibility timeout alone (a read of one: it was handed out before and its batch died or
+        failed, so an entry that kills its consumer's process takes no other entry with it);
+        else entries whose key came free (ordered), then new ones.
 
         An empty read releases the group's drain lease in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published

@@ -19,9 +19,15 @@ def test_at_least_once_returns_a_dead_drains_batch(make_pool, assert_identities)
     reaped = pool.reap()
     assert (reaped.lost, reaped.returned, reaped.drain_needed) == (0, 2, True)
     assert pool.ack(batch) is False
-    again = pool.pop(10)
-    assert [(i.payload, i.receives) for i in again.items] == [("a", 2), ("b", 2), ("c", 1)]
-    pool.ack(again)
+    # Returned calls are popped alone (one of them may have killed the batch's process).
+    pops = [pool.pop(10) for _ in range(3)]
+    assert [[(i.payload, i.receives) for i in p.items] for p in pops] == [
+        [("a", 2)],
+        [("b", 2)],
+        [("c", 1)],
+    ]
+    for again in pops:
+        pool.ack(again)
     stats = pool.stats()
     assert (stats.processed, stats.lost, stats.redelivered, stats.depth) == (3, 0, 2, 0)
     assert_identities(stats)

@@ -111,10 +111,11 @@ def test_unacknowledged_entries_are_claimed_after_the_visibility_timeout(make_st
     assert [(e.payload, e.receives) for e in first.events] == [("a", 1), ("b", 1)]
     assert not stream.read("g", "other", 10)  # still within their visibility timeout
     time.sleep(0.1)
-    again = stream.read("g", "other", 10)
-    assert [(e.payload, e.receives) for e in again.events] == [("a", 2), ("b", 2)]
+    # Claimed entries are handed out alone (one of them may have killed its consumer).
+    again = [stream.read("g", "other", 10) for _ in range(2)]
+    assert [[(e.payload, e.receives) for e in r.events] for r in again] == [[("a", 2)], [("b", 2)]]
     assert stream.ack(first).stale == 0  # the first consumer's ack still settles them ...
-    assert stream.ack(again).stale == 2  # ... and the second finds them settled
+    assert [stream.ack(r).stale for r in again] == [1, 1]  # ... and the second finds them settled
     figures = stream.group_figures("g")
     assert (figures.processed, figures.redelivered, figures.pending) == (2, 2, 0)
 
