@@ -26,6 +26,8 @@
 -- KEYS[22] releases_prev zset: the same for the previous minute
 -- KEYS[23] calls     hash: call id -> what it did (call_records.lua: re-sent polls, settles)
 -- KEYS[24] calls_at  zset: call id -> when its record expires (ms)
+-- KEYS[25] signal    list: the wake signal's token (wake_signal.lua)
+-- KEYS[26] listening string: present while a consumer waits on the signal
 -- Common ARGV: [1] default interval ms, [2] default burst, [3] limits (bucket_limits.lua:
 -- concurrency, 1 for an ordered bucket; cost and total rates),
 -- [4] max depth per key (0: unbounded), [5] overflow (reject|drop_oldest),
@@ -37,7 +39,7 @@ local K_DEAD, K_DRAINS, K_WAKE, K_AGES, K_SCHEDULED = KEYS[12], KEYS[13], KEYS[1
 local K_DEDUPE, K_DONE, K_FLOW = KEYS[17], KEYS[18], KEYS[19]
 local K_PAUSED, K_RELEASES, K_RELEASES_PREV = KEYS[20], KEYS[21], KEYS[22]
 local MAX_DEPTH, OVERFLOW = tonumber(ARGV[4]), ARGV[5]
-local K_CALLS, K_CALLS_AT = KEYS[23], KEYS[24]
+local K_CALLS, K_CALLS_AT, K_SIGNAL, K_LISTENING = KEYS[23], KEYS[24], KEYS[25], KEYS[26]
 local DRAIN_LEASE_MS, MAX_RECEIVES = tonumber(ARGV[6]), tonumber(ARGV[7])
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
 --#include bucket_limits

@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named

@@ -1,9 +1,11 @@
 -- Release the head item of the key that has been eligible longest, and reserve it.
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms, ARGV[9] most drain jobs at once (fan-out limit),
 -- ARGV[10] processed-guard (1|0): skip items whose id completed already,
--- ARGV[11] poll id (unique, chosen by the caller): the reservation is recorded under it.
+-- ARGV[11] poll id (unique, chosen by the caller): the reservation is recorded under it,
+-- ARGV[12] listen ms (0: no): a poll that releases nothing arms the wake signal for that long
+-- (EMPTY, or LATER with nothing due within it).
 -- Reply: a status first (drain_lease.lua), malformed last (entries dead-lettered by this call
 -- because they could not be read):
 --   {EMPTY, malformed}                nothing queued or due (the drain flag was cleared here)
@@ -19,8 +21,9 @@
 -- reservation again (no fan-out) and takes nothing.
 --#include bucket_common
 --#include bucket_entries
+--#include wake_signal
 local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
-local poll_id = 'poll:' .. ARGV[11]
+local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
 local now = now_ms()
 local taken = recorded(K_CALLS, poll_id)
 if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
@@ -35,6 +38,7 @@ local malformed = offer_due_items(now)
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.
 local function sleep_until(when)
+  if when - now <= listen then listen_for(K_LISTENING, K_SIGNAL, listen) end
   redis.call('DEL', K_DRAINS)
   local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, when)
   return {LATER, string.format('%.17g', when - now), wait >= 0 and 1 or 0, malformed}
@@ -49,6 +53,7 @@ for _ = 1, 100 do
     -- Nothing is eligible until a new item, a commit (ordered keys) or the reaper adds a key;
     -- the drain flag is cleared in this same step so that the next enqueue sends a job.
     redis.call('DEL', K_DRAINS, K_WAKE)
+    listen_for(K_LISTENING, K_SIGNAL, listen)
     return {EMPTY, malformed}
   end
   local key, when = top[1], tonumber(top[2])
@@ -87,4 +92,5 @@ for _ = 1, 100 do
             malformed}
   end
 end
+listen_for(K_LISTENING, K_SIGNAL, listen)
 return {LATER, '0', 0, malformed}

@@ -11,6 +11,7 @@
 -- Lost reply: raises (a store: a second run would queue the items twice; pass dedupe ids to make
 -- calling again safe)
 --#include bucket_common
+--#include wake_signal
 local window = tonumber(ARGV[8])
 local count = (#ARGV - 8) / 5
 local dedupe = false
@@ -81,4 +82,5 @@ tick(K_FLOW, 'in', enqueued + rejected + duplicates, now)
 -- unless one is scheduled no later.
 local send, wait = plan_bucket_drain(now)
 result[1], result[2] = send, wait
+if enqueued > 0 then wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS) end
 return result

@@ -16,10 +16,12 @@
 --#include clock
 --#include flow
 --#include drain_lease
+--#include wake_signal
 -- The keys and settings bucket_schedule's helpers use, named as bucket_common.lua names them.
 local K_READY, K_TAT, K_RATES, K_ITEMS, K_HEADS, K_TAILS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_STATS, K_KEYSTATS, K_DRAINS, K_WAKE = KEYS[10], KEYS[11], KEYS[13], KEYS[14]
 local K_AGES, K_SCHEDULED, K_FLOW, K_PAUSED = KEYS[15], KEYS[16], KEYS[19], KEYS[20]
+local K_SIGNAL, K_LISTENING = KEYS[25], KEYS[26]
 local DEFAULT_INTERVAL, DEFAULT_BURST = tonumber(ARGV[1]), tonumber(ARGV[2])
 local MAX_DEPTH, DRAIN_LEASE_MS = tonumber(ARGV[4]), tonumber(ARGV[6])
 --#include bucket_limits
@@ -82,6 +84,8 @@ if not when then
   end
 end
 
+-- A consumer waiting on the wake signal looks again (this key may go before what it waits for).
+wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS)
 -- This key may go now, so the bucket has work now: arm the drain flag unless a job holds it.
 -- Otherwise the bucket's next work decides (its first eligible key or due delayed item).
 if when and when <= now then return {arm_drain(now), -1, 1} end

@@ -1,5 +1,5 @@
 -- Pause a key (it keeps accepting calls and releases none) or resume it, for every worker.
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] action: pause | resume, ARGV[9] key, ARGV[10] pause: ms from now ('' until resumed)
 -- Reply: {changed, send_drain}. changed 0: a pause that would end sooner than the key's current

@@ -1,6 +1,6 @@
 -- Return reservations whose deadline passed to the head of their key's queue and make the key
 -- eligible again; past max receives the item goes to the dead-letter list instead.
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] most reservations to reap in this call.
 -- Reply: {returned, dead_lettered, send_drain}. Bounded: O(limit * log K).

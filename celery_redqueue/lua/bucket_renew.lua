@@ -1,6 +1,6 @@
 -- The worker's heartbeat for one bucket: push the deadline of reservations still held and
 -- renew the drain lease (drain_lease.lua's renew_inflight).
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation timeout ms,
 -- ARGV[9], ... reservation ids held by the worker's process.

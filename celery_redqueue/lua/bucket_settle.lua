@@ -1,6 +1,6 @@
 -- Settle one reservation: commit it, put it back to retry later (after a delay), put it back
 -- and pause its key (backoff: an upstream's 429), or bury it.
--- KEYS[1..24]: the bucket's keys (bucket_common.lua names each).
+-- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
 -- ARGV[1..7]: the bucket's settings (bucket_common.lua).
 -- ARGV[8] reservation id, ARGV[9] action: commit | retry | backoff | dead
 -- ARGV[10] retry, backoff: delay ms before the key may release again; dead: the error text

@@ -1,6 +1,6 @@
 -- Finish an in-flight batch: count what succeeded; retry (at least once) or count what failed;
 -- dead-letter at once what can never succeed (a payload the worker could not decode).
--- KEYS[1..17]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..19]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id, ARGV[6] at least once (1|0), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,

@@ -1,6 +1,6 @@
 -- Offer calls to a capped pool (or hold them until due), and plan the drain job they need.
--- KEYS: the first ten of pool_common.lua's, as this line names them:
--- Parts: items counts stats drains receives ages flow scheduled dedupe wake
+-- KEYS: the first twelve of pool_common.lua's, as this line names them:
+-- Parts: items counts stats drains receives ages flow scheduled dedupe wake signal listening
 -- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
@@ -15,6 +15,7 @@
 -- calling again safe)
 --#include pool_common
 --#include pool_offer
+--#include wake_signal
 local window = tonumber(ARGV[5])
 local calls = (#ARGV - 5) / 4
 local dedupe, any_delay = false, false
@@ -55,4 +56,5 @@ else
   send, wait = plan_pool_drain(now)
 end
 result[1], result[2] = send, wait
+if c.accepted > 0 then wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS) end
 return result

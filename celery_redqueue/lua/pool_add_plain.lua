@@ -4,8 +4,8 @@
 -- call: a pool with room keeps a call in eight commands, and the helpers a full or coalescing
 -- pool needs (pool_common's) are only defined on that path (defining them costs more than the
 -- whole common case, measured).
--- KEYS: the first seven of pool_common.lua's, as this line names them:
--- Parts: items counts stats drains receives ages flow
+-- KEYS: those of pool_common.lua's this line names (KEYS[8], KEYS[9]: signal, listening):
+-- Parts: items counts stats drains receives ages flow signal listening
 -- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5], ARGV[6], ... pairs: random score in [0, 1), payload
 -- Returns {send_drain, -1, status...} as pool_add does (wake_in_ms is always -1: nothing
@@ -13,7 +13,9 @@
 -- Lost reply: raises (a store: a second run would keep the calls twice)
 --#include clock
 --#include flow
+--#include wake_signal
 local K_ITEMS, K_STATS, K_DRAINS, K_AGES, K_FLOW = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
+local K_SIGNAL, K_LISTENING = KEYS[8], KEYS[9]
 local capacity, sample, coalesce = tonumber(ARGV[1]), ARGV[2] == 'sample', ARGV[3] == '1'
 local lease, calls = ARGV[4], (#ARGV - 4) / 2
 if not capacity or calls < 1 or calls ~= math.floor(calls) then
@@ -65,4 +67,6 @@ tick(K_FLOW, 'in', calls, now)
 -- A refused call found the pool full, so entries wait either way: a drain job is needed now
 -- unless one holds the flag (plan_drain in drain_lease.lua; the wake key is not touched).
 if redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then result[1] = 1 end
+-- Entries wait: wake a consumer waiting on the wake signal, if one is (wake_signal.lua).
+wake_listener(K_LISTENING, K_SIGNAL, lease)
 return result

@@ -2,11 +2,12 @@
 -- An entry received before (returned by the reaper or a failed ack) is popped alone: a batch of
 -- one when it comes first, else it waits for a later pop (a call that killed its batch's
 -- process cannot take good calls down with it again).
--- KEYS[1..17]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..19]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
 -- ARGV[9] processed-guard (1|0): skip entries whose id completed already,
--- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon).
+-- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon),
+-- ARGV[11] listen ms (0: no): an empty pop (EMPTY, LINGER) arms the wake signal for that long.
 -- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then per entry: payload,
 -- count, receives, id}; status (drain_lease.lua): TAKEN, EMPTY (flag cleared in this step),
 -- LINGER, AGAIN (only guard-skipped entries were popped), LATER (only delayed calls remain,
@@ -17,9 +18,10 @@
 -- the batch either way; the reaper returns them only at least once).
 --#include pool_common
 --#include pool_entries
+--#include wake_signal
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local max_drains = tonumber(ARGV[8])
-local guard, linger = ARGV[9] == '1', ARGV[10] == '1'
+local guard, linger, listen = ARGV[9] == '1', ARGV[10] == '1', tonumber(ARGV[11]) or 0
 local now = pool_now()
 if redis.call('HEXISTS', K_INFLIGHT_CALLS, batch_id) == 1 then
   -- A re-sent pop: its first run's reply was lost. The same batch, its deadline pushed.
@@ -92,6 +94,7 @@ if calls == 0 then
     redis.call('DEL', K_DRAINS, K_WAKE)
     result[1] = EMPTY
   end
+  if result[1] ~= AGAIN and result[1] ~= LATER then listen_for(K_LISTENING, K_SIGNAL, listen) end
   return result
 end
 

@@ -16,9 +16,11 @@
 -- KEYS[10] busy   hash: "k:" key -> entry id in flight, "i:" id -> key (ordered groups)
 -- KEYS[11] held   zset (all scores 0): "key NL padded id", entries waiting for their key
 -- KEYS[12] ready  list: held entry ids whose key came free, delivered before anything else
+-- KEYS[13] signal list: the wake signal's token (wake_signal.lua)
+-- KEYS[14] listening string: present while a consumer of the group waits on the signal
 local K_EVENTS, K_STATS, K_FLOW, K_GROUPS, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_GSTATS, K_GFLOW, K_DRAIN, K_DONE = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local K_BUSY, K_HELD, K_READY = KEYS[10], KEYS[11], KEYS[12]
+local K_BUSY, K_HELD, K_READY, K_SIGNAL, K_LISTENING = KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 --#include common
 --#include stream_entries
 --#include stream_order

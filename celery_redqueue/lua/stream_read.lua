@@ -5,7 +5,8 @@
 -- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
--- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease.
+-- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease,
+-- ARGV[10] listen ms (0: no): on nothing to hand out arm the group's wake signal that long.
 -- Reply: {status, then per entry: id, payload, receives, key ('' none)}; status
 -- (drain_lease.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
 -- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
@@ -17,13 +18,14 @@
 -- more delivery)
 --#include stream_deliver
 --#include stream_read_new
+--#include wake_signal
 local r = {
   group = ARGV[1], consumer = ARGV[2], n = tonumber(ARGV[3]),
   visibility = tonumber(ARGV[4]), max_receives = tonumber(ARGV[5]),
   guard = ARGV[6] == '1', ordered = ARGV[7] == '1',
   out = {TAKEN}, handed = 0,
 }
-local drain_lease_ms, linger = tonumber(ARGV[8]), ARGV[9] == '1'
+local drain_lease_ms, linger, listen = tonumber(ARGV[8]), ARGV[9] == '1', tonumber(ARGV[10]) or 0
 if not r.n or r.n < 1 or not r.visibility or not r.max_receives or not drain_lease_ms then
   return redis.error_reply('ERR stream_read: malformed arguments')
 end
@@ -42,6 +44,7 @@ for _ = 1, 10 do
 end
 
 if r.handed == 0 and not more then
+  listen_for(K_LISTENING, K_SIGNAL, listen)
   if linger then return {LINGER} end
   redis.call('DEL', K_DRAIN)
   return {EMPTY}

@@ -63,6 +63,7 @@ from .bucket_types import (
 )
 from .figures import Figures, parse_counters, structure_figures, unfold
 from .receipts import ReapResult, Receipt
+from .wake import Listening, listen_ms
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -87,7 +88,7 @@ PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
     "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
     "flow", "paused", "releases", "releases_prev", "calls",
-    "calls_at",
+    "calls_at", "signal", "listening",
 )
 # fmt: on
 #: Undecodable items one poll dead-letters before it gives up for this call.
@@ -96,7 +97,7 @@ MAX_UNDECODABLE_PER_POLL = 100
 logger = logging.getLogger(__name__)
 
 
-class LeakyBucket(Structure, BucketProducer, BucketLimits):
+class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
@@ -264,8 +265,10 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
 
     # Consuming
 
-    def dequeue(self) -> Dequeued:
+    def dequeue(self, *, listen: float = 0.0) -> Dequeued:
         """Reserve the head item of the key eligible longest, or say how long until one is.
+        With ``listen`` (seconds) a poll that releases nothing arms the wake signal for that
+        long: wait with `listen` (see `wake`).
 
         An item whose payload cannot be decoded is dead-lettered at once with the reason
         ("undecodable payload: ..."), logged and counted, and the poll carries on with the next.
@@ -280,6 +283,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits):
                     self.max_drains,
                     int(self.processed_guard_ms > 0),
                     uuid.uuid4().hex,
+                    listen_ms(listen),
                 ],
             )
             malformed += int(reply[-1])

@@ -69,6 +69,7 @@ from .pool_types import (
 )
 from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
+from .wake import Listening, listen_ms
 
 __all__ = [
     "COUNTERS",
@@ -90,8 +91,8 @@ PARTS = (
     # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
     # on the hot path); the other scripts receive them all.
     "items", "counts", "stats", "drains", "receives", "ages", "flow", "scheduled", "dedupe",
-    "wake", "inflight", "inflight_calls", "inflight_items", "dead", "done", "calls",
-    "calls_at",
+    "wake", "signal", "listening", "inflight", "inflight_calls", "inflight_items", "dead",
+    "done", "calls", "calls_at",
 )
 # fmt: on
 
@@ -128,7 +129,7 @@ class PoolProducer(Producer[bytes]):
         return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
 
 
-class CappedPool(Structure, PoolProducer, PoolGathering):
+class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
@@ -249,7 +250,14 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
 
     # Consuming
 
-    def pop(self, n: int = 100, *, linger: bool = False, batch_id: str | None = None) -> PoolBatch:
+    def pop(
+        self,
+        n: int = 100,
+        *,
+        linger: bool = False,
+        listen: float = 0.0,
+        batch_id: str | None = None,
+    ) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
         enter the pool).
 
@@ -263,7 +271,9 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
         Entries that cannot be parsed are dead-lettered (``malformed``); undecodable payloads
         are listed in ``undecodable`` and dead-lettered by `ack()`. With ``linger=True``
         an empty pop keeps the flag (``batch.lingering``): the caller promises to pop again
-        soon, so calls arriving meanwhile send no drain job.
+        soon, so calls arriving meanwhile send no drain job. With ``listen`` (seconds) an empty
+        pop also arms the wake signal for that long: wait with `listen` (see
+        `wake`).
 
         ``batch_id`` (default: a new one) names the batch: a pop with the id of a batch still
         in flight pops nothing and returns that batch again, which is what makes a pop whose
@@ -281,6 +291,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering):
                 self.max_drains,
                 int(self.processed_guard_ms > 0),
                 int(linger),
+                listen_ms(listen),
             ],
         )
         status, fan_out, remaining, wait_ms, schedule, malformed = reply[:6]

@@ -140,14 +140,15 @@ class ShardedPool(Sharded, PoolProducer):
 
     # Consuming
 
-    def pop(self, n: int = 100, *, linger: bool = False) -> PoolBatch:
+    def pop(self, n: int = 100, *, linger: bool = False, listen: float = 0.0) -> PoolBatch:
         """Pop a batch from the next shard that has work (see ``CappedPool.pop``); its id names
         the shard, so `ack()` and the heartbeat find it. An empty batch means every shard
         was empty (and released its flag, unless lingering); ``wait``/``schedule`` are the
         earliest shard's."""
         batch: PoolBatch | None
         i, batch, empties = self._sweep(
-            lambda shard: shard.pop(n, linger=linger), lambda b: bool(b) or b.pop_again
+            lambda shard: shard.pop(n, linger=linger, listen=listen),
+            lambda b: bool(b) or b.pop_again,
         )
         malformed = sum(b.malformed for _, b in empties)
         if batch is not None:
@@ -304,10 +305,12 @@ class ShardedBucket(Sharded, BucketProducer):
 
     # Consuming
 
-    def dequeue(self) -> Dequeued:
+    def dequeue(self, *, listen: float = 0.0) -> Dequeued:
         """Reserve from the next shard with an eligible key (see ``LeakyBucket.dequeue``); the
         reservation's id names its shard. Otherwise the earliest shard's wait."""
-        i, poll, empties = self._sweep(lambda shard: shard.dequeue(), lambda p: p.reservation)
+        i, poll, empties = self._sweep(
+            lambda shard: shard.dequeue(listen=listen), lambda p: p.reservation
+        )
         malformed = sum(p.malformed for _, p in empties)
         if poll is not None:
             reservation = dataclasses.replace(

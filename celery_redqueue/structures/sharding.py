@@ -21,6 +21,7 @@ from . import catalog
 from .deadletters import DeadLetter, parse_dead_letter
 from .figures import Figures, compute, read_flow, ring_history, ring_sums
 from .receipts import Receipt
+from .wake import WakeSignal, listen_any
 
 SLOTS = 16384
 _R = TypeVar("_R", bound=Receipt)
@@ -116,6 +117,14 @@ class Sharded(catalog.Registered):
     def serializer(self, value: Serializer) -> None:
         for shard in self.shards:
             shard.serializer = value
+
+    def wake_signals(self) -> list[WakeSignal]:
+        """Every shard's wake signal (an empty sweep with ``listen=`` armed them all)."""
+        return [signal for shard in self.shards for signal in shard.wake_signals()]
+
+    def listen(self, timeout: float) -> bool:
+        """Wait on every shard's wake signal at once (see `wake.listen_any`)."""
+        return bool(listen_any(self.wake_signals(), timeout))
 
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this structure (the registry keeps it)."""

@@ -52,12 +52,17 @@ from .stream_types import (
     seek_target,
     validate_group,
 )
+from .wake import WakeSignal, listen_ms
 
 #: The stream's own keys, in the order every stream script receives them (stream_common.lua).
 PARTS = ("events", "stats", "flow", "groups", "dead")
 #: Each group's keys, received after PARTS by scripts that act for one group.
-GROUP_PARTS = ("stats", "flow", "drain", "done", "busy", "held", "ready")
+GROUP_PARTS = (
+    "stats", "flow", "drain", "done", "busy", "held", "ready", "signal", "listening",
+)  # fmt: skip
 
+#: Each known group's keys that stream_publish receives.
+PUBLISH_GROUP_PARTS = ("stats", "drain", "listening", "signal")
 #: Events per publish script call: keeps every call short (O(chunk)).
 PUBLISH_CHUNK = 1000
 #: Seconds a process trusts its list of the stream's groups before reading it again.
@@ -176,7 +181,7 @@ class EventStream(Structure):
         if keys is None:
             keys = list(self._keys)
             for group in groups:
-                keys += [self.keys(f"group:{group}:stats"), self.keys(f"group:{group}:drain")]
+                keys += [self.keys(f"group:{group}:{part}") for part in PUBLISH_GROUP_PARTS]
             self._publish_keys[groups] = keys
         args: list[Any] = [self.maxlen or 0, self.drain_lease_ms, len(groups), *groups]
         for data, key in prepared:
@@ -198,7 +203,13 @@ class EventStream(Structure):
     # Consuming
 
     def read(
-        self, group: str, consumer: str, count: int = 10, *, linger: bool = False
+        self,
+        group: str,
+        consumer: str,
+        count: int = 10,
+        *,
+        linger: bool = False,
+        listen: float = 0.0,
     ) -> StreamRead:
         """Hand up to ``count`` entries of ``group`` to ``consumer``: an entry pending past the
         visibility timeout alone (a read of one: it was handed out before and its batch died or
@@ -207,7 +218,8 @@ class EventStream(Structure):
 
         An empty read releases the group's drain lease in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published
-        afterwards is stranded.
+        afterwards is stranded. With ``listen`` (seconds) a read with nothing to hand out arms
+        the group's wake signal for that long: wait with `listen`.
         """
         validate_group(group)
         positive_int("count", count)
@@ -227,6 +239,7 @@ class EventStream(Structure):
                 int(self.ordered),
                 self.drain_lease_ms,
                 int(linger),
+                listen_ms(listen),
             ],
             keys=self._group_keys(group),
         )
@@ -244,6 +257,15 @@ class EventStream(Structure):
                 StreamEvent(entry_id, payload, int(receives), key.decode() or None, group)
             )
         return batch
+
+    def wake_signals(self, group: str) -> list[WakeSignal]:
+        """The wake signal of ``group`` (see `wake`)."""
+        return [WakeSignal(self.client, self.keys(f"group:{validate_group(group)}:signal"))]
+
+    def listen(self, group: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a publish to wake ``group`` (armed by an empty
+        ``read(..., listen=)``); True when woken."""
+        return self.wake_signals(group)[0].listen(timeout)
 
     def ack(
         self,

@@ -295,7 +295,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
         while True:
-            poll = bucket.dequeue()
+            poll = bucket.dequeue(listen=self.bucket_drain_linger)
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:
@@ -304,7 +304,7 @@ class BucketTask(RedQueueTask, MeteredOptions):
                 if poll.schedule:
                     self.send_drain_or_release(countdown=poll.wait)
                 if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
-                    time.sleep(max(poll.wait, 0.0))
+                    bucket.listen(poll.wait)  # woken early by a call for another key
                     continue
                 return DrainSummary(processed, failed, continued=True)
             if reservation.fan_out:

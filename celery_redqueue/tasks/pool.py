@@ -66,10 +66,6 @@ class PoolCall:
     count: int = 1
 
 
-#: Seconds between looks at an empty pool while a drain lingers.
-LINGER_POLL = 0.02
-
-
 class PoolTask(RedQueueTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
@@ -102,9 +98,9 @@ class PoolTask(RedQueueTask):
     pool_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh drain job.
     pool_drain_time_budget: float = 10.0
-    #: Seconds a drain job keeps looking at an empty pool before it ends. During a burst the
-    #: pool empties and refills constantly; lingering keeps the one drain job working instead
-    #: of ending and having the next call send a new one.
+    #: Seconds a drain job waits on an empty pool before it ends, woken by the next call (the
+    #: wake signal), not polling. During a burst the pool empties and refills constantly;
+    #: lingering keeps the one drain job working instead of a new one sent per call.
     pool_drain_linger: float = 0.2
     #: Seconds a popped batch stays in flight without a heartbeat before the reaper takes it
     #: back (lost, or returned at least once). The worker renews it every third of this while
@@ -319,15 +315,15 @@ class PoolTask(RedQueueTask):
                     if gather.schedule:
                         self.send_drain_or_release(countdown=gather.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
-            linger = time.monotonic() - last_work < self.pool_drain_linger
-            batch = pool.pop(self.pool_batch_size, linger=linger)
+            left = self.pool_drain_linger - (time.monotonic() - last_work)  # of the linger
+            batch = pool.pop(self.pool_batch_size, linger=left > 0, listen=max(left, 0.0))
             failed += batch.malformed  # dead-lettered by the pop, with the reason
             if batch.fan_out:
                 self.send_drain_or_release()
             if batch.pop_again:
                 continue
             if batch.lingering:
-                time.sleep(LINGER_POLL)
+                pool.listen(left)  # until the next call wakes it (wake signal) or time is up
                 continue
             if not batch:
                 if batch.wait is not None:

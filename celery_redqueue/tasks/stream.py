@@ -81,7 +81,7 @@ class StreamTask(RedQueueTask):
     stream_drain_interval: float | None = 30.0
     #: Seconds one drain job works before handing over to a fresh one.
     stream_drain_time_budget: float = 10.0
-    #: Seconds a drain keeps looking at a caught-up group before it ends.
+    #: Seconds a drain waits on a caught-up group before it ends, woken by the next publish.
     stream_drain_linger: float = 0.2
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -203,12 +203,18 @@ class StreamTask(RedQueueTask):
         last_work = -float("inf")
         with self._heartbeat(stream, consumer) as working:
             while True:
-                linger = time.monotonic() - last_work < self.stream_drain_linger
-                batch = stream.read(self.group, consumer, self.stream_batch_size, linger=linger)
+                left = self.stream_drain_linger - (time.monotonic() - last_work)
+                batch = stream.read(
+                    self.group,
+                    consumer,
+                    self.stream_batch_size,
+                    linger=left > 0,
+                    listen=max(left, 0.0),
+                )
                 if batch.read_again:
                     continue
                 if batch.lingering:
-                    time.sleep(0.02)
+                    stream.listen(self.group, left)  # woken by the next publish (wake signal)
                     continue
                 if not batch:
                     break

@@ -1,0 +1,111 @@
+"""Wake signals: a consumer with nothing to do waits for the next call instead of polling.
+
+Every pool and bucket (and every group of a stream) has two keys in its hash tag:
+``listening``, a marker with a time-to-live, and ``signal``, a list that holds one token at
+most. A consumer that finds nothing to hand out arms the marker in that same atomic step
+(``pop(..., listen=s)``, ``dequeue(listen=s)``, ``read(..., listen=s)``: arming apart from the
+empty check would miss a call stored in between), then blocks on the list for up to that long
+(`WakeSignal.listen`, or `listen_any` for several structures). A store pushes a
+token only while the marker exists and the list is empty: no extra round trip per call, and
+nothing grows while nobody listens (the list also expires).
+
+A token is a hint, never work: a lost one (its BLPOP reply lost, Redis restarted) leaves the
+waiter to its timeout, a stale one costs one look.
+
+Example:
+
+    batch = pool.pop(100, listen=0.5)
+    if not batch and pool.listen(0.5):
+        batch = pool.pop(100)      # a call arrived while we waited
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..redis.blocking import block_pop, is_cluster
+from ..redis.keys import StructureKeys
+
+#: Milliseconds the marker outlives the wait it was armed for (the round trip between the
+#: arming step and the blocking read).
+MARGIN_MS = 100
+
+#: Seconds per blocking read when signals of several cluster slots are waited on in turn.
+CLUSTER_SLICE = 0.05
+
+
+def listen_ms(seconds: float) -> int:
+    """The marker's time-to-live for a wait of ``seconds`` (0: do not arm)."""
+    return int(seconds * 1000) + MARGIN_MS if seconds > 0 else 0
+
+
+@dataclass(frozen=True)
+class WakeSignal:
+    """The wake signal of one structure (or stream group): its client and its list key."""
+
+    client: Any
+    key: str
+
+    def listen(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds (capped below the client's socket timeout) for a
+        store to wake this structure; True when woken. Arm first (see the module docstring)."""
+        return block_pop(self.client, [self.key], timeout) is not None
+
+
+class Listening:
+    """What pools and buckets offer a consumer with nothing to do: their wake signal (the
+    ``signal`` key of their hash tag) and a wait on it."""
+
+    client: Any
+    keys: StructureKeys
+
+    def wake_signals(self) -> list[WakeSignal]:
+        """This structure's wake signals (one; a sharded structure has one per shard)."""
+        return [WakeSignal(self.client, self.keys("signal"))]
+
+    def listen(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a store to wake a consumer that an empty pop or
+        poll armed (``listen=``); True when woken (a hint: look to see)."""
+        return WakeSignal(self.client, self.keys("signal")).listen(timeout)
+
+
+def listen_any(signals: Sequence[WakeSignal], timeout: float) -> list[WakeSignal]:
+    """Wait up to ``timeout`` seconds for any of ``signals``; returns those woken (one, or
+    none when the time ran out).
+
+    Signals on one plain client (Redis, Sentinel) share one BLPOP. On Redis Cluster a BLPOP
+    takes keys of one slot only, so signals of several slots are waited on in turn, a short
+    slice (`CLUSTER_SLICE`) each; signals of several clients likewise.
+    """
+    groups: dict[tuple[int, str], list[WakeSignal]] = {}
+    for signal in signals:
+        slot = signal.key if is_cluster(signal.client) else ""
+        if slot:
+            slot = signal.key[signal.key.index("{") : signal.key.index("}") + 1]
+        groups.setdefault((id(signal.client), slot), []).append(signal)
+    if not groups:
+        return []
+    if len(groups) == 1:
+        return _pop_one(next(iter(groups.values())), timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        started = time.monotonic()
+        for group in groups.values():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            woken = _pop_one(group, min(left, CLUSTER_SLICE))
+            if woken:
+                return woken
+        # Reads that failed at once (Redis unreachable) must not spin: one slice per round.
+        time.sleep(
+            max(min(CLUSTER_SLICE - (time.monotonic() - started), deadline - time.monotonic()), 0)
+        )
+
+
+def _pop_one(group: list[WakeSignal], timeout: float) -> list[WakeSignal]:
+    key = block_pop(group[0].client, [s.key for s in group], timeout)
+    return [s for s in group if s.key == key]
