@@ -81,7 +81,9 @@ def run_top(
         while iterations is None or done < iterations:
             if done:
                 time.sleep(interval)
-            width = shutil.get_terminal_size((120, 40)).columns
+            # A terminal that reports 0 columns (a new pty, some `docker exec -t`) gets the
+            # fallback on Python 3.11+ but 0 on 3.10, which cut every line to nothing.
+            width = shutil.get_terminal_size((120, 40)).columns or 120
             text = "\n".join(frame(ops.overview(history=True), width))
             stream.write(f"{HOME}{text}\n{CLEAR_BELOW}")
             stream.flush()

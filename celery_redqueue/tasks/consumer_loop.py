@@ -29,7 +29,7 @@ from celery import current_app
 from ..errors import RedQueueError
 from .base import RedQueueTask
 from .handover import capturing
-from .wake_wait import wait_for_work
+from .wake_wait import signals_of, wait_for_work
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +39,30 @@ _APP: Any = None
 
 #: Seconds a structure whose drain failed (Redis unreachable) waits before the next try.
 RETRY_PAUSE = 1.0
+#: Longest blocking wait of the listener, after which it takes in structures that went idle.
+LISTEN_SLICE = 0.1
 
 
-def run_drain(task_name: str) -> dict[str, Any]:
-    """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
-    pool gives a raised error to no callback). Returns what it did and what it asked for."""
+def listen_seconds(task: Any) -> float:
+    """How long a consumer's drain arms the task's wake signal for: its drain lease (so a
+    killed consumer stops absorbing calls within one lease), 0 when it has no wake signal."""
+    try:
+        if signals_of(task) is None:
+            return 0.0
+    except RedQueueError:
+        return 0.0
+    kind = type(task).redqueue_kind
+    return float(getattr(task, f"{kind}_drain_lease", 10.0))
+
+
+def run_drain(task_name: str, listen: float = 0.0) -> dict[str, Any]:
+    """Run one drain of ``task_name`` in this pool process or thread, its last empty look
+    arming the wake signal for ``listen`` seconds; never raises (the threads pool gives a
+    raised error to no callback). Returns what it did and what it asked for."""
     app = _APP if _APP is not None else current_app
     try:
         task = app.tasks[task_name]
-        with capturing(task_name) as handover:
+        with capturing(task_name, listen) as handover:
             summary = task.drain()
     except Exception as exc:
         logger.warning("redqueue consumer: drain of %s failed: %s", task_name, exc, exc_info=True)
@@ -72,6 +87,10 @@ class Served:
     due_at: float | None = None
     #: Monotonic time before which the structure is not looked at (after a failure).
     paused_until: float = 0.0
+    #: Seconds a drain's last empty look arms the wake signal for (0: the structure has none:
+    #: it is looked at instead), and the monotonic time to arm it again by running a drain.
+    listen: float = 0.0
+    rearm_at: float = 0.0
     #: Drains run and drains that failed (for logs, tests and the bench).
     runs: int = 0
     errors: int = 0
@@ -105,6 +124,7 @@ class Dispatcher:
         self._changed = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
         self._pending: collections.deque[str] = collections.deque()
         self._pipe: tuple[int, int] | None = None
         self._next_reap = 0.0
@@ -119,8 +139,15 @@ class Dispatcher:
             os.set_blocking(read_end, False)
             self._pipe = (read_end, write_end)
             self.hub.add_reader(read_end, self._on_pipe)
+        for served in self.served.values():
+            served.listen = listen_seconds(served.task)
+            served.due_at = time.monotonic()  # a first drain: work already there, delayed calls
         self._thread = threading.Thread(target=self._run, name="redqueue-consumer", daemon=True)
         self._thread.start()
+        self._listener = threading.Thread(
+            target=self._listen, name="redqueue-consumer-wait", daemon=True
+        )
+        self._listener.start()
 
     def stop(self) -> None:
         """Stop waiting and dispatching; hand the structures this consumer was working on to
@@ -129,8 +156,9 @@ class Dispatcher:
         batches; the pool's own shutdown waits for them (warm) or ends them (cold)."""
         self._stopping.set()
         self._changed.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._listener):
+            if thread is not None:
+                thread.join(timeout=30)
         if self.hub is not None and self._pipe is not None:
             try:
                 self.hub.remove_reader(self._pipe[0])
@@ -156,6 +184,7 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            self._changed.clear()  # before the round: a change during it is not missed
             try:
                 timeout = self._round()
             except Exception:
@@ -163,44 +192,64 @@ class Dispatcher:
                 timeout = RETRY_PAUSE
             if timeout > 0:
                 self._changed.wait(timeout)
-            self._changed.clear()
 
     def _round(self) -> float:
-        """Dispatch what is due; returns how long to wait for more."""
+        """Dispatch what is due; returns how long to wait before looking again."""
         now = time.monotonic()
         if now >= self._next_reap:
             self._next_reap = now + self.reap_interval
             self._reap()
         with self._lock:
-            idle = [
+            free = self.concurrency - sum(s.running for s in self.served.values())
+            due = [
                 s
                 for s in self.served.values()
-                if s.running < s.max_drains and s.paused_until <= now
+                if s.running < s.max_drains
+                and s.paused_until <= now
+                and (
+                    (s.due_at is not None and s.due_at <= now)
+                    or (s.running == 0 and s.listen and s.rearm_at <= now)
+                )
             ]
-            free = self.concurrency - sum(s.running for s in self.served.values())
-        if free <= 0:
-            return self.reap_interval
-        due = [s for s in idle if s.due_at is not None and s.due_at <= now]
-        looked = [s for s in idle if s.due_at is None or s.due_at > now]
-        # Structures with a drain running are not looked at unless they may fan out.
-        looked = [s for s in looked if s.running == 0 or s.max_drains > 1]
-        found: list[Served] = []
-        if looked and not due:
-            found = wait_for_work([s.task for s in looked], self._stopping, self._changed)
-        found_names = {t.name for t in found}
-        for served in due + [s for s in looked if s.name in found_names]:
-            if free <= 0:
-                break
+        for served in due[: max(free, 0)]:
             self._dispatch(served)
-            free -= 1
         return self._next_wait(time.monotonic())
 
+    def _listen(self) -> None:
+        """The listener's thread: wait on the idle structures' wake signals (or look at those
+        without one) and mark the structures woken as due."""
+        while not self._stopping.is_set():
+            with self._lock:
+                idle = [
+                    s.task
+                    for s in self.served.values()
+                    if s.running == 0 and s.due_at is None and s.paused_until <= time.monotonic()
+                ]
+            if not idle:
+                self._stopping.wait(LISTEN_SLICE)
+                continue
+            try:
+                woken = wait_for_work(idle, self._stopping, LISTEN_SLICE)
+            except Exception:
+                logger.exception("redqueue consumer: waiting for work failed")
+                self._stopping.wait(RETRY_PAUSE)
+                continue
+            for task in woken:
+                self._want(self.served[task.name], 1, None)
+
     def _next_wait(self, now: float) -> float:
+        """Seconds until something can be dispatched (a drain ending sets ``_changed``)."""
+        moments = [self._next_reap]
         with self._lock:
-            moments = [s.due_at for s in self.served.values() if s.due_at is not None]
-            moments += [s.paused_until for s in self.served.values() if s.paused_until > now]
-        wait = min([m - now for m in moments] + [self.reap_interval])
-        return max(wait, 0.0)
+            if sum(s.running for s in self.served.values()) < self.concurrency:
+                for s in self.served.values():
+                    if s.running >= s.max_drains:
+                        continue
+                    if s.due_at is not None:
+                        moments.append(max(s.due_at, s.paused_until))
+                    if s.listen and not s.running:
+                        moments.append(max(s.rearm_at, s.paused_until))
+        return max(min(moments) - now, 0.0)
 
     def _reap(self) -> None:
         """The watchdog: take back expired holds of every served structure, and run the drain
@@ -240,7 +289,12 @@ class Dispatcher:
     def _apply(self, name: str) -> None:
         done: Callable[[Any], None] = lambda result: self._done(name, result)  # noqa: E731
         try:
-            self.pool.apply_async(run_drain, args=(name,), callback=done, error_callback=done)
+            self.pool.apply_async(
+                run_drain,
+                args=(name, self.served[name].listen),
+                callback=done,
+                error_callback=done,
+            )
         except Exception as exc:
             logger.warning("redqueue consumer: the pool refused a drain of %s: %s", name, exc)
             self._done(name, {"error": repr(exc)})
@@ -253,6 +307,8 @@ class Dispatcher:
         with self._lock:
             served.running -= 1
             served.runs += 1
+            # Its last empty look armed the wake signal: arm again (by a drain) before it ends.
+            served.rearm_at = time.monotonic() + served.listen / 2
             if "error" in result:
                 served.errors += 1
                 served.paused_until = time.monotonic() + RETRY_PAUSE

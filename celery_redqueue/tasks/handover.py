@@ -28,6 +28,10 @@ class Handover:
     def wanted(self) -> bool:
         return bool(self.now) or self.later is not None
 
+    #: Seconds the drain's last empty look arms the structure's wake signal for: the consumer
+    #: waits on it after the drain ended (0: only the linger, as a drain job's).
+    listen: float = 0.0
+
 
 _CAPTURED: contextvars.ContextVar[tuple[str, Handover] | None] = contextvars.ContextVar(
     "redqueue_handover", default=None
@@ -35,10 +39,11 @@ _CAPTURED: contextvars.ContextVar[tuple[str, Handover] | None] = contextvars.Con
 
 
 @contextmanager
-def capturing(task_name: str) -> Iterator[Handover]:
+def capturing(task_name: str, listen: float = 0.0) -> Iterator[Handover]:
     """Inside, drain jobs of ``task_name`` are recorded in the yielded `Handover`
-    instead of sent (drain jobs of other tasks, e.g. a body calling another task, are sent)."""
-    handover = Handover()
+    instead of sent (drain jobs of other tasks, e.g. a body calling another task, are sent);
+    its drains arm their wake signal for ``listen`` seconds when they end (`listen_floor`)."""
+    handover = Handover(listen=listen)
     token = _CAPTURED.set((task_name, handover))
     try:
         yield handover
@@ -60,3 +65,12 @@ def handed_over(task_name: str, countdown: float | None) -> bool:
         if math.isfinite(wait):
             handover.later = wait if handover.later is None else min(handover.later, wait)
     return True
+
+
+def listen_floor(task_name: str) -> float:
+    """Seconds a drain of ``task_name`` arms its wake signal for when it finds nothing: the
+    consumer's wait inside a drain it runs, else 0 (a drain job arms only for its linger)."""
+    captured = _CAPTURED.get()
+    if captured is None or captured[0] != task_name:
+        return 0.0
+    return captured[1].listen

@@ -1,12 +1,14 @@
 """How the continuous consumer waits for work on the structures it serves.
 
-One function, `wait_for_work`: until the structures' wake signals are there to block on,
-it looks at each idle structure's depth (one cheap read: the counters hash, or a stream group's
-figures) every `POLL` seconds.
+One function, `wait_for_work`: a blocking read on the structures' wake signals (one BLPOP over
+all of them on one client: `celery_redqueue.structures.wake.listen_any`), armed by the empty
+look that ended each structure's last drain. A structure without wake signals is looked at
+instead (its depth, every `POLL` seconds).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -17,41 +19,71 @@ from ..errors import RedQueueError
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between looks at idle structures.
+#: Seconds between looks at structures that have no wake signal.
 POLL = 0.05
-#: Longest one wait lasts before the consumer's loop runs its other duties (the watchdog).
-LONGEST_WAIT = 1.0
+
+
+def signals_of(task: Any) -> list[Any] | None:
+    """The wake signals of the task's structure (a stream: of its group); None without any."""
+    structure = task.structure
+    get = getattr(structure, "wake_signals", None)
+    if get is None:
+        return None
+    if getattr(type(task), "redqueue_kind", "") == "stream":
+        return list(get(task.group))
+    return list(get())
 
 
 def has_work(task: Any) -> bool:
     """The task's structure has calls waiting (its group has entries to read, for a stream)."""
     structure = task.structure
     if getattr(type(task), "redqueue_kind", "") == "stream":
-        figures = structure.group_figures(task.group)
-        return bool(figures.lag)
+        return bool(structure.group_figures(task.group).lag)
     return bool(structure.stats().depth)
 
 
-def wait_for_work(
-    tasks: Sequence[Any], *stop: threading.Event, timeout: float = LONGEST_WAIT
-) -> list[Any]:
-    """The tasks among ``tasks`` whose structures have work, waiting up to ``timeout`` seconds
-    for one to have some; returns early (maybe empty) when any of the ``stop`` events is set."""
+def _listen_any(signals: Sequence[Any], timeout: float) -> list[Any]:
+    wake = importlib.import_module("celery_redqueue.structures.wake")
+    woken: list[Any] = wake.listen_any(signals, timeout)
+    return woken
+
+
+def wait_for_work(tasks: Sequence[Any], stop: threading.Event, timeout: float) -> list[Any]:
+    """The tasks among ``tasks`` whose structures have (or were just woken for) work, waiting
+    up to ``timeout`` seconds for one; returns early, maybe empty, once ``stop`` is set."""
+    by_key: dict[str, tuple[Any, Any]] = {}
+    looked: list[Any] = []
+    for task in tasks:
+        try:
+            found = signals_of(task)
+        except RedQueueError as exc:
+            logger.debug("redqueue consumer: no wake signal for %s: %s", task.name, exc)
+            found = None
+        if found is None:
+            looked.append(task)
+        else:
+            by_key.update((signal.key, (signal, task)) for signal in found)
     deadline = time.monotonic() + timeout
     while True:
-        found = []
-        for task in tasks:
+        ready = []
+        for task in looked:
             try:
                 if has_work(task):
-                    found.append(task)
+                    ready.append(task)
             except RedQueueError as exc:
                 logger.debug("redqueue consumer: looking at %s failed: %s", task.name, exc)
-        if found or any(event.is_set() for event in stop):
-            return found
+        if by_key:
+            # One blocking read on every signal; short while structures without one are looked at.
+            wait = deadline - time.monotonic()
+            wait = min(wait, POLL) if looked else wait
+            woken = _listen_any(
+                [signal for signal, _ in by_key.values()], max(wait, 0.01)
+            )  # 0 would block
+            ready += [by_key[signal.key][1] for signal in woken]
+        if ready or stop.is_set():
+            return list({task.name: task for task in ready}.values())
         left = deadline - time.monotonic()
         if left <= 0:
             return []
-        if stop:
-            stop[-1].wait(min(POLL, left))
-        else:
-            time.sleep(min(POLL, left))
+        if not by_key:
+            stop.wait(min(POLL, left))

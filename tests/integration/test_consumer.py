@@ -130,6 +130,27 @@ def test_sigkill_mid_batch_loses_nothing_at_least_once(
     assert drain_messages(redqueue_redis, redqueue_prefix).get("worker", 0) == 0
 
 
+def test_calls_after_a_consumer_was_killed_all_run(
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, consumer_app, show_logs
+):
+    """SIGKILL a consumer worker that was serving a pool, then make calls with delay(): calls
+    stored while its holds on the pool have not run out yet send no drain job, and still every
+    call runs (the next consumer's watchdog finds due work under an expired lease)."""
+    first = start_worker("--pool=prefork", "--concurrency=2", "--redqueue-consumer")
+    for i in range(50):
+        consumer_app.record.delay(i)
+    store = consumer_app.record.pool
+    wait_for(lambda: store.stats().processed == 50, timeout=60, message="the first calls")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    for i in range(50, 150):
+        consumer_app.record.delay(i)
+    start_worker("--pool=prefork", "--concurrency=2", "--redqueue-consumer")
+    wait_for(lambda: store.stats().processed == 150, timeout=90, message="the later calls")
+    runs = sorted(int(r.split(":")[1]) for r in ran(redqueue_redis, redqueue_prefix))
+    assert runs == list(range(150))
+
+
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_warm_shutdown_finishes_the_running_batch(
     redqueue_redis, redqueue_prefix, start_worker, wait_for, show_logs, pool
