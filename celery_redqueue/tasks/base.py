@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from celery import Task
 from celery.exceptions import Retry
@@ -418,8 +418,9 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
                 self.name,
                 error_text(exc),
             )
-            # Pools and buckets (a stream releases per group, in StreamTask's own send).
-            producer = cast("Producer[Any]", self.structure)
+            # Pools and buckets hold a drain flag; a stream's group lease frees itself.
+            if not isinstance(producer := self.structure, Producer):
+                return error_text(exc)
             try:
                 producer.release_drain(flag=countdown is None, wake=countdown is not None)
             except RedQueueError as release_exc:

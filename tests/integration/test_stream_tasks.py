@@ -486,3 +486,6 @@ def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, 
     assert "sending the drain job" in caplog.text
     assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for the 10 s lease
     assert consume.stream.group_figures("g").lag == 2  # both events are safe in Redis
+    # The continuous consumer hands a stream over the same way on shutdown: an error text, not
+    # an AttributeError (a stream has no drain flag to release).
+    assert consume.send_drain_or_release() is not None
