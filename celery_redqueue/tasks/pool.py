@@ -35,6 +35,7 @@ from .base import RedQueueTask, error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .handover import due_in
 from .heartbeat import heartbeat
 from .options import check_structure_name
 from .results import (
@@ -330,6 +331,8 @@ class PoolTask(RedQueueTask):
                     # Only delayed calls remain: a job comes back when the first is due.
                     if batch.schedule:
                         self.send_drain_or_release(countdown=batch.wait)
+                    else:  # one is scheduled already; a consumer looks then itself
+                        due_in(self.name, batch.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
             started = time.monotonic()
