@@ -38,6 +38,7 @@ from importlib import resources
 from typing import Any
 
 from .call import run_script
+from .lua_link import link
 
 KeyOrArg = str | bytes | int | float
 
@@ -57,18 +58,22 @@ PARTS = "-- Parts:"
 class LuaScript:
     """One script: its SHA is computed locally; the server loads it on the first NOSCRIPT.
 
+    ``source`` is what is sent (linked, see `lua_link`); the header lines are read from
+    ``headers``, the expanded file (``source`` when not given).
+
     ``resend`` is True when the header says the script is safe to run twice (a lost reply is
     sent again), False when it says ``raises``; ``parts`` the key parts it receives, in order,
     or None for all of its structure's.
     """
 
-    def __init__(self, name: str, source: str) -> None:
+    def __init__(self, name: str, source: str, headers: str | None = None) -> None:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
-        self.resend = _lost_reply_kind(name, source) == "safe"
+        headers = source if headers is None else headers
+        self.resend = _lost_reply_kind(name, headers) == "safe"
         self.parts: tuple[str, ...] | None = None
-        for line in source.splitlines():
+        for line in headers.splitlines():
             if line.startswith(PARTS):
                 self.parts = tuple(line[len(PARTS) :].split())
                 break
@@ -123,7 +128,8 @@ def script(name: str) -> LuaScript:
     shared by several scripts (the bucket's rate lookup) should be written once. A file
     included twice (``common`` by way of two others) is spliced in once, where first met.
     """
-    return LuaScript(name, "\n".join(_expand(name, {name})) + "\n")
+    lines = _expand(name, {name})
+    return LuaScript(name, "\n".join(link(lines)) + "\n", headers="\n".join(lines))
 
 
 def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]]) -> list[Any]:

@@ -1,0 +1,66 @@
+"""The loader ships a script with only the helpers it calls (redis/lua_link.py), and what it
+ships compiles and runs on a real Redis."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from celery_redqueue.redis.lua import script
+from celery_redqueue.redis.lua_link import code_of, link
+
+SCRIPTS = sorted(
+    p.name[:-4]
+    for p in resources.files("celery_redqueue").joinpath("lua").iterdir()
+    if p.name.endswith(".lua") and "-- Lost reply:" in p.read_text(encoding="utf-8")
+)
+
+SOURCE = """\
+-- a helper nobody calls
+local function unused(x)
+  return helper(x)
+end
+-- called only by a kept helper
+local function helper(x)
+  return x + 1  -- keep() is a comment, not a call
+end
+local function kept(x)
+  return helper(x)
+end
+local function named_in_a_string()
+  return 1
+end
+
+local s = "kept -- not a comment named_in_a_string"
+return kept(1)
+"""
+
+
+def test_only_what_the_script_calls_is_shipped():
+    shipped = "\n".join(link(SOURCE.splitlines()))
+    assert "local function kept(" in shipped
+    assert "local function helper(" in shipped  # reached through kept
+    assert "unused" not in shipped  # calls helper, but nothing calls it
+    assert "local function named_in_a_string(" in shipped  # errs on keeping
+    assert "-- a helper" not in shipped and "\n\n" not in shipped
+    assert "-- not a comment" in shipped  # inside a string
+
+
+def test_a_comment_inside_a_string_is_code():
+    assert code_of("x = 'a--b' -- c") == "x = 'a--b' "
+    assert code_of('x = "a\\"--" -- c') == 'x = "a\\"--" '
+
+
+def test_a_function_without_its_end_at_column_0_is_refused():
+    with pytest.raises(ValueError, match="no 'end' at column 0"):
+        link(["local function f()", "  return 1", "  end"])
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_shipped_script_compiles_on_redis(redqueue_redis, name):
+    shipped = script(name)
+    assert redqueue_redis.script_load(shipped.source) == shipped.sha
+    # the header lines are read from the file, not from what is shipped
+    assert shipped.resend in (True, False)
+    assert "-- Lost reply:" not in shipped.source
