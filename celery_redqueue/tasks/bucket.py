@@ -23,6 +23,7 @@ from .base import error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name, function_or_name
@@ -302,6 +303,8 @@ class BucketTask(ProducerTask, MeteredOptions):
                 if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
                     bucket.listen(poll.wait)  # woken early by a call for another key
                     continue
+                if not poll.schedule:  # one is scheduled already; a consumer looks then itself
+                    due_in(self.name, poll.wait)
                 return DrainSummary(processed, failed, continued=True)
             if reservation.fan_out:
                 self.send_drain_or_release()

@@ -34,6 +34,7 @@ from .base import error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
+from .handover import due_in
 from .heartbeat import heartbeat
 from .options import check_structure_name
 from .producing import ProducerTask
@@ -325,6 +326,8 @@ class PoolTask(ProducerTask):
                     # Only delayed calls remain: a job comes back when the first is due.
                     if batch.schedule:
                         self.send_drain_or_release(countdown=batch.wait)
+                    else:  # one is scheduled already; a consumer looks then itself
+                        due_in(self.name, batch.wait)
                     return DrainSummary(processed, failed, batches, continued=True)
                 return DrainSummary(processed, failed, batches)
             started = time.monotonic()
