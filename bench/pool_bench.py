@@ -20,6 +20,7 @@ start-up time is left out.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -54,11 +55,17 @@ ENV_URL = "POOL_BENCH_REDIS_URL"
 ENV_PREFIX = "POOL_BENCH_PREFIX"
 ENV_TARGET = "POOL_BENCH_TARGET"
 ENV_BATCH = "POOL_BENCH_BATCH_SIZE"
+ENV_FLOOR_BATCH = "POOL_BENCH_FLOOR_BATCH"
 
 POOLED = "pool_bench.pooled"
 POOLED_SIDE = "pooled .delay() (pool_add_plain)"
 PLAIN_SIDE = "plain Celery .delay()"
 PLAIN = "pool_bench.plain"
+FLOOR_CALLS = "pool_bench.floor_calls"
+FLOOR_BATCH = "pool_bench.floor_batch"
+#: The floor's batch: ZPOPMIN this many, as the issue's floor does; the drains it is compared
+#: with pop as many per step (their pool_batch_size), so both sides move the same batches.
+DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
 #: can be pointed at either backlog while both wait in the broker.
@@ -110,9 +117,9 @@ class _WorkerSide:
         url = os.environ.get(ENV_URL)
         self.client = redis.Redis.from_url(url) if url else None
 
-    def tick(self) -> None:
-        self.count += 1
-        if self.count == self.target and self.client is not None:
+    def tick(self, calls: int = 1) -> None:
+        before, self.count = self.count, self.count + calls
+        if before < self.target <= self.count and self.client is not None:
             self.client.set(done_key(self.prefix), repr(time.time()))
 
 
@@ -144,6 +151,27 @@ def pooled(user: int, event: str) -> None:
 @app.task(name=PLAIN, ignore_result=True, queue=PLAIN_QUEUE)
 def plain(user: int, event: str) -> None:
     _side.tick()
+
+
+# The floor rows' tasks: the same trivial body, popping the floor's batch per step; one runs it
+# per call, the other once per batch (pool_batch=True: a list of PoolCall).
+_FLOOR_OPTIONS: dict[str, Any] = {
+    "base": PoolTask,
+    "pool_size": POOL_SIZE,
+    "pool_batch_size": int(os.environ.get(ENV_FLOOR_BATCH) or DEFAULT_FLOOR_BATCH),
+    "pool_drain_interval": None,
+    "ignore_result": True,
+}
+
+
+@app.task(name=FLOOR_CALLS, **_FLOOR_OPTIONS)
+def floor_calls(user: int, event: str) -> None:
+    _side.tick()
+
+
+@app.task(name=FLOOR_BATCH, pool_batch=True, **_FLOOR_OPTIONS)
+def floor_batch(calls: list[Any]) -> None:
+    _side.tick(len(calls))
 
 
 # Measuring helpers
@@ -187,7 +215,14 @@ class Worker:
     """A ``celery worker --pool=solo -c 1`` subprocess on this file's app."""
 
     def __init__(
-        self, url: str, prefix: str, client: Any, target: int, batch: int, queue: str
+        self,
+        url: str,
+        prefix: str,
+        client: Any,
+        target: int,
+        batch: int,
+        queue: str,
+        floor_batch: int = DEFAULT_FLOOR_BATCH,
     ) -> None:
         self.prefix = prefix
         self.client = client
@@ -196,7 +231,13 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (bench_dir, env.get("PYTHONPATH")) if p)
         env.update(
-            {ENV_URL: url, ENV_PREFIX: prefix, ENV_TARGET: str(target), ENV_BATCH: str(batch)}
+            {
+                ENV_URL: url,
+                ENV_PREFIX: prefix,
+                ENV_TARGET: str(target),
+                ENV_BATCH: str(batch),
+                ENV_FLOOR_BATCH: str(floor_batch),
+            }
         )
         # Closed in stop(); a file rather than a pipe so a chatty worker never blocks.
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -260,9 +301,15 @@ class Worker:
 
 @contextmanager
 def running_worker(
-    url: str, prefix: str, client: Any, target: int, batch: int, queue: str
+    url: str,
+    prefix: str,
+    client: Any,
+    target: int,
+    batch: int,
+    queue: str,
+    floor_batch: int = DEFAULT_FLOOR_BATCH,
 ) -> Iterator[Worker]:
-    worker = Worker(url, prefix, client, target, batch, queue)
+    worker = Worker(url, prefix, client, target, batch, queue, floor_batch)
     try:
         yield worker
     finally:
@@ -357,8 +404,8 @@ def fmt_ratio(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def print_table(rows: list[Row], notes: list[str]) -> None:
-    header = ["measure", "redqueue", "plain Celery baseline", "ratio", "target", "met"]
+def print_table(rows: list[Row], notes: list[str], baseline: str = "plain Celery baseline") -> None:
+    header = ["measure", "redqueue", baseline, "ratio", "target", "met"]
     body = [
         [
             r.measure,
@@ -399,6 +446,8 @@ class Bench:
         self.rows: dict[str, Row] = {}
         self.notes: list[str] = []
         self.producer_cost: dict[str, Any] = {}
+        self.floor_rows: list[Row] = []
+        self.floor_notes: list[str] = []
 
     def log(self, message: str) -> None:
         if not self.args.quiet:
@@ -410,7 +459,13 @@ class Bench:
 
     def worker(self, target: int, queue: str) -> Any:
         return running_worker(
-            self.url, self.prefix, self.client, target, self.args.batch_size, queue
+            self.url,
+            self.prefix,
+            self.client,
+            target,
+            self.args.batch_size,
+            queue,
+            self.args.floor_batch,
         )
 
     def warm_up(self) -> None:
@@ -673,11 +728,169 @@ class Bench:
             "every message kombu publishes, including any drain a worker re-sends."
         )
 
+    # 5: the drain against its floor, a bare ZPOPMIN + json.loads loop on the same payloads
+
+    def floor(self) -> None:
+        n, size = self.args.floor_calls, self.args.floor_batch
+        # One plain redis-py client for every direct side: the floor's and the pool's.
+        client = redis.Redis.from_url(self.url)
+        prefix = floor_calls.pool.keys.prefix
+        # As the pooled task stores them: [args, kwargs], serialized by the pool's serializer.
+        payloads = [floor_calls.pool.encode([[i, "page_view"], {}]) for i in range(n)]
+        bare = f"{self.prefix}:bench:floor"
+        direct = CappedPool(client, "pool_bench.direct", POOL_SIZE, prefix=prefix)
+        seen = 0
+
+        def body(user: int, event: str) -> None:
+            nonlocal seen
+            seen += 1
+
+        def batch_body(calls: list[Any]) -> None:
+            nonlocal seen
+            seen += len(calls)
+
+        def fill_bare() -> None:
+            pipe = client.pipeline(transaction=False)
+            for start in range(0, n, 1000):
+                pipe.zadd(bare, {p: random.random() for p in payloads[start : start + 1000]})
+            pipe.execute()
+
+        def fill_direct() -> None:
+            direct.clear()
+            for start in range(0, n, 1000):
+                direct.store_encoded(payloads[start : start + 1000])
+
+        def run_floor() -> None:
+            loads = json.loads
+            while True:
+                popped = client.zpopmin(bare, size)
+                if not popped:
+                    return
+                for member, _ in popped:
+                    loads(member)
+
+        def run_per_call() -> None:
+            while True:
+                batch = direct.pop(size)
+                if not batch:
+                    return
+                for item in batch.items:
+                    body(*item.payload[0], **item.payload[1])
+                direct.ack(batch)
+
+        def run_batch() -> None:
+            while True:
+                batch = direct.pop(size)
+                if not batch:
+                    return
+                batch_body([item.payload for item in batch.items])
+                direct.ack(batch)
+
+        sides = {
+            "floor": (fill_bare, run_floor),
+            "per_call": (fill_direct, run_per_call),
+            "batch": (fill_direct, run_batch),
+        }
+        seconds = dict.fromkeys(sides, 0.0)
+        rounds = self.args.floor_rounds
+        self.log(
+            f"the drain against its floor: {n:,} calls, batches of {size}, {rounds} rounds "
+            "(the floor, then CappedPool directly)"
+        )
+        for number in range(rounds):
+            names = list(sides) if number % 2 == 0 else list(reversed(sides))
+            for name in names:
+                fill, run = sides[name]
+                fill()
+                began = time.perf_counter()
+                run()
+                seconds[name] += time.perf_counter() - began
+        if seen != 2 * n * rounds:
+            raise BenchError(f"the direct drains ran {seen} bodies, not {2 * n * rounds}")
+        stats = direct.stats()
+        if stats.depth or stats.in_flight or stats.processed != n:
+            raise BenchError(f"unexpected accounting after the direct drain: {stats}")
+        direct.clear()
+        client.delete(bare)
+        floor = rate(n * rounds, seconds["floor"])
+        worker_rates = {name: self.drain_worker(task, n) for name, task in FLOOR_TASKS.items()}
+        client.close()
+        targets = {"per_call": 0.4, "batch": 0.5}
+        self.floor_rows = [
+            Row(FLOOR_ROWS["floor"], floor, floor, "higher"),
+            *(
+                Row(
+                    FLOOR_ROWS[name],
+                    rate(n * rounds, seconds[name]),
+                    floor,
+                    "higher",
+                    target=f">= {targets[name]}x",
+                    target_ratio=targets[name],
+                )
+                for name in ("per_call", "batch")
+            ),
+            *(
+                Row(
+                    FLOOR_ROWS[f"worker_{name}"],
+                    value,
+                    floor,
+                    "higher",
+                    target=f">= {targets[name]}x",
+                    target_ratio=targets[name],
+                )
+                for name, value in worker_rates.items()
+            ),
+        ]
+        self.floor_notes = [
+            f"- {n:,} calls of {len(payloads[0])}-byte payloads (as stored by the pooled task) per "
+            f"side; the floor and the direct pool sides alternate over {rounds} rounds (filled "
+            f"outside the timing), the worker rows drain the same {n:,} calls once each "
+            "(ready signal to the last body, as the drain row above).",
+            "- the floor: ZPOPMIN + json.loads on a bare sorted set of the same payloads, one "
+            "redis-py client (the direct pool sides use the same client).",
+        ]
+
+    def drain_worker(self, task: Any, n: int) -> float:
+        """One solo worker drains ``n`` calls of ``task`` (stored with add_many beforehand)."""
+        task.pool.clear()
+        calls = [((i, "page_view"), {}) for i in range(n)]
+        for start in range(0, n, 1000):
+            task.add_many(calls[start : start + 1000])
+        self.log(f"one worker drains {n:,} calls of {task.name}")
+        with self.worker(n, QUEUE) as worker:
+            start = worker.wait_ready()
+            end = worker.wait_done(timeout=max(120.0, n / 200))
+            wait_for(lambda: task.pool.stats().processed == n, 30, "the last batch to be acked")
+        stats = task.pool.stats()
+        task.pool.clear()
+        self.client.delete(self.queue)
+        if stats.processed != n or stats.failed or stats.depth or stats.in_flight:
+            raise BenchError(f"unexpected accounting after draining {task.name}: {stats}")
+        return rate(n, end - start)
+
     def run(self) -> None:
         self.warm_up()
-        self.delay_and_drain()
-        self.add_many()
-        self.bursts()
+        sections = self.args.only or SECTIONS
+        if "producer" in sections:
+            self.delay_and_drain()
+        if "add_many" in sections:
+            self.add_many()
+        if "bursts" in sections:
+            self.bursts()
+        if "floor" in sections:
+            self.floor()
+
+
+#: What --only can pick; all of them by default.
+SECTIONS = ("producer", "add_many", "bursts", "floor")
+FLOOR_TASKS = {"per_call": floor_calls, "batch": floor_batch}
+FLOOR_ROWS = {
+    "floor": "the floor: bare ZPOPMIN + json.loads",
+    "per_call": "CappedPool pop + ack, a body per call",
+    "batch": "CappedPool pop + ack, one body per batch",
+    "worker_per_call": "1 solo worker, PoolTask, body per call",
+    "worker_batch": "1 solo worker, PoolTask, pool_batch body",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -696,15 +909,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sample-ms", type=float, default=2.0, help="broker queue sampling period, ms"
     )
+    parser.add_argument(
+        "--floor-calls", type=int, default=100_000, help="calls per side of the floor table"
+    )
+    parser.add_argument(
+        "--floor-batch",
+        type=int,
+        default=DEFAULT_FLOOR_BATCH,
+        help="ZPOPMIN count of the floor, and pool_batch_size of the drains beside it",
+    )
+    parser.add_argument(
+        "--floor-rounds", type=int, default=3, help="rounds of the floor and direct pool sides"
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=SECTIONS, help="run only these parts (default: all)"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
     if args.quick:
         args.calls = min(args.calls, 2_000)
         args.burst = min(args.burst, 10_000)
+        args.floor_calls = min(args.floor_calls, 10_000)
     if args.plain_burst is None:
         args.plain_burst = args.calls
-    for name in ("calls", "burst", "plain_burst", "batch_size"):
+    for name in ("calls", "burst", "plain_burst", "batch_size", "floor_calls", "floor_batch"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if max(args.calls, args.burst) > POOL_SIZE:
@@ -734,7 +963,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.burst:,} calls, plain burst {args.plain_burst:,} calls, "
         f"pool_batch_size={args.batch_size}"
     )
-    print_table([bench.rows[key] for key in ROW_ORDER if key in bench.rows], bench.notes)
+    if bench.rows:
+        print_table([bench.rows[key] for key in ROW_ORDER if key in bench.rows], bench.notes)
+    if bench.floor_rows:
+        print(
+            f"\nThe drain against its floor: {args.floor_calls:,} calls, batches of "
+            f"{args.floor_batch} (pool_batch_size), same payloads, same Redis, same run"
+        )
+        print_table(bench.floor_rows, bench.floor_notes, baseline="floor (bare loop)")
     if bench.producer_cost:
         print_cost(
             f"Producer cost: {args.calls:,} calls per side, interleaved in {ROUNDS} rounds, one "

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, ReservationError
 from ..validation import one_of, positive_int, seconds
-from .receipts import Receipt
+from .receipts import QueueCounters, Receipt
 
 OVERFLOWS = ("reject", "drop_oldest")
 
@@ -119,33 +119,20 @@ class Dequeued:
         return self.reservation is None and self.wait is None
 
 
-@dataclass(frozen=True)
-class BucketStats:
-    """Counters of the whole bucket, read in one MULTI/EXEC."""
+@dataclass(frozen=True, kw_only=True)
+class BucketStats(QueueCounters):
+    """Counters of the whole bucket, read in one MULTI/EXEC; the counters every queue kind
+    keeps are `QueueCounters`'."""
 
     enqueued: int
     rejected: int
     dropped: int
-    depth: int
-    in_flight: int
-    processed: int
-    dead: int
     receives: int
-    redelivered: int
     keys_ready: int
-    delayed: int = 0
-    duplicates: int = 0
-    purged: int = 0
-    requeued: int = 0
-    reaped: int = 0
-    guard_skipped: int = 0
-    #: Commits of reservations the reaper had taken back (the item may run again).
-    late: int = 0
+    requeued: int
+    reaped: int
     #: Calls a body put back with KeyBackoff (their key paused; no receive counted).
-    backoffs: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+    backoffs: int
 
 
 @dataclass(frozen=True)

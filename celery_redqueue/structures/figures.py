@@ -17,6 +17,7 @@ from ..errors import CorruptDataError
 from ..redis.client import redis_errors
 from ..redis.lua import script
 from ..redis.server import server_warnings
+from .receipts import Record
 
 WINDOW = 60
 #: Minutes of history kept by the per-minute counters.
@@ -24,7 +25,7 @@ HOUR = 60
 
 
 @dataclass(frozen=True)
-class History:
+class History(Record):
     """The last minute second by second and the last hour minute by minute, oldest first.
 
     Counts are per slot (items offered / finished in that second or minute); ``depth`` is the
@@ -40,9 +41,6 @@ class History:
     minutes_in: list[float]
     minutes_out: list[float]
     minutes_depth: list[float | None]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
+from .receipts import Record
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class LeaseStats:
+class LeaseStats(Record):
     """One consistent snapshot of a pool (read by one script)."""
 
     #: Resources in the pool.
@@ -60,9 +61,6 @@ class LeaseStats:
     renewed: int
     #: Acquire attempts that found nothing free.
     missed: int
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 def _seconds(value: Any, what: str, *, allow_zero: bool = False) -> float:

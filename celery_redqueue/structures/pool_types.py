@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..validation import one_of, positive_int
+from .receipts import QueueCounters
 
 POLICIES = ("sample", "newest", "reject")
 DELIVERIES = ("at_most_once", "at_least_once")
@@ -85,34 +86,21 @@ COUNTERS = (
 )
 
 
-@dataclass(frozen=True)
-class PoolStats:
-    """A consistent snapshot of one pool's counters (read in one MULTI/EXEC)."""
+@dataclass(frozen=True, kw_only=True)
+class PoolStats(QueueCounters):
+    """A consistent snapshot of one pool's counters (read in one MULTI/EXEC); the counters
+    every queue kind keeps are `QueueCounters`'."""
 
     offered: int
     accepted: int
     rejected: int
     evicted: int
-    processed: int
     failed: int
-    depth: int
     entries: int
-    in_flight: int
     lost: int
     capacity: int
     drains_pending: int
-    dead: int = 0
-    purged: int = 0
-    delayed: int = 0
-    duplicates: int = 0
-    retried: int = 0
-    redelivered: int = 0
-    guard_skipped: int = 0
-    #: Calls acknowledged after the reaper had taken their batch back (not counted twice).
-    late: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+    retried: int
 
 
 def validate_pool_options(

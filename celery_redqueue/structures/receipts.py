@@ -12,6 +12,40 @@ from typing import Any, TypeVar
 _R = TypeVar("_R", bound="Receipt")
 
 
+class Record:
+    """A dataclass of figures that reads as a plain dict (CLI JSON, dashboard, metrics)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueCounters(Record):
+    """The counters pools and buckets both keep, declared once so they share one name each."""
+
+    #: Calls waiting to be handed out.
+    depth: int
+    #: Handed out and not yet settled.
+    in_flight: int
+    #: Calls whose body completed.
+    processed: int
+    #: In the dead-letter list.
+    dead: int
+    #: Held until due (countdown/eta).
+    delayed: int
+    #: Refused by their dedupe id.
+    duplicates: int
+    #: Dead letters purged.
+    purged: int
+    #: Handed out again (after a failure or a reap).
+    redelivered: int
+    #: Redelivered calls skipped because the processed guard had them as completed.
+    guard_skipped: int
+    #: Settled (ack, commit) after the reaper had taken them back: not counted twice, though
+    #: the call may run again.
+    late: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class Receipt:
     """One stored call. Truthy when the call was kept (or is held until due)."""

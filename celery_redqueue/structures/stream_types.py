@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
 from .figures import WINDOW, ring_sums
+from .receipts import Record
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class AckResult:
 
 
 @dataclass(frozen=True)
-class GroupFigures:
+class GroupFigures(Record):
     """One group's position and pace."""
 
     COUNTERS: ClassVar[tuple[str, ...]] = (
@@ -98,24 +99,21 @@ class GroupFigures:
     #: Average seconds a body took over the last minute; None without data.
     seconds_per_event: float | None
     #: New entries read (requeued letters of other groups and guard skips included).
-    delivered: int = 0
+    delivered: int
     #: Entries handed out again after their visibility timeout or a failure.
-    redelivered: int = 0
+    redelivered: int
     #: Entries acknowledged.
-    processed: int = 0
+    processed: int
     #: Failures left pending to be retried.
-    retried: int = 0
+    retried: int
     #: Entries this group dead-lettered (ever; the list is shared by the stream's groups).
-    dead: int = 0
+    dead: int
     #: Entries the cap trimmed before this group read them.
-    missed: int = 0
+    missed: int
     #: Entries trimmed while pending for this group, so they could not be delivered again.
-    lost: int = 0
+    lost: int
     #: Entries skipped because the processed-guard had them as completed.
-    guard_skipped: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    guard_skipped: int
 
     @classmethod
     def from_reply(cls, group: str, reply: list[Any]) -> GroupFigures:

@@ -15,6 +15,7 @@ from celery import Task, shared_task, signature
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..structures.catalog import open_entry, registry_entries
+from ..structures.receipts import Record
 from .checks import check_app
 from .config import get_config
 from .wire import REAPER_TASK
@@ -23,16 +24,13 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class DrainSummary:
+class DrainSummary(Record):
     """What one drain job did; also its (JSON-friendly) return value."""
 
     processed: int = 0
     failed: int = 0
     batches: int = 0
     continued: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def register_beat(

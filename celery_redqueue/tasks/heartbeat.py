@@ -62,6 +62,13 @@ class _Watch:
     until: float | None = None
 
 
+def _parts(structure: Any, item_id: str | None) -> list[tuple[Any, str | None]]:
+    """What holding ``item_id`` of ``structure`` holds: the structure itself, or, for a
+    sharded one, each shard's part, renewed as a structure of its own."""
+    parts = getattr(structure, "heartbeat_parts", None)
+    return [(structure, item_id)] if parts is None else list(parts(item_id))
+
+
 class Heartbeat:
     """Renews held reservations, batches and drain leases from one background thread."""
 
@@ -86,21 +93,17 @@ class Heartbeat:
             self.drop(structure, item_id)
 
     def hold(self, structure: Any, item_id: str | None = None) -> None:
-        parts = getattr(structure, "heartbeat_parts", None)
-        if parts is not None:  # a sharded structure: each shard is renewed as a structure
-            for part, part_id in parts(item_id):
-                self.hold(part, part_id)
-            return
         with self._lock:
-            held = self._held.get(id(structure))
-            if held is None:
-                interval = structure.heartbeat_interval()
-                held = _Held(structure, interval, time.monotonic() + interval)
-                self._held[id(structure)] = held
-            if item_id is None:
-                held.drains += 1
-            else:
-                held.ids[item_id] += 1
+            for part, part_id in _parts(structure, item_id):
+                held = self._held.get(id(part))
+                if held is None:
+                    interval = part.heartbeat_interval()
+                    held = _Held(part, interval, time.monotonic() + interval)
+                    self._held[id(part)] = held
+                if part_id is None:
+                    held.drains += 1
+                else:
+                    held.ids[part_id] += 1
             self._start()
 
     def _start(self) -> None:
@@ -124,38 +127,30 @@ class Heartbeat:
                 watcher.start()
 
     def drop(self, structure: Any, item_id: str | None = None) -> None:
-        parts = getattr(structure, "heartbeat_parts", None)
-        if parts is not None:
-            for part, part_id in parts(item_id):
-                self.drop(part, part_id)
-            return
         with self._lock:
-            held = self._held.get(id(structure))
-            if held is None:
-                return
-            if item_id is None:
-                held.drains -= 1
-            else:
-                held.ids[item_id] -= 1
-                if held.ids[item_id] <= 0:
-                    del held.ids[item_id]
-                    held.settling.discard(item_id)
-            if held.drains <= 0 and not held.ids:
-                del self._held[id(structure)]
+            for part, part_id in _parts(structure, item_id):
+                held = self._held.get(id(part))
+                if held is None:
+                    continue
+                if part_id is None:
+                    held.drains -= 1
+                else:
+                    held.ids[part_id] -= 1
+                    if held.ids[part_id] <= 0:
+                        del held.ids[part_id]
+                        held.settling.discard(part_id)
+                if held.drains <= 0 and not held.ids:
+                    del self._held[id(part)]
 
     def settling(self, structure: Any, item_id: str) -> None:
         """``item_id``'s body has ended and its settle call is about to be sent: a renewal that
         finds it gone from now on is that settle, not the reaper, so it says nothing (a settle
         that comes too late reports itself: ``ack``/``commit`` return False)."""
-        parts = getattr(structure, "heartbeat_parts", None)
-        if parts is not None:
-            for part, part_id in parts(item_id):
-                self.settling(part, part_id)
-            return
         with self._lock:
-            held = self._held.get(id(structure))
-            if held is not None and item_id in held.ids:
-                held.settling.add(item_id)
+            for part, part_id in _parts(structure, item_id):
+                held = self._held.get(id(part))
+                if held is not None and part_id is not None and part_id in held.ids:
+                    held.settling.add(part_id)
 
     def _due(self) -> tuple[list[tuple[Any, list[str]]], float]:
         """What is due for renewal now, and the seconds until the next renewal.

@@ -29,7 +29,6 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from types import TracebackType
 from typing import TypeVar
 
 import redis
@@ -164,12 +163,7 @@ class _Running:
     def __enter__(self: _R) -> _R:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
