@@ -223,10 +223,6 @@ class Sharded(catalog.Registered):
         i, inner = split_id(item_id, len(self.shards))
         return [(self.shards[i], inner)]
 
-    def heartbeat_interval(self) -> float:
-        interval: float = self.shards[0].heartbeat_interval()
-        return interval
-
     def renew(self, item_ids: Sequence[str]) -> list[str]:
         """Renew held ids and every shard's drain lease; returns the ids no longer held."""
         by_shard: dict[int, list[str]] = {i: [] for i in range(len(self.shards))}

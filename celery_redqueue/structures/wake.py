@@ -33,6 +33,7 @@ from typing import Any
 
 from ..redis.blocking import block_pop, is_cluster
 from ..redis.keys import StructureKeys
+from ..redis.lua import script
 
 #: Milliseconds a listener stays listed beyond the wait it was armed for (the round trip between the
 #: arming step and the blocking read).
@@ -63,6 +64,18 @@ class WakeSignal:
         """Wait up to ``timeout`` seconds (capped below the client's socket timeout) for a
         store to wake this structure; True when woken. Arm first (see the module docstring)."""
         return block_pop(self.client, [self.key], timeout) is not None
+
+    @property
+    def listening(self) -> str:
+        """The zset of this signal's listeners: the key beside it (``...:signal`` ->
+        ``...:listening``, for pools, buckets and stream groups alike)."""
+        return self.key[: -len("signal")] + "listening"
+
+    def arm(self, listener: str, seconds: float) -> None:
+        """List ``listener`` on this signal for ``seconds`` (0: take it off), apart from any look
+        at the structure (``lua/wake_arm.lua``): for a waiter that lives longer than one look
+        (the continuous consumer), which looks after arming and re-arms before it runs out."""
+        script("wake_arm")(self.client, [self.listening], [listener, listen_ms(seconds)])
 
 
 class Listening:

@@ -6,6 +6,13 @@ drain lease, visibility timeout and acks); only the follow-up drain jobs that dr
 (a hand-over at the end of its time budget, a fan-out, a wake-up for delayed calls or the next
 eligible bucket key) are handed back here (`handover`) instead of sent to the broker.
 
+The consumer keeps itself listed as a listener on the wake signal of every structure it serves
+(one listener id per worker, re-armed every third of the listing's length, taken off on a warm
+shutdown): while it is listed, a store pushes a token instead of asking for a drain job, so in
+steady state the broker carries nothing, whatever the drains' own last looks did. A consumer
+killed outright stays listed until its listing runs out (one drain lease); calls stored
+meanwhile are found by the next consumer's first drain or the watchdog of any worker.
+
 Per structure at most its drain concurrency (``*_drain_concurrency``, 1 for streams) runs at
 once, and over all structures at most the worker's concurrency. The pool is asked through its
 public ``apply_async(target, args, callback=...)`` with `run_drain`, a module-level
@@ -18,6 +25,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +37,7 @@ from celery import current_app
 from ..errors import RedQueueError
 from .base import RedQueueTask
 from .handover import capturing
-from .wake_wait import signals_of, wait_for_work
+from .wake_wait import has_work, signals_of, wait_for_work
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +49,19 @@ _APP: Any = None
 RETRY_PAUSE = 1.0
 #: Longest blocking wait of the listener, after which it takes in structures that went idle.
 LISTEN_SLICE = 0.1
+#: The consumer's listing is renewed when this share of it is left (so a stalled round or a
+#: slow Redis still renews it in time).
+REARM_SHARE = 2 / 3
+
+
+def consumer_listener() -> str:
+    """The listener id of this worker's consumer (host and main process): one per worker, so
+    that its warm shutdown takes exactly its own listing off."""
+    return f"consumer:{socket.gethostname()}:{os.getpid()}"
 
 
 def listen_seconds(task: Any) -> float:
-    """How long a consumer's drain arms the task's wake signal for: its drain lease (so a
+    """How long the consumer lists itself on the task's wake signal for: its drain lease (so a
     killed consumer stops absorbing calls within one lease), 0 when it has no wake signal."""
     try:
         if signals_of(task) is None:
@@ -55,14 +72,13 @@ def listen_seconds(task: Any) -> float:
     return float(getattr(task, f"{kind}_drain_lease", 10.0))
 
 
-def run_drain(task_name: str, listen: float = 0.0) -> dict[str, Any]:
-    """Run one drain of ``task_name`` in this pool process or thread, its last empty look
-    arming the wake signal for ``listen`` seconds; never raises (the threads pool gives a
-    raised error to no callback). Returns what it did and what it asked for."""
+def run_drain(task_name: str) -> dict[str, Any]:
+    """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
+    pool gives a raised error to no callback). Returns what it did and what it asked for."""
     app = _APP if _APP is not None else current_app
     try:
         task = app.tasks[task_name]
-        with capturing(task_name, listen) as handover:
+        with capturing(task_name) as handover:
             summary = task.drain()
     except Exception as exc:
         logger.warning("redqueue consumer: drain of %s failed: %s", task_name, exc, exc_info=True)
@@ -87,8 +103,8 @@ class Served:
     due_at: float | None = None
     #: Monotonic time before which the structure is not looked at (after a failure).
     paused_until: float = 0.0
-    #: Seconds a drain's last empty look arms the wake signal for (0: the structure has none:
-    #: it is looked at instead), and the monotonic time to arm it again by running a drain.
+    #: Seconds the consumer lists itself on the wake signal for (0: the structure has none: it
+    #: is looked at instead), and the monotonic time to renew that listing.
     listen: float = 0.0
     rearm_at: float = 0.0
     #: Drains run and drains that failed (for logs, tests and the bench).
@@ -128,6 +144,7 @@ class Dispatcher:
         self._pending: collections.deque[str] = collections.deque()
         self._pipe: tuple[int, int] | None = None
         self._next_reap = 0.0
+        self.listener = consumer_listener()
 
     # Life cycle
 
@@ -141,6 +158,8 @@ class Dispatcher:
             self.hub.add_reader(read_end, self._on_pipe)
         for served in self.served.values():
             served.listen = listen_seconds(served.task)
+            # Listed before the first drain looks: a call stored in between wakes it.
+            self._arm(served)
             served.due_at = time.monotonic()  # a first drain: work already there, delayed calls
         self._thread = threading.Thread(target=self._run, name="redqueue-consumer", daemon=True)
         self._thread.start()
@@ -150,10 +169,12 @@ class Dispatcher:
         self._listener.start()
 
     def stop(self) -> None:
-        """Stop waiting and dispatching; hand the structures this consumer was working on to
-        drain jobs (one per structure with a drain running or due), so that another worker (or
-        this one's next start) carries on. Running drains finish in the pool: they ack their
-        batches; the pool's own shutdown waits for them (warm) or ends them (cold)."""
+        """Stop waiting and dispatching, take the consumer's listing off every structure (calls
+        stored from then on ask for drain jobs), and hand the structures with work to drain
+        jobs (one per structure with a drain running or due, or calls waiting: those stored
+        while it was listed asked for none), so that another worker (or this one's next start)
+        carries on. Running drains finish in the pool: they ack their batches; the pool's own
+        shutdown waits for them (warm) or ends them (cold)."""
         self._stopping.set()
         self._changed.set()
         for thread in (self._thread, self._listener):
@@ -164,10 +185,16 @@ class Dispatcher:
                 self.hub.remove_reader(self._pipe[0])
             except Exception:  # the loop may be gone already
                 logger.debug("redqueue consumer: removing the pipe reader failed", exc_info=True)
+        for served in self.served.values():
+            self._arm(served, off=True)
         with self._lock:
-            handed = [(s, s.due_at) for s in self.served.values() if s.running or s.due_at]
-        for served, due_at in handed:
-            countdown = None if served.running or due_at is None else due_at - time.monotonic()
+            moments = {s.name: (s.running, s.due_at) for s in self.served.values()}
+        for served in self.served.values():
+            running, due_at = moments[served.name]
+            now = bool(running) or _waiting(served)  # a drain job finds what is due when
+            if not now and due_at is None:
+                continue
+            countdown = None if now or due_at is None else due_at - time.monotonic()
             served.task.send_drain_or_release(
                 countdown=countdown if countdown and countdown > 0 else None
             )
@@ -199,6 +226,9 @@ class Dispatcher:
         if now >= self._next_reap:
             self._next_reap = now + self.reap_interval
             self._reap()
+        for served in self.served.values():
+            if served.listen and served.rearm_at <= now:
+                self._arm(served)
         with self._lock:
             free = self.concurrency - sum(s.running for s in self.served.values())
             due = [
@@ -206,10 +236,8 @@ class Dispatcher:
                 for s in self.served.values()
                 if s.running < s.max_drains
                 and s.paused_until <= now
-                and (
-                    (s.due_at is not None and s.due_at <= now)
-                    or (s.running == 0 and s.listen and s.rearm_at <= now)
-                )
+                and s.due_at is not None
+                and s.due_at <= now
             ]
         for served in due[: max(free, 0)]:
             self._dispatch(served)
@@ -219,11 +247,15 @@ class Dispatcher:
         """The listener's thread: wait on the idle structures' wake signals (or look at those
         without one) and mark the structures woken as due."""
         while not self._stopping.is_set():
+            now = time.monotonic()
             with self._lock:
+                # A structure waiting for a due time still takes calls for now meanwhile.
                 idle = [
                     s.task
                     for s in self.served.values()
-                    if s.running == 0 and s.due_at is None and s.paused_until <= time.monotonic()
+                    if s.running == 0
+                    and (s.due_at is None or s.due_at > now)
+                    and s.paused_until <= now
                 ]
             if not idle:
                 self._stopping.wait(LISTEN_SLICE)
@@ -240,16 +272,28 @@ class Dispatcher:
     def _next_wait(self, now: float) -> float:
         """Seconds until something can be dispatched (a drain ending sets ``_changed``)."""
         moments = [self._next_reap]
+        moments += [s.rearm_at for s in self.served.values() if s.listen]
         with self._lock:
             if sum(s.running for s in self.served.values()) < self.concurrency:
                 for s in self.served.values():
-                    if s.running >= s.max_drains:
-                        continue
-                    if s.due_at is not None:
+                    if s.running < s.max_drains and s.due_at is not None:
                         moments.append(max(s.due_at, s.paused_until))
-                    if s.listen and not s.running:
-                        moments.append(max(s.rearm_at, s.paused_until))
         return max(min(moments) - now, 0.0)
+
+    def _arm(self, served: Served, off: bool = False) -> None:
+        """List the consumer on the structure's wake signals for ``served.listen`` seconds (or
+        take it off); a failure (Redis unreachable) is retried after `RETRY_PAUSE`: meanwhile
+        stores ask for drain jobs, which lose nothing."""
+        if not served.listen:
+            return
+        try:
+            for signal in signals_of(served.task) or ():
+                signal.arm(self.listener, 0.0 if off else served.listen)
+        except RedQueueError as exc:
+            logger.warning("redqueue consumer: listening on %s failed: %s", served.name, exc)
+            served.rearm_at = time.monotonic() + RETRY_PAUSE
+            return
+        served.rearm_at = time.monotonic() + served.listen * (1 - REARM_SHARE)
 
     def _reap(self) -> None:
         """The watchdog: take back expired holds of every served structure, and run the drain
@@ -291,7 +335,7 @@ class Dispatcher:
         try:
             self.pool.apply_async(
                 run_drain,
-                args=(name, self.served[name].listen),
+                args=(name,),
                 callback=done,
                 error_callback=done,
             )
@@ -307,8 +351,6 @@ class Dispatcher:
         with self._lock:
             served.running -= 1
             served.runs += 1
-            # Its last empty look armed the wake signal: arm again (by a drain) before it ends.
-            served.rearm_at = time.monotonic() + served.listen / 2
             if "error" in result:
                 served.errors += 1
                 served.paused_until = time.monotonic() + RETRY_PAUSE
@@ -330,3 +372,11 @@ class Dispatcher:
         with self._lock:
             served.due_at = when if served.due_at is None else min(served.due_at, when)
         self._changed.set()
+
+
+def _waiting(served: Served) -> bool:
+    """The structure has calls waiting (True when that cannot be told: a drain job finds out)."""
+    try:
+        return has_work(served.task)
+    except RedQueueError:
+        return True

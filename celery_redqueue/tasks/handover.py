@@ -28,10 +28,6 @@ class Handover:
     def wanted(self) -> bool:
         return bool(self.now) or self.later is not None
 
-    #: Seconds the drain's last empty look arms the structure's wake signal for: the consumer
-    #: waits on it after the drain ended (0: only the linger, as a drain job's).
-    listen: float = 0.0
-
 
 _CAPTURED: contextvars.ContextVar[tuple[str, Handover] | None] = contextvars.ContextVar(
     "redqueue_handover", default=None
@@ -39,11 +35,10 @@ _CAPTURED: contextvars.ContextVar[tuple[str, Handover] | None] = contextvars.Con
 
 
 @contextmanager
-def capturing(task_name: str, listen: float = 0.0) -> Iterator[Handover]:
+def capturing(task_name: str) -> Iterator[Handover]:
     """Inside, drain jobs of ``task_name`` are recorded in the yielded `Handover`
-    instead of sent (drain jobs of other tasks, e.g. a body calling another task, are sent);
-    its drains arm their wake signal for ``listen`` seconds when they end (`listen_floor`)."""
-    handover = Handover(listen=listen)
+    instead of sent (drain jobs of other tasks, e.g. a body calling another task, are sent)."""
+    handover = Handover()
     token = _CAPTURED.set((task_name, handover))
     try:
         yield handover
@@ -67,10 +62,10 @@ def handed_over(task_name: str, countdown: float | None) -> bool:
     return True
 
 
-def listen_floor(task_name: str) -> float:
-    """Seconds a drain of ``task_name`` arms its wake signal for when it finds nothing: the
-    consumer's wait inside a drain it runs, else 0 (a drain job arms only for its linger)."""
-    captured = _CAPTURED.get()
-    if captured is None or captured[0] != task_name:
-        return 0.0
-    return captured[1].listen
+def due_in(task_name: str, seconds: float) -> None:
+    """A drain of ``task_name`` found work due in ``seconds`` (a delayed call, a bucket key not
+    eligible yet) that a drain job is already scheduled for (by the store, or an earlier
+    drain): a consumer running the drain still wants to know, so that it looks then itself
+    instead of relying on that job. Outside a capture: nothing to do."""
+    if seconds > 0:
+        handed_over(task_name, seconds)

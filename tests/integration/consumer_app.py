@@ -11,7 +11,7 @@ import time
 
 from celery.signals import before_task_publish, worker_init
 
-from celery_redqueue import BucketTask, PoolTask
+from celery_redqueue import BucketTask, PoolTask, StreamTask
 from celery_redqueue.tasks.wire import DRAIN_HEADER
 from tests.process_app import PREFIX, client, make_app
 
@@ -76,3 +76,8 @@ def durable(i):
 )
 def metered(tenant, i):
     client().rpush(f"{PREFIX}:metered", f"{tenant}:{i}")
+
+
+@app.task(base=StreamTask, stream_name="events", stream_group="tally", stream_drain_interval=None)
+def tally(event):
+    client().rpush(f"{PREFIX}:tally", event)

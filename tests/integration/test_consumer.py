@@ -10,6 +10,8 @@ import sys
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.tasks.stream import publish
+from celery_redqueue.tasks.wake_wait import signals_of
 
 APP = "tests.integration.consumer_app"
 RECORD = f"{APP}.record"
@@ -58,6 +60,20 @@ def drain_messages(redis, prefix):
 
 def ran(redis, prefix, key="ran"):
     return [x.decode() for x in redis.lrange(f"{prefix}:{key}", 0, -1)]
+
+
+def listed(redis, app):
+    """Per served task: whether a consumer is listed on its wake signal."""
+    names = {"pool": "record", "bucket": "metered", "stream": "tally"}
+    tasks = {kind: app.app.tasks[f"{APP}.{name}"] for kind, name in names.items()}
+    return {
+        kind: any(
+            m.startswith(b"consumer:")
+            for signal in signals_of(task)
+            for m in redis.zrange(signal.listening, 0, -1)
+        )
+        for kind, task in tasks.items()
+    }
 
 
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
@@ -197,3 +213,50 @@ def test_consumer_beside_drain_jobs_runs_each_call_once(
     assert sorted(runs) == list(calls)  # each exactly once
     stats = store.stats()
     assert (stats.depth, stats.in_flight, stats.lost, stats.redelivered) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_steady_state_calls_send_no_broker_message(
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, consumer_app, show_logs, pool
+):
+    """Calls made with delay() (and events published) to a pool, a bucket and a stream that a
+    consumer serves, in bursts, each burst made once the consumer has run the last one (so
+    every burst finds it idle, waiting on the wake signals): no drain job goes through the
+    broker, from the producer or the worker. The bound is logical: the consumer lists itself
+    on every structure before its first drain, and stays listed while it lives."""
+    start_worker(f"--pool={pool}", "--concurrency=2", "--redqueue-consumer")
+    wait_for(lambda: all(listed(redqueue_redis, consumer_app).values()), timeout=30)
+    for burst in range(20):
+        calls = range(burst * 5, burst * 5 + 5)
+        for i in calls:
+            consumer_app.record.delay(i)
+            consumer_app.metered.delay(f"t{i % 3}", i)
+            publish(consumer_app.app, "events", i)
+        made = calls[-1] + 1
+        wait_for(
+            lambda made=made: all(
+                len(ran(redqueue_redis, redqueue_prefix, key)) == made
+                for key in ("ran", "metered", "tally")
+            ),
+            timeout=60,
+            message=f"burst {burst}",
+        )
+    assert drain_messages(redqueue_redis, redqueue_prefix) == {}
+    assert redqueue_redis.llen(f"{redqueue_prefix}:broker:celery") == 0
+
+
+def test_warm_shutdown_takes_the_consumer_off_the_wake_signals(
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, consumer_app, show_logs
+):
+    """SIGTERM to a consumer worker: it takes its listing off every structure it served, so
+    the next call asks for a drain job at once (instead of waiting for a listener that is
+    gone until its listing runs out)."""
+    worker = start_worker("--pool=threads", "--concurrency=2", "--redqueue-consumer")
+    wait_for(lambda: all(listed(redqueue_redis, consumer_app).values()), timeout=30)
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+    assert listed(redqueue_redis, consumer_app) == {"pool": False, "bucket": False, "stream": False}
+    consumer_app.record.delay(1)
+    consumer_app.metered.delay("t", 1)
+    publish(consumer_app.app, "events", 1)
+    assert drain_messages(redqueue_redis, redqueue_prefix) == {"producer": 3}
