@@ -60,6 +60,7 @@ from .sharding import (
     on_every,
     on_owner,
     split_id,
+    spread,
     stable_hash,
     sum_results,
     swept,
@@ -152,6 +153,7 @@ class ShardedPool(Sharded, PoolProducer):
     def _shard_of_call(self, call: bytes, dedupe_id: str | None) -> int:
         return self.shard_of(call, dedupe_id)
 
+    store_encoded = spread(CappedPool.store_encoded)
     #: From the next shard with work; the batch's id names its shard (`ack`, the heartbeat).
     pop = swept(CappedPool.pop, lambda b: bool(b) or b.pop_again, _merge_pop)
     ack = on_owner(CappedPool.ack, _own_batch)
@@ -269,6 +271,7 @@ class ShardedBucket(Sharded, BucketProducer):
         rows = [row for shard in self.shards for row in shard.longest_waiting(top)]
         return sorted(rows, key=lambda row: (-(row.oldest_age or 0), row.key))[:top]
 
+    store_encoded = spread(LeakyBucket.store_encoded)
     #: From the next shard with an eligible key; the reservation's id names its shard.
     dequeue = swept(LeakyBucket.dequeue, lambda p: p.reservation, _merge_dequeue)
     # A reservation is finished, put back, paused or buried on the shard that holds it.

@@ -1,9 +1,10 @@
 """The machinery of sharded structures (`sharded`): shard names, ids, the round-robin
 sweep, heartbeat parts, dead letters and figures over the shards, and the three ways a method of
 the logical structure runs on its shards, each written once: `on_owner` (the one shard that
-holds a key, a batch or a reservation), `on_every` (every shard, the results merged) and
-`swept` (shards in turn until one has work). A sharded kind declares each of its methods as one
-of them over the plain kind's own method, so a method is written once, in the plain kind."""
+holds a key, a batch or a reservation), `on_every` (every shard, the results merged), `swept`
+(shards in turn until one has work) and `spread` (stored calls, each on its shard). A sharded
+kind declares each of its methods as one of them over the plain kind's own method, so a method
+is written once, in the plain kind."""
 
 from __future__ import annotations
 
@@ -147,6 +148,30 @@ def swept(
     return routed
 
 
+def spread(method: Callable[..., list[_R]]) -> Callable[..., list[_R]]:
+    """``method`` of the plain kind storing a list of calls (``store_encoded``), each call on
+    the shard ``_shard_of_call`` picks (its ``dedupe_ids`` go along): one round trip per shard
+    touched, and the receipts ask for at most one drain job, as one structure's would."""
+
+    @functools.wraps(method)
+    def routed(self: Any, encoded: Sequence[Any], **options: Any) -> list[_R]:
+        ids = list(options.pop("dedupe_ids", None) or [None] * len(encoded))
+        by_shard: dict[int, list[int]] = {}
+        for n, call in enumerate(encoded):
+            by_shard.setdefault(self._shard_of_call(call, ids[n]), []).append(n)
+        self.register_once()
+        results: list[Any] = [None] * len(encoded)
+        groups: dict[int, list[_R]] = {}
+        for i, positions in by_shard.items():
+            calls, call_ids = [encoded[n] for n in positions], [ids[n] for n in positions]
+            got = groups[i] = method(self.shards[i], calls, dedupe_ids=call_ids, **options)
+            for n, result in zip(positions, got, strict=True):
+                results[n] = result
+        return self._pass_receipts(results, groups)  # type: ignore[no-any-return]
+
+    return routed
+
+
 class Sharded(catalog.Registered):
     """What sharded pools and buckets share: the shards, registration, the sweep, heartbeat
     parts, dead letters and figures over the shards."""
@@ -243,33 +268,8 @@ class Sharded(catalog.Registered):
         return cleared
 
     def _shard_of_call(self, call: Any, dedupe_id: str | None) -> int:
-        """The shard one stored call goes to (each kind's)."""
+        """The shard one stored call goes to (each kind's; see `spread`)."""
         raise NotImplementedError
-
-    def store_encoded(
-        self,
-        encoded: Sequence[Any],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        """Store calls on their shards (`_shard_of_call`): one round trip per shard touched;
-        the receipts ask for at most one drain job, as one structure's would."""
-        ids = list(dedupe_ids or [None] * len(encoded))
-        by_shard: dict[int, list[int]] = {}
-        for n in range(len(encoded)):
-            by_shard.setdefault(self._shard_of_call(encoded[n], ids[n]), []).append(n)
-        self.register_once()
-        results: list[Any] = [None] * len(encoded)
-        groups: dict[int, list[Receipt]] = {}
-        for i, positions in by_shard.items():
-            got = self.shards[i].store_encoded(
-                [encoded[n] for n in positions], delay=delay, dedupe_ids=[ids[n] for n in positions]
-            )
-            groups[i] = got
-            for n, result in zip(positions, got, strict=True):
-                results[n] = result
-        return self._pass_receipts(results, groups)
 
     def _sweep(self, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
         """Ask shards in turn, from the one after the last that gave work, until one has work;
