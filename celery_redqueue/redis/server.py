@@ -43,12 +43,6 @@ def server_warnings(client: Any, *, refresh: bool = False) -> tuple[str, ...]:
     return found
 
 
-def forget_warnings() -> None:
-    """Drop the cached warnings of every client (tests, or after changing the server)."""
-    with _lock:
-        _warnings.clear()
-
-
 def _read_warnings(client: Any) -> list[str]:
     found: list[str] = []
     policy = _config(client, "maxmemory-policy")

@@ -28,7 +28,6 @@ import redis
 from ..errors import RedQueueError
 from ..redis.client import redis_errors
 from ..redis.keys import normalize_prefix
-from ..redis.server import forget_warnings
 from .catalog import open_entry, registry_entries
 
 logger = logging.getLogger(__name__)
@@ -215,10 +214,3 @@ def check_for_loss(client: Any, prefix: str) -> list[Loss]:
                 Loss(name, previous.seen_at, before, after, previous.run_id, run_id, started)
             )
     return losses
-
-
-def forget_snapshots() -> None:
-    """Drop this process's snapshots and cached warnings (tests, or after a planned flush)."""
-    with _lock:
-        _snapshots.clear()
-    forget_warnings()

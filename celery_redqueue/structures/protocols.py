@@ -1,8 +1,8 @@
 """The public seam between the Celery glue and the structures.
 
 The glue (``tasks/``) stores calls through `Producer` and works a structure through
-`Drained`; pools, buckets and their sharded forms implement both and `Wakeable`, streams
-implement `Drained`. Nothing in the glue touches a private name of a structure.
+`Drained`; pools, buckets and their sharded forms implement both (`Stored`) and `Wakeable`,
+streams implement `Drained`. Nothing in the glue touches a private name of a structure.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ class Drained(Protocol):
     def figures(self) -> Figures: ...
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int: ...
+
+
+class Stored(Producer[ItemT], Drained, Protocol[ItemT]):
+    """A structure calls are stored in and drained from (pools, buckets and their sharded
+    forms): what a producing task holds."""
 
 
 @runtime_checkable

@@ -1,34 +1,29 @@
-"""The shared plumbing of tasks backed by a redqueue structure: ``delay()`` stores the call in
-its structure (through `Producer`), the broker
-carries argument-less drain jobs marked by `DRAIN_HEADER`, and a drain job runs
-the body for calls taken from the structure. The kinds: `pool`, `bucket`, ..."""
+"""What every task backed by a redqueue structure shares: drain jobs (argument-less, marked by
+`DRAIN_HEADER`, sent through `send_drain`, released when the broker refuses them), the
+``__call__`` dispatch that runs a drain (`composition`), beat rows, retries inside a stored call,
+and the structure built once per process. Storing calls is `producing`'s; the kinds: `pool`,
+`bucket`, `stream`."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import os
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from celery import Task
 from celery.exceptions import Retry
-from celery.utils.time import maybe_make_aware
 
-from .. import validation
-from ..errors import InvalidArgumentError, RedQueueError, SerializationError
+from ..errors import RedQueueError, SerializationError
 from ..structures.protocols import Drained, Producer
 from .beat import register_beat
-from .buffer import CallBuffer, buffered_call
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
 from .handover import handed_over
 from .heartbeat import heartbeat
-from .options import check_option_names, drain_options, is_trigger, warn_if_task_cls_dropped
-from .results import named_receipt, new_call_id
+from .options import check_option_names, warn_if_task_cls_dropped
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
@@ -84,22 +79,15 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Run stored calls (subclasses); returns a DrainSummary."""
         raise NotImplementedError
 
-    def retry(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        exc: BaseException | None = None,
-        throw: bool = True,
-        eta: Any = None,
-        countdown: float | None = None,
-        max_retries: int | None = None,
-        **options: Any,
-    ) -> Any:
-        """Inside a stored call, raise `Retry` for the drain to
-        handle (the structure retries the call); elsewhere, Celery's retry."""
+    def retry(self, *args: Any, **options: Any) -> Any:
+        """Inside a stored call, raise `Retry` for the drain to handle (the structure retries
+        the call, after ``countdown`` or at ``eta``); elsewhere, Celery's retry. It takes
+        Celery's arguments, positional or named."""
         if self._in_stored_call():
-            raise Retry(exc=exc, when=countdown if countdown is not None else eta)
-        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+            given = inspect.signature(Task.retry).bind(self, *args, **options).arguments
+            when = given["countdown"] if given.get("countdown") is not None else given.get("eta")
+            raise Retry(exc=given.get("exc"), when=when)
+        return super().retry(*args, **options)
 
     @classmethod
     def bind(cls, app: Any) -> Any:
@@ -177,117 +165,6 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             )
         return list(payload[0]), dict(payload[1])
 
-    # Producing: a call goes into the structure, never to the broker.
-
-    #: The option naming a key function for producer-side dedupe (set by subclasses).
-    dedupe_option = ""
-
-    def apply_async(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
-        shadow: str | None = None,
-        **options: Any,
-    ) -> Any:
-        """Store the call in the task's structure; returns its receipt, not an AsyncResult.
-
-        Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
-        does an argument-less call of a body that needs arguments made by a scheduler or tool
-        (`options.is_trigger()`: beat, django-celery-beat, Flower); from anything else
-        (``delay()`` with the arguments forgotten) it is refused with InvalidArgumentError.
-        ``task_id=`` names the call (the receipt's ``id``).
-        Every other option has a meaning for the call or is refused, naming it
-        (`celery_redqueue.tasks.options`). In eager mode the body runs at once on the
-        arguments as a worker would see them.
-        """
-        routing: dict[str, Any] | None = None
-        plain = (
-            not options
-            and task_id is None
-            and producer is None
-            and link is None
-            and link_error is None
-            and shadow is None
-        )
-        if not plain or (not args and not kwargs):
-            # The lean path (a call with arguments and no options) skips what cannot apply.
-            drain = bool((options.get("headers") or {}).get(DRAIN_HEADER))
-            if drain or (not args and not kwargs and self._needs_arguments()):
-                if not drain and not is_trigger(args, producer, options):
-                    raise InvalidArgumentError(self._missing_arguments())
-                return self.send_drain(
-                    producer=producer,
-                    task_id=task_id,
-                    link=link,
-                    link_error=link_error,
-                    shadow=shadow,
-                    **options,
-                )
-            routing = drain_options(
-                self.name,
-                dict(options, task_id=task_id, link=link, link_error=link_error, shadow=shadow),
-            )
-            if producer is not None:
-                routing["producer"] = producer
-        if task_id is not None and (not isinstance(task_id, str) or not task_id):
-            raise InvalidArgumentError(f"{self.name}: task_id must be a non-empty string")
-        call_id = task_id or new_call_id()
-        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
-        delay = self._delay_of(options) if options else 0.0
-        key_function = getattr(self, self.dedupe_option)
-        dedupe_id = (
-            self._dedupe_id(key_function, args, kwargs, options)
-            if key_function is not None or options
-            else None
-        )
-        if self._always_eager():
-            return self._run_eagerly(prepared)
-        held = buffered_call(self, prepared, delay, dedupe_id, call_id)
-        if held is not None:
-            return held  # stored when the open ``with buffer():`` block exits
-        return self._after_add(self._store(prepared, delay, dedupe_id), routing, call_id)
-
-    def _missing_arguments(self) -> str:
-        try:
-            shown = f"{self.name}{inspect.signature(self._body())}"
-        except (TypeError, ValueError):
-            shown = self.name
-        return (
-            f"{shown} needs arguments: an argument-less delay()/apply_async() is refused (it "
-            f"would store nothing and only send a drain job); to drain now, call "
-            f"{self.name}.send_drain()"
-        )
-
-    def _always_eager(self) -> bool:
-        """``app.conf.task_always_eager``, the same answer for a third of the cost.
-
-        Celery's lookup tries every spelling of the name (namespace, old names) in every layer
-        of the configuration and raises and catches a KeyError for each it misses, on every
-        call; here the spellings are worked out once per configuration object and looked up
-        with ``in``. Anything unexpected falls back to Celery's own lookup.
-        """
-        conf = self.app.conf
-        cached = self.__dict__.get("_redqueue_eager_keys")
-        maps = getattr(conf, "maps", None)  # a list Celery extends in place (add_defaults)
-        if cached is None or cached[0] is not conf or cached[2] is not maps:
-            try:
-                keys = tuple(conf._key(k) for k in conf._to_keys("task_always_eager"))
-            except Exception:
-                return bool(conf.task_always_eager)
-            if not isinstance(maps, list):
-                return bool(conf.task_always_eager)
-            cached = self.__dict__["_redqueue_eager_keys"] = (conf, keys, maps)
-        keys = cached[1]
-        for mapping in maps:
-            for key in keys:
-                if key in mapping:
-                    return bool(mapping[key])
-        return bool(conf.task_always_eager)
-
     def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
         """Refused: a stored call has no result. Celery's canvas asks for one when it freezes a
         signature (chains, groups, chords), so those fail here, when they are built."""
@@ -296,25 +173,6 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             "task id and no result to pass on or join; call the next task from the body, or "
             "use .s(...).delay() / add_many() on its own"
         )
-
-    def buffer(self, *, flush_on_error: bool = False) -> CallBuffer:
-        """``with task.buffer():`` holds this task's calls and stores them on exit (see
-        `buffer`)."""
-        return CallBuffer((self,), flush_on_error=flush_on_error)
-
-    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
-        """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""
-        raise NotImplementedError
-
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any:
-        """Put one prepared call into the structure; returns the receipt (subclasses)."""
-        raise NotImplementedError
-
-    def _run_eagerly(self, prepared: Any, **options: Any) -> Any:
-        """Run the body now, on the call as a worker would see it (after the serializer)."""
-        encoded = prepared[1] if isinstance(prepared, tuple) else prepared
-        stored_args, stored_kwargs = self._unpack(self.structure.serializer.loads(encoded))
-        return self.apply(stored_args, stored_kwargs, **options)
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
         """Put dead letters back in the structure and make sure a drain job runs."""
@@ -327,78 +185,6 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def structure(self) -> Drained:
         """The Redis structure behind this task (subclasses)."""
         raise NotImplementedError
-
-    def _delay_of(self, options: dict[str, Any]) -> float:
-        """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``).
-
-        Raises InvalidArgumentError for NaN, infinities, a moment more than
-        `MAX_DELAY` away, or an eta that is not a datetime:
-        checked before anything is stored.
-        """
-        countdown, eta = options.get("countdown"), options.get("eta")
-        if countdown is not None and eta is not None:
-            raise InvalidArgumentError(f"{self.name}: pass countdown= or eta=, not both")
-        if countdown is not None:
-            return validation.delay(f"{self.name}: countdown", countdown)
-        if eta is not None:
-            if isinstance(eta, str):
-                try:
-                    eta = datetime.fromisoformat(eta)
-                except ValueError as exc:
-                    raise InvalidArgumentError(f"{self.name}: eta {eta!r} is not ISO 8601") from exc
-            if not isinstance(eta, datetime):
-                raise InvalidArgumentError(f"{self.name}: eta must be a datetime, got {eta!r}")
-            now = self.app.now()
-            eta = maybe_make_aware(eta, now.tzinfo)
-            return validation.delay(f"{self.name}: eta", (eta - now).total_seconds())
-        return 0.0
-
-    def _dedupe_id(
-        self, key_function: Any, args: Any, kwargs: Any, options: dict[str, Any]
-    ) -> str | None:
-        """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
-        dedupe_id = options.get("dedupe_id")
-        if dedupe_id is None and key_function is not None:
-            try:
-                dedupe_id = key_function(*(args or ()), **(kwargs or {}))
-            except Exception as exc:
-                raise RedQueueError(
-                    f"{self.name}: dedupe key failed on this call: {exc!r}"
-                ) from exc
-        if dedupe_id is not None and (not isinstance(dedupe_id, str) or not dedupe_id):
-            raise RedQueueError(
-                f"{self.name}: a dedupe id must be a non-empty string, got {dedupe_id!r}"
-            )
-        return dedupe_id
-
-    def _after_add(
-        self, receipt: Any, routing: dict[str, Any] | None = None, call_id: str = ""
-    ) -> Any:
-        """Send the drain job an add asked for (now, or when its delayed call is due); returns
-        the receipt, named ``call_id``, saying whether it was sent.
-
-        A send that fails (broker down) does not raise: the call is stored, and raising would
-        invite a retry that stores it twice. The drain flag is released in the same call, so
-        the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
-        """
-        if call_id:
-            receipt = named_receipt(self, receipt, call_id)
-        if not receipt.drain_needed and receipt.wake_in is None:
-            return receipt
-        sent, error = self.send_wanted_drains(receipt.drain_needed, receipt.wake_in, routing)
-        return dataclasses.replace(receipt, drain_sent=sent, drain_error=error)
-
-    def send_wanted_drains(
-        self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
-    ) -> tuple[bool, str | None]:
-        """Send the drain jobs that stored calls asked for: one now (``drain_needed``) and/or
-        one when the earliest delayed call is due (``wake_in``). Returns (all sent, error)."""
-        error = None
-        if drain_needed:
-            error = self.send_drain_or_release(routing=routing)
-        if wake_in is not None:
-            error = self.send_drain_or_release(countdown=wake_in, routing=routing) or error
-        return error is None, error
 
     def send_drain_or_release(
         self, countdown: float | None = None, routing: dict[str, Any] | None = None

@@ -15,12 +15,12 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
-from ..structures.bucket import Receipt, Reservation, validate_bucket_options
+from ..structures.bucket import Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
-from .base import RedQueueTask, error_text
+from .base import error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
@@ -28,6 +28,7 @@ from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name, function_or_name
+from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
 from .wire import DRAIN_HEADER
 
@@ -45,7 +46,7 @@ TASK_OPTION_NAMES = {
 }
 
 
-class BucketTask(RedQueueTask, MeteredOptions):
+class BucketTask(ProducerTask, MeteredOptions):
     """Base class of rate-limited tasks: calls queue per key and are released at each key's rate.
 
     Example:
@@ -272,11 +273,6 @@ class BucketTask(RedQueueTask, MeteredOptions):
         data = self.bucket.encode(with_id(call, call_id))
         cost = call_cost(self, args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
-
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
-        ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.bucket.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
-        return result
 
     # Consuming
 

@@ -37,11 +37,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
-from ..structures.protocols import Producer
+from ..structures.receipts import Receipt
 from .results import named_receipt
+
+if TYPE_CHECKING:
+    from .producing import ProducerTask
+
+#: Calls held for one delay: (prepared call, dedupe id, its pending receipt).
+_Held = list[tuple[Any, "str | None", "BufferedReceipt"]]
 
 #: Open buffers of this thread or asyncio task, innermost last.
 _open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
@@ -122,24 +128,25 @@ class CallBuffer:
         self._names = frozenset(names)
         self.flush_on_error = bool(flush_on_error)
         # task name -> (task, {delay: [(prepared, dedupe_id, receipt), ...]})
-        self._calls: dict[str, tuple[Any, dict[float, list[tuple[Any, str | None, Any]]]]] = {}
+        self._calls: dict[str, tuple[ProducerTask, dict[float, _Held]]] = {}
         self._closed = False
         self._token: Any = None
 
-    def covers(self, task: Any) -> bool:
-        """True if this open block takes ``task``'s calls (pooled and bucket tasks only)."""
-        if self._closed or (self._names and task.name not in self._names):
-            return False
-        if task.name not in self._calls:
-            return isinstance(task.structure, Producer)
-        return True
+    def covers(self, task: ProducerTask) -> bool:
+        """True if this open block takes ``task``'s calls."""
+        return not self._closed and (not self._names or task.name in self._names)
 
     def __len__(self) -> int:
         return sum(len(c) for _, groups in self._calls.values() for c in groups.values())
 
     def add(
-        self, task: Any, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
-    ) -> Any:
+        self,
+        task: ProducerTask,
+        prepared: Any,
+        delay: float,
+        dedupe_id: str | None,
+        call_id: str = "",
+    ) -> BufferedReceipt:
         """Hold one checked, serialized call; returns its pending receipt."""
         receipt = BufferedReceipt(task.name, call_id)
         held = self._calls.get(task.name)
@@ -163,8 +170,9 @@ class CallBuffer:
             drain_needed, wakes = False, []
             try:
                 for delay, entries in groups.items():
-                    for start in range(0, len(entries), _chunk(task)):
-                        chunk = entries[start : start + _chunk(task)]
+                    size = task.structure.store_chunk
+                    for start in range(0, len(entries), size):
+                        chunk = entries[start : start + size]
                         results = _store_many(task, chunk, delay)
                         for (_, _, receipt), result in zip(chunk, results, strict=True):
                             if receipt.id:
@@ -229,8 +237,8 @@ def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
 
 
 def buffered_call(
-    task: Any, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
-) -> Any:
+    task: ProducerTask, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
+) -> BufferedReceipt | None:
     """The hook of ``apply_async``: hold the call in the innermost open buffer covering
     ``task`` and return its receipt, or return None (no buffer: store it now)."""
     for held in reversed(_open.get()):
@@ -239,20 +247,14 @@ def buffered_call(
     return None
 
 
-def _chunk(task: Any) -> int:
-    chunk: int = task.structure.store_chunk
-    return chunk
-
-
-def _store_many(task: Any, chunk: list[tuple[Any, str | None, Any]], delay: float) -> list[Any]:
+def _store_many(task: ProducerTask, chunk: _Held, delay: float) -> list[Receipt]:
     """Store one chunk of prepared calls in one round trip (the structures' batched adds)."""
     prepared = [p for p, _, _ in chunk]
     dedupe_ids = [d for _, d, _ in chunk]
-    producer: Producer[Any] = task.structure
-    return producer.store_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids)
+    return task.structure.store_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids)
 
 
-def _mark(groups: dict[float, list[tuple[Any, str | None, Any]]], state: str, error: Any) -> int:
+def _mark(groups: dict[float, _Held], state: str, error: Any) -> int:
     """Give every not-yet-stored receipt of ``groups`` its final state; returns how many."""
     marked = 0
     for entries in groups.values():

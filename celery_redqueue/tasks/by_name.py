@@ -68,7 +68,7 @@ class ByNameCalls:
     #: structure takes events by publishing, so its by-name calls run the body as before.
     stores_by_name = True
 
-    if TYPE_CHECKING:  # provided by RedQueueTask
+    if TYPE_CHECKING:  # provided by RedQueueTask and ProducerTask (producing)
         request: Any
         name: str
         app: Any

@@ -17,7 +17,6 @@ from ..structures.pool import (
     DELIVERIES,
     CappedPool,
     PoolBatch,
-    Receipt,
     validate_pool_options,
 )
 from ..structures.protocols import in_chunks
@@ -31,13 +30,14 @@ from ..validation import (
     seconds,
 )
 from . import tracing
-from .base import RedQueueTask, error_text
+from .base import error_text
 from .beat import DrainSummary, register_beat
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .options import check_structure_name
+from .producing import ProducerTask
 from .results import (
     call_id_of,
     named_receipt,
@@ -67,7 +67,7 @@ class PoolCall:
     count: int = 1
 
 
-class PoolTask(RedQueueTask):
+class PoolTask(ProducerTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
     Example:
@@ -233,11 +233,6 @@ class PoolTask(RedQueueTask):
         )
 
     # Producing
-
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
-        ids = None if dedupe_id is None else [dedupe_id]
-        result: Receipt = self.pool.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
-        return result
 
     def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
         """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain.

@@ -1,5 +1,6 @@
 """`celery -A app redqueue ...` operator commands, run as a user runs them."""
 
+import contextlib
 import json
 import os
 import pty
@@ -127,6 +128,26 @@ def test_top_redraws_in_place(proc_env, redqueue_redis, redqueue_prefix):
     assert re.search(rf"pool:{re.escape(RECORD)}\s+12\b", frames[1])
 
 
+@contextlib.contextmanager
+def ctrl_c_reaches_children():
+    """Start the processes a test stops with Ctrl-C (SIGINT) inside this.
+
+    A suite run as a background job of a non-interactive shell (``./run-tests >log 2>&1 &``, a
+    CI runner's) inherits SIGINT *ignored*, and an ignored signal stays ignored across exec:
+    Python then installs no KeyboardInterrupt handler, so ``top`` or ``dashboard`` never saw
+    the Ctrl-C and the test waited out its timeout (only when launched that way, hence
+    "intermittent"). A *handled* signal is reset to its default on exec, so handling SIGINT
+    here while the child starts gives it the default a terminal's foreground job has."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def read_until(fd, pattern, timeout=60.0):
     seen = b""
     deadline = time.monotonic() + timeout
@@ -148,15 +169,16 @@ def test_top_in_a_terminal_refreshes_and_leaves_on_ctrl_c(
     pool = make_pool(redqueue_redis, redqueue_prefix)
     pool.add_many(range(3))
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen(
-        [*COMMAND, "top", "--interval", "0.3"],
-        env=proc_env,
-        cwd=ROOT,
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        start_new_session=True,
-    )
+    with ctrl_c_reaches_children():
+        proc = subprocess.Popen(
+            [*COMMAND, "top", "--interval", "0.3"],
+            env=proc_env,
+            cwd=ROOT,
+            stdin=terminal,
+            stdout=terminal,
+            stderr=terminal,
+            start_new_session=True,
+        )
     os.close(terminal)
     try:
         read_until(controller, rb"pool:\S+\s+3\b")
@@ -174,14 +196,15 @@ def test_top_in_a_terminal_refreshes_and_leaves_on_ctrl_c(
 def test_dashboard_command_serves_on_loopback(proc_env, redqueue_redis, redqueue_prefix):
     make_pool(redqueue_redis, redqueue_prefix).add(1)
     env = dict(proc_env, REDQUEUE_DASHBOARD_TOKEN="from-the-environment")
-    proc = subprocess.Popen(
-        [*COMMAND, "dashboard", "--port", "0"],
-        env=env,
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    with ctrl_c_reaches_children():
+        proc = subprocess.Popen(
+            [*COMMAND, "dashboard", "--port", "0"],
+            env=env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     try:
         lines = []
         match = None
@@ -195,11 +218,10 @@ def test_dashboard_command_serves_on_loopback(proc_env, redqueue_redis, redqueue
         with urllib.request.urlopen(match.group(1) + "api/overview", timeout=30) as response:
             overview = json.load(response)
         assert [v["id"] for v in overview["structures"]] == [f"pool:{RECORD}"]
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C stops it cleanly
+        assert proc.wait(timeout=30) == 0
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         proc.stderr.close()
