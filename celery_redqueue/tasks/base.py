@@ -10,7 +10,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task
 from celery.exceptions import Retry
@@ -27,6 +27,7 @@ from .options import check_option_names, warn_if_task_cls_dropped
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: This process's id, refreshed in a forked child: every call looks its structure up, and
 #: os.getpid() is a system call.
@@ -183,8 +184,10 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
     @property
     def structure(self) -> Drained:
-        """The Redis structure behind this task (subclasses)."""
-        raise NotImplementedError
+        """The Redis structure behind this task, whatever its kind: its ``pool``, ``bucket`` or
+        ``stream`` (what the reaper, the figures and the heartbeat look at)."""
+        structure: Drained = getattr(self, type(self).redqueue_kind)  # type: ignore[attr-defined]
+        return structure
 
     def send_drain_or_release(
         self, countdown: float | None = None, routing: dict[str, Any] | None = None
@@ -219,9 +222,9 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             return error_text(exc)
         return None
 
-    def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
+    def _per_process(self, attr: str, build: Callable[[], _T]) -> _T:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
-        cached: tuple[int, Any] | None = self.__dict__.get(attr)
+        cached: tuple[int, _T] | None = self.__dict__.get(attr)
         if cached is None or cached[0] != _pid:
             cached = (_pid, build())
             self.__dict__[attr] = cached

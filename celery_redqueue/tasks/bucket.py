@@ -166,13 +166,7 @@ class BucketTask(ProducerTask, MeteredOptions):
     @property
     def bucket(self) -> AnyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
-        bucket: AnyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
-        return bucket
-
-    @property
-    def structure(self) -> AnyBucket:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.bucket
+        return self._per_process("_redqueue_bucket", self._make_bucket)
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)

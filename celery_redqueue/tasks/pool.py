@@ -204,13 +204,7 @@ class PoolTask(ProducerTask):
     @property
     def pool(self) -> AnyPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        pool: AnyPool = self._per_process("_redqueue_pool", self._make_pool)
-        return pool
-
-    @property
-    def structure(self) -> AnyPool:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.pool
+        return self._per_process("_redqueue_pool", self._make_pool)
 
     def _make_pool(self) -> AnyPool:
         config = get_config(self.app)

@@ -132,13 +132,7 @@ class StreamTask(RedQueueTask):
     @property
     def stream(self) -> EventStream:
         """The stream, as this group reads it; ``publish`` wakes every group of the app."""
-        stream: EventStream = self._per_process("_redqueue_stream", self._make_stream)
-        return stream
-
-    @property
-    def structure(self) -> EventStream:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.stream
+        return self._per_process("_redqueue_stream", self._make_stream)
 
     @property
     def event(self) -> StreamEvent | None:
