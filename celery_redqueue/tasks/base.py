@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -98,12 +99,14 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             config = get_config(app)
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
-                cls._register_schedules(app)
+                # Each structure's drain runs on a schedule too, as a safety net (None: no row).
+                interval = getattr(cls, f"{getattr(cls, 'redqueue_kind', '')}_drain_interval", None)
+                if interval:
+                    drain_header = {DRAIN_HEADER: 1}
+                    register_beat(
+                        app, f"redqueue: drain {cls.name}", interval, cls.name, drain_header
+                    )
         return bound
-
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        """Subclasses add their own beat entries."""
 
     def send_drain(self, **options: Any) -> Any:
         """Send one argument-less drain job for this task to the broker.
@@ -229,6 +232,12 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             cached = (_pid, build())
             self.__dict__[attr] = cached
         return cached[1]
+
+    @property
+    def _local(self) -> threading.local:
+        """What this thread's stored call carries (the bucket's reservation, the stream's
+        event), per process."""
+        return self._per_process("_redqueue_local", threading.local)
 
     def _body(self) -> Callable[..., Any]:
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""

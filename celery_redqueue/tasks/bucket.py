@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -29,7 +28,6 @@ from .metered import MeteredOptions, call_cost, check_metered_options, limit_opt
 from .options import check_key_parameter, check_structure_name, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -140,22 +138,6 @@ class BucketTask(ProducerTask, MeteredOptions):
         boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
-
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.bucket_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.bucket_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
-    @property
-    def _local(self) -> threading.local:
-        local: threading.local = self._per_process("_redqueue_local", threading.local)
-        return local
 
     @property
     def reservation(self) -> Reservation | None:

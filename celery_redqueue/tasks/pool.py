@@ -31,7 +31,7 @@ from ..validation import (
 )
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -46,7 +46,6 @@ from .results import (
     store_success,
     with_id,
 )
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -188,17 +187,6 @@ class PoolTask(ProducerTask):
             raise ConfigurationError(
                 f"pool_batch_min ({cls.pool_batch_min}) cannot exceed pool_batch_size "
                 f"({cls.pool_batch_size}): a drain pops at most pool_batch_size calls"
-            )
-
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.pool_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.pool_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
             )
 
     @property
