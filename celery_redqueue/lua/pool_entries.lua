@@ -14,6 +14,24 @@ local function over_chunks(cmd, key, list)
   return out
 end
 
+-- The common pop's entries: fresh (no receive count kept anywhere, not coalescing, no guard),
+-- so every one is delivered, one call each. `range` is a ZRANGE reply, its members `step`
+-- apart (2: with scores). The members in order and the entries per arrival slot, or nil when
+-- one is malformed (read_entries then sorts them out).
+local function fresh_entries(range, step)
+  local members, slots, k = {}, {}, 0
+  for i = 1, #range, step do
+    local member = range[i]
+    local n = tonumber(string.match(member, '^(%x+):') or '', 16)
+    if not n then return nil end
+    k = k + 1
+    members[k] = member
+    local _, slot = arrival_of(n)
+    slots[slot] = (slots[slot] or 0) + 1
+  end
+  return members, slots
+end
+
 -- Everything kept about the entries of a `ZRANGE ... WITHSCORES` reply, as one list per field
 -- (not a table per entry: this runs for every popped entry), read in a few commands: member,
 -- score, id, count, receives (this delivery included), held (a receives field exists),

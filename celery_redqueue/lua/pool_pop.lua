@@ -9,6 +9,7 @@
 -- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon),
 -- ARGV[11] listen ms, ARGV[12] listener id: a pop that takes nothing (EMPTY, LINGER) lists the
 -- listener on the wake signal for that long, or (0, and LATER) takes it off (wake_signal.lua).
+-- ARGV[13] at least once (1|0): popped entries may go back, so a sample pool keeps their scores.
 -- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then the entries as
 -- pool_batch.lua's reply_entries lists them: k, k members (id:payload, or the payload when
 -- coalescing), then position, count, receives of each entry whose count or receives is not 1};
@@ -27,6 +28,7 @@ local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local max_drains = tonumber(ARGV[8])
 local guard, linger, listen = ARGV[9] == '1', ARGV[10] == '1', tonumber(ARGV[11]) or 0
 local listener = ARGV[12] or ''
+local scored = ARGV[13] == '1' and POLICY == 'sample'
 local now = pool_now()
 local result = {TAKEN, 0, 0, -1, 0, 0}
 if redis.call('HEXISTS', K_INFLIGHT_CALLS, batch_id) == 1 then
@@ -42,9 +44,29 @@ local malformed = offer_due(n, now)
 
 local kept, calls, skipped, guarded = {}, 0, 0, 0
 local members, counts, receives = {}, {}, {}
+local record
+-- No receive count kept, no guard, not coalescing: what is popped is fresh, all of it goes.
+local fresh = not guard and not COALESCE and redis.call('EXISTS', K_RECEIVES) == 0
 -- Entries the guard skips are not delivered; look again (a bounded number of times) so that a
 -- pop returns nothing only when the pool is really empty.
 for _ = 1, 10 do
+  local taken, slots
+  if fresh then
+    local step, range = 1, nil
+    if scored then
+      step, range = 2, redis.call('ZRANGE', K_ITEMS, 0, n - 1, 'WITHSCORES')
+    else
+      range = redis.call('ZRANGE', K_ITEMS, 0, n - 1)
+    end
+    if #range == 0 then break end
+    taken, slots = fresh_entries(range, step)
+    if taken then
+      redis.call('ZREMRANGEBYRANK', K_ITEMS, 0, #taken - 1)
+      depart(K_AGES, K_ARRIVALS, slots)
+      members, counts, calls, record = taken, nil, #taken, cmsgpack.pack(step, range)
+      break
+    end
+  end
   local range = redis.call('ZRANGE', K_ITEMS, 0, n - 1, 'WITHSCORES')
   if #range == 0 then break end
   local e = read_entries(range, guard, now)
@@ -114,7 +136,7 @@ redis.call('ZADD', K_INFLIGHT, now + timeout_ms, batch_id)
 redis.call('HSET', K_INFLIGHT_CALLS, batch_id, calls)
 -- Kept at most once too, so that a re-sent pop can reply them (only the reaper of an
 -- at-least-once pool returns them).
-redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, cmsgpack.pack(kept))
+redis.call('HSET', K_INFLIGHT_ITEMS, batch_id, record or cmsgpack.pack(5, kept))
 redis.call('HINCRBY', K_STATS, 'in_flight', calls)
 local remaining = redis.call('ZCARD', K_ITEMS)
 -- One drain job per batch still waiting, up to the fan-out limit.

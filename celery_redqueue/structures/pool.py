@@ -294,6 +294,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
                 int(linger),
                 listen_ms(listen),
                 listener or listener_id(),
+                int(self.at_least_once),
             ],
         )
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
