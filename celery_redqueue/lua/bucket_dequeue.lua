@@ -61,37 +61,44 @@ for _ = 1, 100 do
   local key, when = top[1], tonumber(top[2])
   -- Under a total rate the key eligible longest still goes first, when the total allows.
   when = math.max(when, total_ready_at())
-  if when > now then return sleep_until(math.min(when, due_at or when)) end
-
-  local slot, remaining = take_head(key)
-  local receives, id, at, payload, cost = parse_slot(slot)
-  if not receives then
-    bury(key, slot, 'malformed entry: unreadable slot', now)
-    malformed = malformed + 1
-    if remaining <= 0 then redis.call('ZREM', K_READY, key) end
-  elseif guard and redis.call('ZSCORE', K_DONE, id) then
-    -- A redelivered item whose body already completed: not applied twice, and it does not
-    -- use up its key's rate.
-    redis.call('HINCRBY', K_STATS, 'processed', 1)
-    redis.call('HINCRBY', K_STATS, 'guard_skipped', 1)
-    redis.call('HINCRBY', K_KEYSTATS, key .. '\0processed', 1)
-    if remaining <= 0 then redis.call('ZREM', K_READY, key) end
+  -- The head's cost must fit its key's cost window; its ready time may have been set for
+  -- another head (the reaper puts a call back at the head of a key eligible already).
+  local cost_at = cost_ready_at(key)
+  if cost_at > when then
+    redis.call('ZADD', K_READY, cost_at, key)
+  elseif when > now then
+    return sleep_until(math.min(when, due_at or when))
   else
-    local reservation, deadline = reserve(key, id, receives + 1, at, payload, remaining,
-                                          timeout_ms, now, cost)
-    record_call(K_CALLS, K_CALLS_AT, poll_id, reservation, now)
-    -- One drain job per key eligible now, up to the fan-out limit.
-    local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
-    if CONCURRENCY > 1 and remaining > 0 then
-      -- A key with room for more calls in flight wants drain jobs for them (its own rate may
-      -- make it wait a moment, which ZCOUNT does not see); this job holds one.
-      local held = tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0')
-      eligible = eligible + math.max(CONCURRENCY - held, 0) + 1
+    local slot, remaining = take_head(key)
+    local receives, id, at, payload, cost = parse_slot(slot)
+    if not receives then
+      bury(key, slot, 'malformed entry: unreadable slot', now)
+      malformed = malformed + 1
+      if remaining <= 0 then redis.call('ZREM', K_READY, key) end
+    elseif guard and redis.call('ZSCORE', K_DONE, id) then
+      -- A redelivered item whose body already completed: not applied twice, and it does not
+      -- use up its key's rate.
+      redis.call('HINCRBY', K_STATS, 'processed', 1)
+      redis.call('HINCRBY', K_STATS, 'guard_skipped', 1)
+      redis.call('HINCRBY', K_KEYSTATS, key .. '\0processed', 1)
+      if remaining <= 0 then redis.call('ZREM', K_READY, key) end
+    else
+      local reservation, deadline = reserve(key, id, receives + 1, at, payload, remaining,
+                                            timeout_ms, now, cost)
+      record_call(K_CALLS, K_CALLS_AT, poll_id, reservation, now)
+      -- One drain job per key eligible now, up to the fan-out limit.
+      local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
+      if CONCURRENCY > 1 and remaining > 0 then
+        -- A key with room for more calls in flight wants drain jobs for them (its own rate may
+        -- make it wait a moment, which ZCOUNT does not see); this job holds one.
+        local held = tonumber(redis.call('HGET', K_KEYSTATS, key .. '\0in_flight') or '0')
+        eligible = eligible + math.max(CONCURRENCY - held, 0) + 1
+      end
+      local fan_out = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, eligible)
+      return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
+              string.format('%.17g', now), fan_out, cost and string.format('%.17g', cost) or '',
+              malformed}
     end
-    local fan_out = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, eligible)
-    return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
-            string.format('%.17g', now), fan_out, cost and string.format('%.17g', cost) or '',
-            malformed}
   end
 end
 listen_for(K_LISTENING, K_SIGNAL, listener, listen, now)

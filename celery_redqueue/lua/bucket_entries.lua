@@ -77,7 +77,7 @@ end
 
 -- Reserve a released item until now + timeout_ms, and advance its key's schedules (GCRA: from
 -- the key's own theoretical arrival time, so a consumer late by less than the burst allowance
--- loses no throughput, and none can exceed the rate; its unit schedule by the call's cost; the
+-- loses no throughput, and none can exceed the rate; its cost window by the call's cost; the
 -- bucket's total schedule by one call). The key stays eligible, from the latest of its
 -- schedules and pause, while it has items and room for another call in flight. Returns the
 -- reservation id and its deadline.
@@ -87,7 +87,7 @@ local function reserve(key, id, receives, at, payload, remaining, timeout_ms, no
   local tat = tonumber(redis.call('HGET', K_TAT, key) or '0') or 0
   local next_tat = math.max(tat, now) + interval
   redis.call('HSET', K_TAT, key, string.format('%.17g', next_tat))
-  charge_cost(key, cost or 1, now)
+  local window = charge_cost(key, cost or 1, now)
   charge_total(now)
   count_release(key, now)
   redis.call('HINCRBY', K_KEYSTATS, key .. '\0in_flight', 1)
@@ -104,7 +104,7 @@ local function reserve(key, id, receives, at, payload, remaining, timeout_ms, no
   local deadline = now + timeout_ms
   redis.call('ZADD', K_INFLIGHT, deadline, reservation)
   redis.call('HSET', K_RES_KEYS, reservation, key)
-  redis.call('HSET', K_RES_ITEMS, reservation, make_slot(receives, id, at, payload, cost))
+  redis.call('HSET', K_RES_ITEMS, reservation, make_slot(receives, id, at, payload, cost, window))
   redis.call('HINCRBY', K_STATS, 'in_flight', 1)
   redis.call('HINCRBY', K_STATS, 'receives', 1)
   if receives > 1 then redis.call('HINCRBY', K_STATS, 'redelivered', 1) end

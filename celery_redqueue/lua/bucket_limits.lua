@@ -4,9 +4,11 @@
 -- ARGV[3] carries them: "concurrency" alone (0: none; 1: the ordered bucket, the same thing),
 -- or "concurrency cost_interval cost_burst cost_max total_interval total_burst" (intervals in ms
 -- per unit and per call, 0: no such limit; cost_max: the largest cost one period allows).
--- State: K_TAT holds, beside each key's call schedule, "key NUL cost" (its unit schedule) and
+-- State: K_TAT holds, beside each key's call schedule, "key NUL cost" (its cost window) and
 -- "NUL total" (the bucket's); K_RATES "key NUL cost" -> "interval burst max" (set_cost_rate);
 -- K_PAUSED key -> until (ms; inf: until resumed). Key names never hold NUL, so no field clashes.
+--#include clock
+--#include bucket_slot
 
 local function parse_limits(spec)
   local v = {}
@@ -28,24 +30,54 @@ local function cost_rate_of(key)
   return COST_INTERVAL, COST_BURST, COST_MAX
 end
 
--- GCRA on units, checked before a release: a key may go once its unit schedule, less its
--- burst, has been reached. The head's cost is not read: it is paid after it goes, so one call
--- can overshoot a window by its own cost at most (see docs/metered-apis.md).
-local function cost_ready_at(key)
-  if COST_INTERVAL <= 0 then return 0 end
-  local interval, burst = cost_rate_of(key)
-  return (tonumber(redis.call('HGET', K_TAT, key .. '\0cost') or '0') or 0) - burst * interval
+-- Costs are metered per aligned window of the cost rate's period (1 s for "/s", the minute
+-- for "/m", from the server's epoch): a key releases its head only while the units charged in
+-- the current window plus the head's cost fit the window's allowance, its budget plus what the
+-- previous window left unused (at most the burst). So a window never holds more than its
+-- allowance: exact, where GCRA could overshoot by a call's cost and a late refund could free
+-- units in a later window. K_TAT "key NUL cost" holds "window used allowance".
+local function cost_window(key, now)
+  local interval, burst, most = cost_rate_of(key)
+  local budget = most - burst
+  local period = math.max(math.floor(interval * budget + 0.5), 1)
+  local w = math.floor(now / period)
+  local state = redis.call('HGET', K_TAT, key .. '\0cost') or ''
+  local sw, used, allowance = string.match(state, '^(%S+) (%S+) (%S+)$')
+  sw, used, allowance = tonumber(sw), tonumber(used), tonumber(allowance)
+  if sw == w and used and allowance then return w, used, allowance, period end
+  local left = burst
+  if sw == w - 1 and used and allowance then left = math.min(math.max(allowance - used, 0), burst) end
+  return w, 0, budget + left, period
 end
 
--- Charge `units` to a key's unit schedule: a release or a reported excess from the theoretical
--- schedule (max with now: idle time is not saved up beyond the burst); a refund (negative)
--- moves the schedule back.
-local function charge_cost(key, units, now)
-  if COST_INTERVAL <= 0 or units == 0 then return end
-  local interval = cost_rate_of(key)
-  local tat = tonumber(redis.call('HGET', K_TAT, key .. '\0cost') or '0') or 0
-  if units > 0 then tat = math.max(tat, now) end
-  redis.call('HSET', K_TAT, key .. '\0cost', string.format('%.17g', tat + units * interval))
+-- The cost a key's head call is charged (1 unit when it has none; 0 when the key is empty).
+local function head_cost(key)
+  local head = redis.call('HGET', K_HEADS, key)
+  if not head then return 0 end
+  local _, _, _, _, cost = parse_slot(redis.call('HGET', K_ITEMS, key .. '\0' .. head))
+  return cost or 1
+end
+
+-- When a key's head may go by its cost budget: now (0) when it fits the current window, else
+-- the next window's start (re-checked then: a smaller allowance may make it wait one more).
+local function cost_ready_at(key)
+  if COST_INTERVAL <= 0 then return 0 end
+  local w, used, allowance, period = cost_window(key, now_ms())
+  if used + head_cost(key) <= allowance then return 0 end
+  return (w + 1) * period
+end
+
+-- Charge `units` to the current window (a release, or a reported excess: the units were spent,
+-- whenever the call went). A refund (negative) counts only in the call's own window
+-- (`window`): that window's units were charged, a later window's were not. Returns the window.
+local function charge_cost(key, units, now, window)
+  if COST_INTERVAL <= 0 then return nil end
+  local w, used, allowance = cost_window(key, now)
+  if units < 0 and window ~= w then return w end
+  used = math.max(used + units, 0)
+  redis.call('HSET', K_TAT, key .. '\0cost', w .. ' ' .. string.format('%.17g', used) .. ' ' ..
+             string.format('%.17g', allowance))
+  return w
 end
 
 -- When the bucket's total rate next allows a release (0: no total rate).

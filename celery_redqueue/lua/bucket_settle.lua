@@ -5,8 +5,9 @@
 -- ARGV[8] reservation id, ARGV[9] action: commit | retry | backoff | dead
 -- ARGV[10] retry, backoff: delay ms before the key may release again; dead: the error text
 -- ARGV[11] processed-guard window ms (commit; 0: off), ARGV[12] seconds the body took
--- ARGV[13] the call's actual cost as the body reported it ('' when it did not): the key's unit
--- schedule is corrected by (actual - charged). A backoff that reported none refunds the charge
+-- ARGV[13] the call's actual cost as the body reported it ('' when it did not): the key's cost
+-- window is corrected by (actual - charged), a refund only in the window the call was charged
+-- in (bucket_limits.lua's charge_cost). A backoff that reported none refunds the charge
 -- (the upstream refused the call); its receive is not counted, so it is never dead-lettered
 -- for backing off.
 -- Reply: {held, send_drain}. held 0: the reservation is not (or no longer) held (a late commit
@@ -40,9 +41,9 @@ if not key then
 end
 record_call(K_CALLS, K_CALLS_AT, 'settle:' .. reservation, 1, now)
 tick(K_FLOW, 'busy', busy, now)
-local receives, id, at, payload, charged = parse_slot(slot)
+local receives, id, at, payload, charged, window = parse_slot(slot)
 if action == 'backoff' and not actual then actual = 0 end
-if actual and receives then charge_cost(key, actual - (charged or 1), now) end
+if actual and receives then charge_cost(key, actual - (charged or 1), now, window) end
 
 local send = 0
 if action == 'commit' then

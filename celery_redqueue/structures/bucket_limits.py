@@ -3,10 +3,11 @@ per period), a total rate over all keys, a concurrency limit per key, pauses (an
 429, or by hand), and the noisy-neighbour figures. [`LeakyBucket`][celery_redqueue.LeakyBucket]
 mixes this in; the scripts' side is ``lua/bucket_limits.lua``. See docs/metered-apis.md.
 
-Costs follow GCRA on units, checked before a release: a key may release once its unit schedule
-(less its burst) is reached, and the release moves the schedule on by the call's cost from the
-theoretical schedule (never from "now" while the key is behind), as the call rate does. The body
-may report the actual cost; the difference is charged (or refunded) at its commit.
+Costs are counted per aligned window of the cost rate's period (server clock): a key releases its
+head call only when the units charged in the current window plus that call's cost fit the budget
+(plus up to the burst left unused by the previous window), so no window ever holds more. The body
+may report the actual cost; the difference is charged at its commit, a refund only while the
+call's own window lasts (a later window never held those units).
 
 Example:
 

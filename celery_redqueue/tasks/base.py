@@ -79,22 +79,15 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Run stored calls (subclasses); returns a DrainSummary."""
         raise NotImplementedError
 
-    def retry(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        exc: BaseException | None = None,
-        throw: bool = True,
-        eta: Any = None,
-        countdown: float | None = None,
-        max_retries: int | None = None,
-        **options: Any,
-    ) -> Any:
-        """Inside a stored call, raise `Retry` for the drain to
-        handle (the structure retries the call); elsewhere, Celery's retry."""
+    def retry(self, *args: Any, **options: Any) -> Any:
+        """Inside a stored call, raise `Retry` for the drain to handle (the structure retries
+        the call, after ``countdown`` or at ``eta``); elsewhere, Celery's retry. It takes
+        Celery's arguments, positional or named."""
         if self._in_stored_call():
-            raise Retry(exc=exc, when=countdown if countdown is not None else eta)
-        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+            given = inspect.signature(Task.retry).bind(self, *args, **options).arguments
+            when = given["countdown"] if given.get("countdown") is not None else given.get("eta")
+            raise Retry(exc=given.get("exc"), when=when)
+        return super().retry(*args, **options)
 
     @classmethod
     def bind(cls, app: Any) -> Any:

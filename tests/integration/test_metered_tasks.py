@@ -3,6 +3,7 @@ call rates, KeyBackoff, per-key concurrency, pause and resume, a total rate acro
 are checked on the server times each call was released at, never on how fast things ran."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -62,12 +63,13 @@ def test_calls_and_units_per_key_stay_within_both_limits(
         assert sorted(r["i"] for r in mine) == list(range(30))  # all ran, once
         starts, costs = [r["released"] for r in mine], [r["cost"] for r in mine]
         assert most_in_window(starts) <= 10, tenant  # bucket_rate="10/s"
-        # GCRA on units (burst 0): every call's units are paid before the next goes, so the
-        # units before the last start fit the time since the first at 30/s...
-        for k in range(1, len(mine)):
-            assert sum(costs[:k]) <= 30 * (starts[k] - starts[0]) + 0.01, (tenant, k)
-        # ...and a one-second window holds at most the budget plus its last call's cost.
-        assert most_in_window(starts, 1.0, costs) <= 30 + max(costs) - 1, tenant
+        # Units (as used, refunds included) per aligned one-second window: the budget at most
+        # (bucket_cost_rate="30/s", burst 0), exactly; at 10 calls/s of 2..13 units the cost
+        # budget is the tighter limit, so windows do fill.
+        windows: dict[int, float] = {}
+        for start, cost in zip(starts, costs, strict=True):
+            windows[math.floor(start)] = windows.get(math.floor(start), 0) + cost
+        assert max(windows.values()) <= 30, (tenant, windows)
     assert bucket(redqueue_redis, redqueue_prefix, "metered").stats().dead == 0
 
 
