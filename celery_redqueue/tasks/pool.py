@@ -66,6 +66,14 @@ class PoolCall:
     count: int = 1
 
 
+def _pool_call(args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> PoolCall:
+    """``PoolCall(args, kwargs, count)`` without the frozen ``__init__``'s setattr per field."""
+    call = object.__new__(PoolCall)
+    fields = call.__dict__
+    fields["args"], fields["kwargs"], fields["count"] = args, kwargs, count
+    return call
+
+
 class PoolTask(ProducerTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
@@ -341,7 +349,7 @@ class PoolTask(ProducerTask):
         if self.pool_batch:
             try:
                 calls = [
-                    PoolCall(tuple(a), k, item.count)
+                    _pool_call(tuple(a), k, item.count)
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
@@ -363,13 +371,14 @@ class PoolTask(ProducerTask):
                     store_success(self, call_id_of(item.payload), value)
             return {}
         failures: dict[int, str] = {}
+        run, traced = self._stored_runner(), get_config(self.app).tracing  # once per batch
         for index, item in enumerate(batch.items):
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                with self._processing([item]):  # tracing hook
-                    value = self._run_call(*call_args, **call_kwargs)
+                with self._processing([item]) if traced else tracing.OFF:  # tracing hook
+                    value = run(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)
