@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -30,7 +29,6 @@ from .metered import MeteredOptions, call_cost, check_metered_options, limit_opt
 from .options import check_key_parameter, check_structure_name, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -143,22 +141,6 @@ class BucketTask(ProducerTask, MeteredOptions):
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
 
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.bucket_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.bucket_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
-    @property
-    def _local(self) -> threading.local:
-        local: threading.local = self._per_process("_redqueue_local", threading.local)
-        return local
-
     @property
     def reservation(self) -> Reservation | None:
         """The reservation whose body is running in this thread (key, receives, released_at),
@@ -168,13 +150,7 @@ class BucketTask(ProducerTask, MeteredOptions):
     @property
     def bucket(self) -> AnyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
-        bucket: AnyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
-        return bucket
-
-    @property
-    def structure(self) -> AnyBucket:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.bucket
+        return self._per_process("_redqueue_bucket", self._make_bucket)
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
