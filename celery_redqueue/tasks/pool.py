@@ -31,7 +31,7 @@ from ..validation import (
 )
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -46,7 +46,6 @@ from .results import (
     store_success,
     with_id,
 )
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -198,27 +197,10 @@ class PoolTask(ProducerTask):
                 f"({cls.pool_batch_size}): a drain pops at most pool_batch_size calls"
             )
 
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.pool_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.pool_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
     @property
     def pool(self) -> AnyPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        pool: AnyPool = self._per_process("_redqueue_pool", self._make_pool)
-        return pool
-
-    @property
-    def structure(self) -> AnyPool:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.pool
+        return self._per_process("_redqueue_pool", self._make_pool)
 
     def _make_pool(self) -> AnyPool:
         config = get_config(self.app)
