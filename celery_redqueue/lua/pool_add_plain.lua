@@ -33,18 +33,17 @@ local now = math.floor(now_ms())
 local seq = take_ids(K_STATS, calls, now)
 local result = {0, -1}
 if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
-  local entries, n, slots, first = {}, 0, {}, {}
+  local entries, n, slots = {}, 0, {}
   for i = 5, #ARGV, 2 do
     seq, n = seq + 1, n + 2
     local member = string.format('%x:%s', seq, ARGV[i + 1])
     entries[n - 1], entries[n] = sample and ARGV[i] or string.format('%d', seq), member
     result[n / 2 + 2] = 1
-    local at, slot = arrival_of(seq)
-    if not slots[slot] then slots[slot], first[slot] = 0, at end
-    slots[slot] = slots[slot] + 1
+    local _, slot = arrival_of(seq)
+    slots[slot] = (slots[slot] or 0) + 1
   end
   redis.call('ZADD', K_ITEMS, unpack(entries))
-  for slot, entries_in in pairs(slots) do arrive(K_AGES, K_ARRIVALS, slot, first[slot], entries_in) end
+  for slot, entries_in in pairs(slots) do arrive(K_AGES, K_ARRIVALS, slot, now, entries_in) end
   -- One folded counter for offered, accepted and depth (three counters) (figures.unfold reads it).
   redis.call('HINCRBY', K_STATS, 'offered+accepted+depth', calls)
 else

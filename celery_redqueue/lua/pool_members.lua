@@ -45,15 +45,15 @@ local function count_of(member)
 end
 
 -- An entry joins the ages index: coalescing pools keep its member (`offered_at` ms), others
--- count it in the arrival slot its id names.
+-- count it in the arrival slot its id names (`offered_at` is that slot's age if it was empty).
 local function note_arrival(member, offered_at)
   if COALESCE then
     redis.call('ZADD', K_AGES, offered_at, member)
     return
   end
   local _, n = id_of(member)
-  local at, slot = arrival_of(n)
-  arrive(K_AGES, K_ARRIVALS, slot, at, 1)
+  local _, slot = arrival_of(n)
+  arrive(K_AGES, K_ARRIVALS, slot, offered_at, 1)
 end
 
 -- Take an entry out of the pool with everything kept about it.
