@@ -313,12 +313,19 @@ class ShardedBucket(Sharded, BucketProducer):
     # Consuming
 
     def dequeue(
-        self, *, listen: float = 0.0, listener: str | None = None, linger: bool = False
+        self,
+        *,
+        listen: float = 0.0,
+        listener: str | None = None,
+        linger: bool = False,
+        ahead: bool = False,
     ) -> Dequeued:
         """Reserve from the next shard with an eligible key (see ``LeakyBucket.dequeue``); the
         reservation's id names its shard. Otherwise the earliest shard's wait."""
         i, poll, empties = self._sweep(
-            lambda shard: shard.dequeue(listen=listen, listener=listener, linger=linger),
+            lambda shard: shard.dequeue(
+                listen=listen, listener=listener, linger=linger, ahead=ahead
+            ),
             lambda p: p.reservation,
         )
         malformed = sum(p.malformed for _, p in empties)

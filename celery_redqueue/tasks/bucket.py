@@ -292,7 +292,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
         while True:
-            poll = bucket.dequeue(listen=self.bucket_drain_linger)
+            poll = bucket.dequeue(listen=self.bucket_drain_linger, ahead=True)
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:
