@@ -1,8 +1,10 @@
-"""The Celery app of bench/latency_bench.py: a plain task, a bucket task and a pooled task whose
-bodies record how long their call took to reach them.
+"""The Celery app of bench/latency_bench.py: a plain task, a bucket task, a pooled task and a
+stream consumer whose bodies record how long their call took to reach them.
 
-Configured from the environment: LATENCY_URL (broker and structures), LATENCY_PREFIX, and
-LATENCY_CONSUMER=1 to run the worker with the continuous consumer (``redqueue_consumer``).
+Configured from the environment: LATENCY_URL (the structures, and the bench's records),
+LATENCY_BROKER_URL (the broker: a Redis of its own, so that its command counts are the
+broker's alone) and LATENCY_PREFIX. Every task message any process of the app publishes (a
+plain call; a drain job) is counted in the hash ``<prefix>:published`` by task name.
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ import time
 
 import redis
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import before_task_publish
 
-from celery_redqueue import BucketTask, PoolTask
+from celery_redqueue import BucketTask, PoolTask, StreamTask
 
 URL = os.environ.get("LATENCY_URL", "redis://127.0.0.1:6379/0")
+BROKER_URL = os.environ.get("LATENCY_BROKER_URL", URL)
 PREFIX = os.environ.get("LATENCY_PREFIX", "latency")
+#: The stream the stream consumer reads.
+STREAM = "latency-events"
 
 app = Celery("latency_app")
 app.conf.update(
-    broker_url=URL,
+    broker_url=BROKER_URL,
     broker_transport_options={"global_keyprefix": f"{PREFIX}:broker:"},
     broker_connection_retry_on_startup=True,
     result_backend=None,
@@ -32,8 +37,6 @@ app.conf.update(
     worker_hijack_root_logger=False,
     worker_prefetch_multiplier=1,
 )
-if os.environ.get("LATENCY_CONSUMER") == "1":
-    app.conf.redqueue_consumer = True
 
 
 @functools.cache
@@ -66,7 +69,12 @@ def pooled(sent_at: float) -> None:
     reached("pool", sent_at)
 
 
-@task_prerun.connect
-def count_messages(task=None, **_) -> None:  # type: ignore[no-untyped-def]
-    """Every task message a worker runs (for redqueue tasks: drain jobs), per task."""
-    client().incr(f"{PREFIX}:messages:{task.name}")
+@app.task(base=StreamTask, stream_name=STREAM, stream_group="latency", stream_drain_interval=None)
+def streamed(sent_at: float) -> None:
+    reached("stream", sent_at)
+
+
+@before_task_publish.connect
+def count_published(sender=None, **_) -> None:  # type: ignore[no-untyped-def]
+    """Every task message published, by task (a plain call, or a redqueue task's drain job)."""
+    client().hincrby(f"{PREFIX}:published", str(sender), 1)

@@ -16,7 +16,6 @@ Run it with ``./run-demo api-gateway``.
 import json
 import os
 import random
-import signal
 import sys
 import tempfile
 import threading
@@ -153,13 +152,15 @@ def report(upstream):
     return ok
 
 
-def main():
+def main(log):
     from celery_redqueue.testing.embedded import EmbeddedRedis
-    from example_project.demo import stop
+    from example_project.demo import celery, stop, watch_command
 
     upstream = Upstream()
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     with EmbeddedRedis() as server, tempfile.TemporaryDirectory() as tmp:
+        log.announce()
+        watch_command({"REDQUEUE_DEMO_URL": server.url}, app="example_project.api_gateway")
         os.environ.update(REDQUEUE_DEMO_URL=server.url, DEMO_UPSTREAM=upstream.url)
         app.conf.update(broker_url=server.url, redqueue_url=server.url)
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -171,13 +172,9 @@ def main():
             for tenant, limits in TENANTS.items():
                 if i < limits["calls"]:
                     call_upstream.delay(tenant, i, random.randint(*limits["cost"]))
-        import subprocess
-
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "example_project.api_gateway", "worker",
-             "--pool=prefork", "--concurrency=4", "--loglevel=WARNING"],
-            env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
+        worker = celery(
+            "worker", "--pool=prefork", "--concurrency=4", "--loglevel=WARNING",
+            env=env, cwd=tmp, log=log, app="example_project.api_gateway",
         )  # fmt: skip
         try:
             total = sum(t["calls"] for t in TENANTS.values())
@@ -203,15 +200,11 @@ def main():
 
 
 def run():
-    from example_project.demo import Interrupted, interrupt
+    """main(), stopped cleanly (worker, Redis, temporary files) by Ctrl-C or SIGTERM; the
+    worker's log is named at the start and quoted when the demo fails."""
+    from example_project.demo import stoppable
 
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        return main()
-    except Interrupted as stopped:
-        print(f"\n{stopped}: stopped the worker and Redis")
-        return 128 + stopped.signum
+    return stoppable("api-gateway", main)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 -- Offer calls to a capped pool (or hold them until due), and plan the drain job they need.
--- KEYS: the first twelve of pool_common.lua's, as this line names them:
--- Parts: items counts stats drains receives ages flow scheduled dedupe wake signal listening
+-- KEYS: the first thirteen of pool_common.lua's, as this line names them:
+-- Parts: items counts stats drains receives ages arrivals flow scheduled dedupe wake signal listening
 -- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
@@ -34,8 +34,9 @@ local now = pool_now()
 -- grow unbounded (each id recorded forgets up to 100 expired ones).
 if dedupe then forget_expired(K_DEDUPE, now) end
 
--- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
-local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
+-- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique and
+-- carry the arrival, pool_ids.lua).
+local seq = take_ids(K_STATS, calls, now)
 local c = {accepted = 0, rejected = 0, evicted = 0, depth = 0, duplicates = 0, delayed = 0}
 local result = {0, -1}
 offer_each(seq, now, dedupe, window, result, c)

@@ -4,8 +4,8 @@
 -- call: a pool with room keeps a call in eight commands, and the helpers a full or coalescing
 -- pool needs (pool_common's) are only defined on that path (defining them costs more than the
 -- whole common case, measured).
--- KEYS: those of pool_common.lua's this line names (KEYS[8], KEYS[9]: signal, listening):
--- Parts: items counts stats drains receives ages flow signal listening
+-- KEYS: those of pool_common.lua's this line names (KEYS[9], KEYS[10]: signal, listening):
+-- Parts: items counts stats drains receives ages arrivals flow signal listening
 -- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5], ARGV[6], ... pairs: random score in [0, 1), payload
 -- Returns {send_drain, -1, status...} as pool_add does (wake_in_ms is always -1: nothing
@@ -14,8 +14,9 @@
 --#include clock
 --#include flow
 --#include wake_signal
-local K_ITEMS, K_STATS, K_DRAINS, K_AGES, K_FLOW = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
-local K_SIGNAL, K_LISTENING = KEYS[8], KEYS[9]
+--#include pool_ids
+local K_ITEMS, K_STATS, K_DRAINS, K_AGES, K_ARRIVALS = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
+local K_FLOW, K_SIGNAL, K_LISTENING = KEYS[8], KEYS[9], KEYS[10]
 local capacity, sample, coalesce = tonumber(ARGV[1]), ARGV[2] == 'sample', ARGV[3] == '1'
 local lease, calls = ARGV[4], (#ARGV - 4) / 2
 if not capacity or calls < 1 or calls ~= math.floor(calls) then
@@ -28,20 +29,21 @@ for i = 5, #ARGV, 2 do
 end
 
 local now = math.floor(now_ms())
--- Ids need only be unique; FIFO policies order by them too. One HINCRBY for the batch.
-local seq = redis.call('HINCRBY', K_STATS, 'seq', calls) - calls
+-- Ids carry the arrival (pool_ids.lua); FIFO policies order by them too. One step for the batch.
+local seq = take_ids(K_STATS, calls, now)
 local result = {0, -1}
 if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
-  local entries, ages, at, n = {}, {}, string.format('%d', now), 0
+  local entries, n, slots = {}, 0, {}
   for i = 5, #ARGV, 2 do
     seq, n = seq + 1, n + 2
     local member = string.format('%x:%s', seq, ARGV[i + 1])
-    entries[n - 1], entries[n] = sample and ARGV[i] or seq, member
-    ages[n - 1], ages[n] = at, member
+    entries[n - 1], entries[n] = sample and ARGV[i] or string.format('%d', seq), member
     result[n / 2 + 2] = 1
+    local _, slot = arrival_of(seq)
+    slots[slot] = (slots[slot] or 0) + 1
   end
   redis.call('ZADD', K_ITEMS, unpack(entries))
-  redis.call('ZADD', K_AGES, unpack(ages))
+  for slot, entries_in in pairs(slots) do arrive(K_AGES, K_ARRIVALS, slot, now, entries_in) end
   -- One folded counter for offered, accepted and depth (three counters) (figures.unfold reads it).
   redis.call('HINCRBY', K_STATS, 'offered+accepted+depth', calls)
 else

@@ -2,7 +2,8 @@
 -- pool_common.lua, after pool_members).
 
 -- Let an entry in (new, returned by the reaper, requeued or due): it takes a free place, or
--- the policy decides. Returns status (0 refused, 1 kept, 2 kept and an older entry evicted,
+-- the policy decides (`offered_at`: when it was first offered, ms; only coalescing pools need
+-- it, other members carry it in their id). Returns status (0 refused, 1 kept, 2 kept and an older entry evicted,
 -- 3 merged) and the calls evicted to make room.
 local function admit(member, score, count, receives, offered_at)
   if COALESCE and redis.call('ZSCORE', K_ITEMS, member) then
@@ -34,8 +35,8 @@ local function admit(member, score, count, receives, offered_at)
     end
   end
   if status > 0 then
-    redis.call('ZADD', K_ITEMS, score, member)
-    redis.call('ZADD', K_AGES, offered_at, member)
+    redis.call('ZADD', K_ITEMS, string.format('%.17g', score), member)
+    note_arrival(member, offered_at)
     if COALESCE then redis.call('HSET', K_COUNTS, member, count) end
     if receives > 0 then redis.call('HSET', K_RECEIVES, member, receives) end
   end

@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS[1..19]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..20]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)
@@ -31,7 +31,7 @@ for _, e in ipairs(entries) do
   local count, payload = e.count * removed, e.payload
   calls = calls + count
   if action == 'requeue' and removed == 1 then
-    local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
+    local seq = take_ids(K_STATS, 1, now) + 1
     local member = payload
     if not COALESCE then member = string.format('%x', seq) .. ':' .. payload end
     local score = seq

@@ -3,13 +3,14 @@
 -- (competing for room like any entry; what does not fit counts as evicted), or to the
 -- dead-letter list once it has been received max_receives times; a batch record that cannot
 -- be decoded is dead-lettered whole, as it is, with the reason.
--- KEYS[1..19]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..20]: the pool's keys (pool_common.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
 -- Reply: {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
 -- Lost reply: safe to run twice (a second run takes back only what expired since; a drain job
 -- the lost reply asked for is sent by the next reaper run)
 --#include pool_common
+--#include pool_batch
 local limit, at_least_once, max_receives = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
 local now = pool_now()
 
@@ -19,8 +20,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT'
   local b = {id = id, calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, id) or '0') or 0}
   b.packed = redis.call('HGET', K_INFLIGHT_ITEMS, id)
   if at_least_once and b.packed then
-    local ok, entries = pcall(cjson.decode, b.packed)
-    if ok and type(entries) == 'table' then b.entries = entries else b.bad = true end
+    b.entries = unpack_batch(b.packed)
+    b.bad = b.entries == nil
   end
   batches[#batches + 1] = b
 end
@@ -36,11 +37,10 @@ for _, b in ipairs(batches) do
     buried = buried + b.calls
   elseif b.entries then
     for _, entry in ipairs(b.entries) do
-      local member, score, count = entry[1], tonumber(entry[2]), tonumber(entry[3]) or 1
-      local receives, offered_at = tonumber(entry[4]) or max_receives, tonumber(entry[5]) or now
-      if receives >= max_receives or type(member) ~= 'string' or not score then
-        bury(type(member) == 'string' and payload_of(member) or cjson.encode(entry), count,
-          receives, 'batch not acknowledged before its deadline (' .. receives .. ' receives)', now)
+      local member, score, count, receives, offered_at = unpack(entry, 1, 5)
+      if receives >= max_receives then
+        bury(payload_of(member), count, receives,
+          'batch not acknowledged before its deadline (' .. receives .. ' receives)', now)
         buried = buried + count
       else
         local status, out = admit(member, score, count, receives, offered_at)

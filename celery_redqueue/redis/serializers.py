@@ -79,7 +79,22 @@ class JSONSerializer:
             raise SerializationError(f"cannot serialize {_short(obj)} as JSON: {exc}") from exc
         return text.encode()
 
+    #: The stdlib's scanner, built once: what ``json.loads`` runs without kombu's hook.
+    _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
     def loads(self, data: bytes) -> Any:
+        # kombu's hook only turns {"__type__": ..., "__value__": ...} back into typed values
+        # and costs more than the parse itself (a drain decodes every call), so bytes that
+        # cannot hold that key, even escaped, skip it.
+        if isinstance(data, bytes) and b"__type__" not in data and b"\\u" not in data:
+            try:
+                text = data.decode()
+                value, end = self._scan(text, 0)
+            except (UnicodeDecodeError, StopIteration, ValueError, RecursionError):
+                pass  # kombu's loads below reports it
+            else:
+                if end == len(text):
+                    return value
         try:
             return kombu_json.loads(data)
         except (TypeError, ValueError, json.JSONDecodeError, RecursionError) as exc:

@@ -52,12 +52,12 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import AGAIN, LATER, LINGER
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import Figures, parse_counters, structure_figures, unfold
 from .pool_gather import PoolGathering
+from .pool_replies import ack_args, read_pop
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -90,9 +90,9 @@ __all__ = [
 PARTS = (
     # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
     # on the hot path); the other scripts receive them all.
-    "items", "counts", "stats", "drains", "receives", "ages", "flow", "scheduled", "dedupe",
-    "wake", "signal", "listening", "inflight", "inflight_calls", "inflight_items", "dead",
-    "done", "calls", "calls_at",
+    "items", "counts", "stats", "drains", "receives", "ages", "arrivals", "flow", "scheduled",
+    "dedupe", "wake", "signal", "listening", "inflight", "inflight_calls", "inflight_items",
+    "dead", "done", "calls", "calls_at",
 )
 # fmt: on
 
@@ -294,42 +294,10 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
                 int(linger),
                 listen_ms(listen),
                 listener or listener_id(),
+                int(self.at_least_once),
             ],
         )
-        status, fan_out, remaining, wait_ms, schedule, malformed = reply[:6]
-        batch = PoolBatch(
-            id=batch_id,
-            items=[],
-            fan_out=bool(fan_out),
-            remaining=int(remaining),
-            wait=int(wait_ms) / 1000.0 if status == LATER else None,
-            schedule=bool(schedule),
-            malformed=int(malformed),
-            lingering=status == LINGER,
-            pop_again=status == AGAIN,
-        )
-        if batch.malformed:
-            logger.warning(
-                "%s: %d malformed entries dead-lettered by a pop", self.keys.base, batch.malformed
-            )
-        for i in range(6, len(reply), 4):
-            raw, count, receives, entry_id = reply[i : i + 4]
-            entry_id = entry_id.decode(errors="replace")
-            try:
-                payload = self.serializer.loads(raw)
-            except Exception as exc:
-                # It can never succeed: ack() dead-letters it at once, with the reason.
-                logger.warning(
-                    "%s: entry %s is undecodable (%s); it will be dead-lettered",
-                    self.keys.base,
-                    entry_id,
-                    exc,
-                )
-                batch.undecodable.append((entry_id, int(count), raw))
-                batch.errors[entry_id] = f"undecodable payload: {type(exc).__name__}: {exc}"
-            else:
-                batch.items.append(PoolItem(payload, int(count), int(receives), entry_id))
-        return batch
+        return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
     def ack(
         self,
@@ -348,19 +316,14 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         a minute, such as a re-send after a lost reply: "already done", not counted as late).
         Retried calls that need a drain job nobody holds set ``batch.drain_needed``.
         """
-        failures = failures or {}
         args: list[Any] = [
             batch.id,
             int(self.at_least_once),
             self.max_receives,
             self.processed_guard_ms,
             repr(float(seconds)),
+            *ack_args(batch, failures or {}, self.processed_guard_ms > 0),
         ]
-        for index, item in enumerate(batch.items):
-            args.extend((item.id, item.count, str(failures.get(index, ""))[:4000], ""))
-        for entry_id, count, raw in batch.undecodable:
-            reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
-            args.extend((entry_id, count, reason, b"!" + raw))
         held, send_drain = self._run("pool_ack", args)
         batch.drain_needed = bool(send_drain)
         return bool(held)

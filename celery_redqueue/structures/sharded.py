@@ -37,26 +37,35 @@ from __future__ import annotations
 import dataclasses
 import random
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ReservationError
-from ..redis.keys import DEFAULT_PREFIX
-from ..redis.serializers import Serializer
 from . import catalog
 from .bucket import (
     BucketProducer,
     BucketStats,
     Dequeued,
     KeyLoad,
-    KeyStats,
     LeakyBucket,
+    Limits,
     Reservation,
 )
 from .bucket_types import EncodedCall, _check_key
 from .pool import CappedPool, PoolBatch, PoolProducer, PoolStats
-from .receipts import ReapResult, Receipt
-from .sharding import Sharded, shard_names, split_id, stable_hash, sum_results, validate_shards
+from .receipts import ReapResult
+from .sharding import (
+    Sharded,
+    by_key,
+    on_every,
+    on_owner,
+    split_id,
+    spread,
+    stable_hash,
+    sum_results,
+    swept,
+    validate_shards,
+)
 
 __all__ = [
     "AnyBucket",
@@ -67,6 +76,32 @@ __all__ = [
     "make_pool",
     "validate_shards",
 ]
+
+
+def _own_batch(self: ShardedPool, batch: PoolBatch) -> tuple[CappedPool, PoolBatch]:
+    """The shard a batch came from (its id names it), and the batch as that shard knows it."""
+    i, inner = split_id(batch.id, len(self.shards))
+    return self.shards[i], dataclasses.replace(batch, id=inner)
+
+
+def _merge_pop(
+    self: ShardedPool, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
+) -> PoolBatch:
+    """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
+    every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
+    are the earliest shard's."""
+    malformed = sum(b.malformed for _, b in empties)
+    if batch is not None:
+        batch.id = f"{i}:{batch.id}"
+        batch.malformed += malformed
+        return batch
+    result = PoolBatch(id="", items=[], malformed=malformed)
+    result.lingering = any(b.lingering for _, b in empties)
+    earliest = None if result.lingering else self._earliest(empties)
+    self._release_claims(empties, keep=None if earliest is None else earliest[0])
+    if earliest is not None:
+        result.wait, result.schedule = earliest[1].wait, earliest[1].schedule
+    return result
 
 
 class ShardedPool(Sharded, PoolProducer):
@@ -80,33 +115,27 @@ class ShardedPool(Sharded, PoolProducer):
 
     kind = "pool"
     _figure_names = ("depth", ("offered",), ("rejected", "evicted", "lost"))
+    _shared = ("policy", "coalesce")
+    policy: str
+    coalesce: bool
 
     def __init__(
-        self,
-        client: Any,
-        name: str,
-        capacity: int,
-        *,
-        shards: int,
-        prefix: str = DEFAULT_PREFIX,
-        serializer: str | Serializer | None = None,
-        listed: bool = False,
-        **options: Any,
+        self, client: Any, name: str, capacity: int, *, shards: int, **options: Any
     ) -> None:
         validate_shards("shards", shards, capacity)
-        caps = [capacity // shards + (1 if i < capacity % shards else 0) for i in range(shards)]
-        parts = [
-            CappedPool(
-                client, shard, cap, prefix=prefix, serializer=serializer, listed=True, **options
-            )
-            for shard, cap in zip(shard_names(self.kind, name, shards), caps, strict=True)
-        ]
-        self._setup_logical(client, name, prefix, parts, listed)
         self.capacity = capacity
-        self.policy = parts[0].policy
-        self.coalesce = parts[0].coalesce
+        #: Each shard's capacity: the logical one split as evenly as it divides.
+        self._caps = [
+            capacity // shards + (1 if i < capacity % shards else 0) for i in range(shards)
+        ]
         #: Upper bounds of each shard's share of [0, capacity): a point picks its shard.
-        self._bounds = [sum(caps[: i + 1]) for i in range(shards)]
+        self._bounds = [sum(self._caps[: i + 1]) for i in range(shards)]
+        super().__init__(client, name, shards=shards, **options)
+
+    def _make_shard(
+        self, client: Any, name: str, index: int, of: int, options: dict[str, Any]
+    ) -> Any:
+        return CappedPool(client, name, self._caps[index], **options)
 
     def settings(self) -> dict[str, Any]:
         return dict(super().settings(), capacity=self.capacity)
@@ -121,82 +150,57 @@ class ShardedPool(Sharded, PoolProducer):
             point = random.randrange(self.capacity)
         return bisect_right(self._bounds, point)
 
-    # Producing
+    def _shard_of_call(self, call: bytes, dedupe_id: str | None) -> int:
+        return self.shard_of(call, dedupe_id)
 
-    def store_encoded(
-        self,
-        encoded: Sequence[bytes],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        ids = list(dedupe_ids or [None] * len(encoded))
-        return self._store(
-            encoded,
-            lambda n: self.shard_of(encoded[n], ids[n]),
-            lambda shard, data, ds: shard.store_encoded(data, delay=delay, dedupe_ids=ds),
-            ids,
-        )
-
-    # Consuming
-
-    def pop(
-        self,
-        n: int = 100,
-        *,
-        linger: bool = False,
-        listen: float = 0.0,
-        listener: str | None = None,
-    ) -> PoolBatch:
-        """Pop a batch from the next shard that has work (see ``CappedPool.pop``); its id names
-        the shard, so `ack()` and the heartbeat find it. An empty batch means every shard
-        was empty (and released its flag, unless lingering); ``wait``/``schedule`` are the
-        earliest shard's."""
-        batch: PoolBatch | None
-        i, batch, empties = self._sweep(
-            lambda shard: shard.pop(n, linger=linger, listen=listen, listener=listener),
-            lambda b: bool(b) or b.pop_again,
-        )
-        malformed = sum(b.malformed for _, b in empties)
-        if batch is not None:
-            batch.id = f"{i}:{batch.id}"
-            batch.malformed += malformed
-            return batch
-        result = PoolBatch(id="", items=[], malformed=malformed)
-        result.lingering = any(b.lingering for _, b in empties)
-        earliest = None if result.lingering else self._earliest(empties)
-        self._release_claims(empties, keep=None if earliest is None else earliest[0])
-        if earliest is not None:
-            result.wait, result.schedule = earliest[1].wait, earliest[1].schedule
-        return result
-
-    def ack(
-        self,
-        batch: PoolBatch,
-        *,
-        failures: Mapping[int, str] | None = None,
-        seconds: float = 0.0,
-    ) -> bool:
-        """Finish a batch on the shard it came from (see ``CappedPool.ack``)."""
-        i, inner = split_id(batch.id, len(self.shards))
-        own = dataclasses.replace(batch, id=inner)
-        return bool(self.shards[i].ack(own, failures=failures, seconds=seconds))
-
-    def reap(self, limit: int = 1000) -> ReapResult:
-        """Reap every shard; the counts are summed."""
-        self.register_once()
-        return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
-
-    # Reading
-
-    def stats(self) -> PoolStats:
-        """Counters summed over the shards. Each shard's snapshot is consistent, and the
-        accounting identities are sums of per-shard ones, so they hold on the sum."""
-        return sum_results(PoolStats, [s.stats() for s in self.shards], capacity=self.capacity)
+    store_encoded = spread(CappedPool.store_encoded)
+    #: From the next shard with work; the batch's id names its shard (`ack`, the heartbeat).
+    pop = swept(CappedPool.pop, lambda b: bool(b) or b.pop_again, _merge_pop)
+    ack = on_owner(CappedPool.ack, _own_batch)
+    reap = on_every(CappedPool.reap, lambda parts: sum_results(ReapResult, parts), register=True)
+    #: Counters summed over the shards. Each shard's snapshot is consistent, and the
+    #: accounting identities are sums of per-shard ones, so they hold on the sum.
+    stats = on_every(CappedPool.stats, lambda parts: sum_results(PoolStats, parts))
 
     def __len__(self) -> int:
         """Calls waiting in every shard."""
         return self.stats().depth
+
+
+def _own_reservation(
+    self: ShardedBucket, reservation: Reservation | str
+) -> tuple[LeakyBucket, Reservation | str]:
+    """The shard a reservation belongs to, and the reservation as that shard knows it."""
+    if isinstance(reservation, Reservation):
+        if reservation.bucket not in ("", self.keys.base):
+            raise ReservationError(
+                f"reservation {reservation.id} belongs to {reservation.bucket}, "
+                f"not {self.keys.base}"
+            )
+        i, inner = split_id(reservation.id, len(self.shards))
+        return self.shards[i], dataclasses.replace(
+            reservation, id=inner, bucket=self.shards[i].keys.base
+        )
+    i, inner = split_id(str(reservation), len(self.shards))
+    return self.shards[i], inner
+
+
+def _merge_dequeue(
+    self: ShardedBucket, i: int | None, poll: Dequeued | None, empties: list[tuple[int, Dequeued]]
+) -> Dequeued:
+    """The reservation of the shard that had an eligible key, its id naming the shard;
+    otherwise the earliest shard's wait."""
+    malformed = sum(p.malformed for _, p in empties)
+    if poll is not None and poll.reservation is not None:
+        reservation = dataclasses.replace(
+            poll.reservation, id=f"{i}:{poll.reservation.id}", bucket=self.keys.base
+        )
+        return Dequeued(reservation, malformed=malformed + poll.malformed)
+    earliest = self._earliest(empties)
+    self._release_claims(empties, keep=None if earliest is None else earliest[0])
+    if earliest is None:
+        return Dequeued(malformed=malformed)
+    return Dequeued(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
 
 
 class ShardedBucket(Sharded, BucketProducer):
@@ -212,64 +216,38 @@ class ShardedBucket(Sharded, BucketProducer):
         ("rejected", "dropped", "duplicates"),
     )
 
-    def __init__(
-        self,
-        client: Any,
-        name: str,
-        *,
-        shards: int,
-        prefix: str = DEFAULT_PREFIX,
-        serializer: str | Serializer | None = None,
-        listed: bool = False,
-        **options: Any,
-    ) -> None:
-        validate_shards("shards", shards)
-        options.pop("total_shares", None)  # recorded settings name it; the shard count decides
+    _shared = ("ordered", "limits", "default_interval_ms", "default_burst")
+    ordered: bool
+    limits: Limits
+    default_interval_ms: float
+    default_burst: float
+
+    def _make_shard(
+        self, client: Any, name: str, index: int, of: int, options: dict[str, Any]
+    ) -> Any:
         # A total rate is split evenly: each shard meters its share in its own scripts, so a
-        # release costs no extra round trip (see docs/metered-apis.md).
-        parts = [
-            LeakyBucket(
-                client,
-                shard,
-                prefix=prefix,
-                serializer=serializer,
-                listed=True,
-                total_shares=shards,
-                **options,
-            )
-            for shard in shard_names(self.kind, name, shards)
-        ]
-        self._setup_logical(client, name, prefix, parts, listed)
-        self.ordered = parts[0].ordered
-        self.limits = parts[0].limits
-        self.default_interval_ms = parts[0].default_interval_ms
-        self.default_burst = parts[0].default_burst
+        # release costs no extra round trip (see docs/metered-apis.md). Recorded settings name
+        # total_shares; the shard count decides.
+        return LeakyBucket(client, name, **dict(options, total_shares=of))
 
     def shard_of(self, key: str) -> int:
         """The shard of a key: the same in every process, so a key's rate is one bucket's."""
         return stable_hash(_check_key(key).encode()) % len(self.shards)
+
+    def _shard_of_call(self, call: EncodedCall, dedupe_id: str | None) -> int:
+        return self.shard_of(call[0])
 
     def shard(self, key: str) -> LeakyBucket:
         """The LeakyBucket that holds ``key``."""
         bucket: LeakyBucket = self.shards[self.shard_of(key)]
         return bucket
 
-    # Rates
-
-    def set_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
-        """Set a key's rate on its shard (see ``LeakyBucket.set_rate``)."""
-        self.shard(key).set_rate(key, rate, burst)
-
-    def clear_rate(self, key: str) -> None:
-        self.shard(key).clear_rate(key)
-
-    def set_cost_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
-        """Set a key's cost budget on its shard (see ``LeakyBucket.set_cost_rate``)."""
-        self.shard(key).set_cost_rate(key, rate, burst)
-
-    def pause(self, key: str, seconds: float | None = None) -> bool:
-        """Pause a key on its shard (see ``LeakyBucket.pause``)."""
-        return self.shard(key).pause(key, seconds)
+    # A key's rates, pause and figures live on its shard.
+    set_rate = on_owner(LeakyBucket.set_rate, by_key)
+    clear_rate = on_owner(LeakyBucket.clear_rate, by_key)
+    set_cost_rate = on_owner(LeakyBucket.set_cost_rate, by_key)
+    pause = on_owner(LeakyBucket.pause, by_key)
+    key_stats = on_owner(LeakyBucket.key_stats, by_key)
 
     def resume(self, key: str) -> bool:
         """Resume a key on its shard; its drain job goes through `drain_sender`."""
@@ -282,8 +260,7 @@ class ShardedBucket(Sharded, BucketProducer):
         rows = [row for shard in self.shards for row in shard.paused(limit)]
         return sorted(rows, key=lambda row: (row[1], row[0]))[:limit]
 
-    def paused_count(self) -> int:
-        return sum(shard.paused_count() for shard in self.shards)
+    paused_count = on_every(LeakyBucket.paused_count, sum)
 
     def busiest(self, top: int = 10) -> list[KeyLoad]:
         """The busiest keys of every shard; a share is of its own shard's releases."""
@@ -294,105 +271,17 @@ class ShardedBucket(Sharded, BucketProducer):
         rows = [row for shard in self.shards for row in shard.longest_waiting(top)]
         return sorted(rows, key=lambda row: (-(row.oldest_age or 0), row.key))[:top]
 
-    # Producing
-
-    def store_encoded(
-        self,
-        encoded: Sequence[EncodedCall],
-        *,
-        delay: float = 0.0,
-        dedupe_ids: Sequence[str | None] | None = None,
-    ) -> list[Receipt]:
-        return self._store(
-            encoded,
-            lambda n: self.shard_of(encoded[n][0]),
-            lambda shard, items, ds: shard.store_encoded(items, delay=delay, dedupe_ids=ds),
-            dedupe_ids,
-        )
-
-    # Consuming
-
-    def dequeue(
-        self,
-        *,
-        listen: float = 0.0,
-        listener: str | None = None,
-        linger: bool = False,
-        ahead: bool = False,
-    ) -> Dequeued:
-        """Reserve from the next shard with an eligible key (see ``LeakyBucket.dequeue``); the
-        reservation's id names its shard. Otherwise the earliest shard's wait."""
-        i, poll, empties = self._sweep(
-            lambda shard: shard.dequeue(
-                listen=listen, listener=listener, linger=linger, ahead=ahead
-            ),
-            lambda p: p.reservation,
-        )
-        malformed = sum(p.malformed for _, p in empties)
-        if poll is not None:
-            reservation = dataclasses.replace(
-                poll.reservation, id=f"{i}:{poll.reservation.id}", bucket=self.keys.base
-            )
-            return Dequeued(reservation, malformed=malformed + poll.malformed)
-        earliest = self._earliest(empties)
-        self._release_claims(empties, keep=None if earliest is None else earliest[0])
-        if earliest is None:
-            return Dequeued(malformed=malformed)
-        return Dequeued(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
-
-    def _own(self, reservation: Reservation | str) -> tuple[LeakyBucket, Reservation | str]:
-        """The shard a reservation belongs to, and the reservation as that shard knows it."""
-        if isinstance(reservation, Reservation):
-            if reservation.bucket not in ("", self.keys.base):
-                raise ReservationError(
-                    f"reservation {reservation.id} belongs to {reservation.bucket}, "
-                    f"not {self.keys.base}"
-                )
-            i, inner = split_id(reservation.id, len(self.shards))
-            return self.shards[i], dataclasses.replace(
-                reservation, id=inner, bucket=self.shards[i].keys.base
-            )
-        i, inner = split_id(str(reservation), len(self.shards))
-        return self.shards[i], inner
-
-    def commit(
-        self, reservation: Reservation | str, *, seconds: float = 0.0, cost: float | None = None
-    ) -> bool:
-        """Finish an item on its shard (see ``LeakyBucket.commit``)."""
-        shard, own = self._own(reservation)
-        return shard.commit(own, seconds=seconds, cost=cost)
-
-    def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
-        """Put an item back at the head of its key's queue (see ``LeakyBucket.retry_later``)."""
-        shard, own = self._own(reservation)
-        return shard.retry_later(own, delay=delay)
-
-    def backoff(
-        self, reservation: Reservation | str, seconds: float, *, cost: float | None = None
-    ) -> bool:
-        """Pause an item's key on its shard and put the item back (``LeakyBucket.backoff``)."""
-        shard, own = self._own(reservation)
-        return shard.backoff(own, seconds, cost=cost)
-
-    def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
-        """Move a held item to its shard's dead-letter list."""
-        shard, own = self._own(reservation)
-        return shard.dead_letter(own, error)
-
-    def reap(self, limit: int = 1000) -> ReapResult:
-        """Reap every shard; the counts are summed."""
-        self.register_once()
-        return sum_results(ReapResult, [s.reap(limit) for s in self.shards])
-
-    # Reading
-
-    def stats(self) -> BucketStats:
-        """Counters summed over the shards (the identities hold on the sum, as for pools)."""
-        return sum_results(BucketStats, [s.stats() for s in self.shards])
-
-    def key_stats(self, key: str) -> KeyStats:
-        """One key's figures, read on its shard."""
-        return self.shard(key).key_stats(key)
+    store_encoded = spread(LeakyBucket.store_encoded)
+    #: From the next shard with an eligible key; the reservation's id names its shard.
+    dequeue = swept(LeakyBucket.dequeue, lambda p: p.reservation, _merge_dequeue)
+    # A reservation is finished, put back, paused or buried on the shard that holds it.
+    commit = on_owner(LeakyBucket.commit, _own_reservation)
+    retry_later = on_owner(LeakyBucket.retry_later, _own_reservation)
+    backoff = on_owner(LeakyBucket.backoff, _own_reservation)
+    dead_letter = on_owner(LeakyBucket.dead_letter, _own_reservation)
+    reap = on_every(LeakyBucket.reap, lambda parts: sum_results(ReapResult, parts), register=True)
+    #: Counters summed over the shards (the identities hold on the sum, as for pools).
+    stats = on_every(LeakyBucket.stats, lambda parts: sum_results(BucketStats, parts))
 
 
 #: What a pooled task's ``pool`` is: one CappedPool, or a ShardedPool.

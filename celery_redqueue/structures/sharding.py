@@ -1,19 +1,25 @@
 """The machinery of sharded structures (`sharded`): shard names, ids, the round-robin
-sweep, heartbeat parts, and dead letters and figures over the shards."""
+sweep, heartbeat parts, dead letters and figures over the shards, and the three ways a method of
+the logical structure runs on its shards, each written once: `on_owner` (the one shard that
+holds a key, a batch or a reservation), `on_every` (every shard, the results merged), `swept`
+(shards in turn until one has work) and `spread` (stored calls, each on its shard). A sharded
+kind declares each of its methods as one of them over the plain kind's own method, so a method
+is written once, in the plain kind."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from redis.crc import key_slot
 
 from ..errors import ConfigurationError
-from ..redis.keys import StructureKeys, validate_name
+from ..redis.keys import DEFAULT_PREFIX, StructureKeys, validate_name
 from ..redis.serializers import Serializer
 from ..redis.server import server_warnings
 from ..validation import positive_int
@@ -26,6 +32,8 @@ from .wake import WakeSignal, listen_any
 SLOTS = 16384
 _R = TypeVar("_R", bound=Receipt)
 _T = TypeVar("_T")
+_A = TypeVar("_A")
+_P = ParamSpec("_P")
 
 #: Seconds within which two shards' wake-ups count as one (see ``_earliest``).
 SAME_WAKE = 0.01
@@ -85,6 +93,85 @@ def sum_results(cls: type[_T], parts: Sequence[Any], **fixed: Any) -> _T:
     return cls(**values)
 
 
+def on_owner(
+    method: Callable[Concatenate[Any, _A, _P], _T],
+    owner: Callable[[Any, _A], tuple[Any, _A]],
+) -> Callable[Concatenate[Any, _A, _P], _T]:
+    """``method`` of the plain kind, run on the shard ``owner`` finds for its first argument
+    (a key, a batch, a reservation), which it passes as that shard knows it."""
+
+    @functools.wraps(method)
+    def routed(self: Any, first: _A, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        shard, own = owner(self, first)
+        return method(shard, own, *args, **kwargs)
+
+    return routed
+
+
+def by_key(self: Any, key: str) -> tuple[Any, str]:
+    """The owner of a bucket key: its shard (`on_owner`)."""
+    return self.shard(key), key
+
+
+def on_every(
+    method: Callable[Concatenate[Any, _P], _T],
+    merge: Callable[[Sequence[_T]], _T],
+    *,
+    register: bool = False,
+) -> Callable[Concatenate[Any, _P], _T]:
+    """``method`` of the plain kind, run on every shard; ``merge`` makes one answer of theirs.
+    ``register``: the call registers the logical structure first (as a plain kind's script
+    call registers it)."""
+
+    @functools.wraps(method)
+    def routed(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if register:
+            self.register_once()
+        return merge([method(shard, *args, **kwargs) for shard in self.shards])
+
+    return routed
+
+
+def swept(
+    method: Callable[Concatenate[Any, _P], _T],
+    has_work: Callable[[_T], Any],
+    merge: Callable[[Any, int | None, _T | None, list[tuple[int, _T]]], _T],
+) -> Callable[Concatenate[Any, _P], _T]:
+    """``method`` of the plain kind (a pop, a dequeue), asked of the shards in turn until one
+    has work (`Sharded._sweep`); ``merge(self, index, answer, empties)`` makes the answer."""
+
+    @functools.wraps(method)
+    def routed(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        i, answer, empties = self._sweep(lambda shard: method(shard, *args, **kwargs), has_work)
+        return merge(self, i, answer, empties)
+
+    return routed
+
+
+def spread(method: Callable[..., list[_R]]) -> Callable[..., list[_R]]:
+    """``method`` of the plain kind storing a list of calls (``store_encoded``), each call on
+    the shard ``_shard_of_call`` picks (its ``dedupe_ids`` go along): one round trip per shard
+    touched, and the receipts ask for at most one drain job, as one structure's would."""
+
+    @functools.wraps(method)
+    def routed(self: Any, encoded: Sequence[Any], **options: Any) -> list[_R]:
+        ids = list(options.pop("dedupe_ids", None) or [None] * len(encoded))
+        by_shard: dict[int, list[int]] = {}
+        for n, call in enumerate(encoded):
+            by_shard.setdefault(self._shard_of_call(call, ids[n]), []).append(n)
+        self.register_once()
+        results: list[Any] = [None] * len(encoded)
+        groups: dict[int, list[_R]] = {}
+        for i, positions in by_shard.items():
+            calls, call_ids = [encoded[n] for n in positions], [ids[n] for n in positions]
+            got = groups[i] = method(self.shards[i], calls, dedupe_ids=call_ids, **options)
+            for n, result in zip(positions, got, strict=True):
+                results[n] = result
+        return self._pass_receipts(results, groups)  # type: ignore[no-any-return]
+
+    return routed
+
+
 class Sharded(catalog.Registered):
     """What sharded pools and buckets share: the shards, registration, the sweep, heartbeat
     parts, dead letters and figures over the shards."""
@@ -94,16 +181,40 @@ class Sharded(catalog.Registered):
     #: Counter names meaning depth, offered and dropped in the kind's stats hash.
     _figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
 
-    def _setup_logical(
-        self, client: Any, name: str, prefix: str, shards: list[Any], listed: bool
+    #: Settings every shard shares, copied from the first onto the logical structure.
+    _shared: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        shards: int,
+        prefix: str = DEFAULT_PREFIX,
+        serializer: str | Serializer | None = None,
+        listed: bool = False,
+        **options: Any,
     ) -> None:
-        # The shards were made with listed=True: the registry lists the logical structure.
+        validate_shards("shards", shards)
+        # The shards are made with listed=True: the registry lists the logical structure.
+        options.update(prefix=prefix, serializer=serializer, listed=True)
+        names = shard_names(self.kind, name, shards)
+        self.shards = [
+            self._make_shard(client, shard, i, shards, options) for i, shard in enumerate(names)
+        ]
         self.client = client
         self.name = name
         self.keys = StructureKeys(prefix, self.kind, name)
-        self.shards = shards
         self._registered = listed
-        self._cursor = random.randrange(len(shards))
+        self._cursor = random.randrange(shards)
+        for attr in self._shared:
+            setattr(self, attr, getattr(self.shards[0], attr))
+
+    def _make_shard(
+        self, client: Any, name: str, index: int, of: int, options: dict[str, Any]
+    ) -> Any:
+        """Shard ``index`` of ``of``, named ``name`` (each kind's)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.keys.base} shards={len(self.shards)}>"
@@ -156,27 +267,9 @@ class Sharded(catalog.Registered):
             )
         return cleared
 
-    def _store(
-        self,
-        items: Sequence[_T],
-        shard_of: Callable[[int], int],
-        store: Callable[[Any, list[_T], list[str | None]], list[_R]],
-        dedupe_ids: Sequence[str | None] | None,
-    ) -> list[_R]:
-        """Store ``items`` on their shards: one round trip per shard touched."""
-        ids = list(dedupe_ids or [None] * len(items))
-        by_shard: dict[int, list[int]] = {}
-        for n in range(len(items)):
-            by_shard.setdefault(shard_of(n), []).append(n)
-        self.register_once()
-        results: list[Any] = [None] * len(items)
-        groups: dict[int, list[_R]] = {}
-        for i, positions in by_shard.items():
-            got = store(self.shards[i], [items[n] for n in positions], [ids[n] for n in positions])
-            groups[i] = got
-            for n, result in zip(positions, got, strict=True):
-                results[n] = result
-        return self._pass_receipts(results, groups)
+    def _shard_of_call(self, call: Any, dedupe_id: str | None) -> int:
+        """The shard one stored call goes to (each kind's; see `spread`)."""
+        raise NotImplementedError
 
     def _sweep(self, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
         """Ask shards in turn, from the one after the last that gave work, until one has work;

@@ -9,8 +9,9 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task
 from celery.exceptions import Retry
@@ -27,6 +28,7 @@ from .options import check_option_names, warn_if_task_cls_dropped
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: This process's id, refreshed in a forked child: every call looks its structure up, and
 #: os.getpid() is a system call.
@@ -79,22 +81,15 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Run stored calls (subclasses); returns a DrainSummary."""
         raise NotImplementedError
 
-    def retry(
-        self,
-        args: Any = None,
-        kwargs: Any = None,
-        exc: BaseException | None = None,
-        throw: bool = True,
-        eta: Any = None,
-        countdown: float | None = None,
-        max_retries: int | None = None,
-        **options: Any,
-    ) -> Any:
-        """Inside a stored call, raise `Retry` for the drain to
-        handle (the structure retries the call); elsewhere, Celery's retry."""
+    def retry(self, *args: Any, **options: Any) -> Any:
+        """Inside a stored call, raise `Retry` for the drain to handle (the structure retries
+        the call, after ``countdown`` or at ``eta``); elsewhere, Celery's retry. It takes
+        Celery's arguments, positional or named."""
         if self._in_stored_call():
-            raise Retry(exc=exc, when=countdown if countdown is not None else eta)
-        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+            given = inspect.signature(Task.retry).bind(self, *args, **options).arguments
+            when = given["countdown"] if given.get("countdown") is not None else given.get("eta")
+            raise Retry(exc=given.get("exc"), when=when)
+        return super().retry(*args, **options)
 
     @classmethod
     def bind(cls, app: Any) -> Any:
@@ -104,12 +99,14 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             config = get_config(app)
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
-                cls._register_schedules(app)
+                # Each structure's drain runs on a schedule too, as a safety net (None: no row).
+                interval = getattr(cls, f"{getattr(cls, 'redqueue_kind', '')}_drain_interval", None)
+                if interval:
+                    drain_header = {DRAIN_HEADER: 1}
+                    register_beat(
+                        app, f"redqueue: drain {cls.name}", interval, cls.name, drain_header
+                    )
         return bound
-
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        """Subclasses add their own beat entries."""
 
     def send_drain(self, **options: Any) -> Any:
         """Send one argument-less drain job for this task to the broker.
@@ -190,8 +187,10 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
     @property
     def structure(self) -> Drained:
-        """The Redis structure behind this task (subclasses)."""
-        raise NotImplementedError
+        """The Redis structure behind this task, whatever its kind: its ``pool``, ``bucket`` or
+        ``stream`` (what the reaper, the figures and the heartbeat look at)."""
+        structure: Drained = getattr(self, type(self).redqueue_kind)  # type: ignore[attr-defined]
+        return structure
 
     def send_drain_or_release(
         self, countdown: float | None = None, routing: dict[str, Any] | None = None
@@ -226,13 +225,19 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             return error_text(exc)
         return None
 
-    def _per_process(self, attr: str, build: Callable[[], Any]) -> Any:
+    def _per_process(self, attr: str, build: Callable[[], _T]) -> _T:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
-        cached: tuple[int, Any] | None = self.__dict__.get(attr)
+        cached: tuple[int, _T] | None = self.__dict__.get(attr)
         if cached is None or cached[0] != _pid:
             cached = (_pid, build())
             self.__dict__[attr] = cached
         return cached[1]
+
+    @property
+    def _local(self) -> threading.local:
+        """What this thread's stored call carries (the bucket's reservation, the stream's
+        event), per process."""
+        return self._per_process("_redqueue_local", threading.local)
 
     def _body(self) -> Callable[..., Any]:
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +20,7 @@ from ..structures.sharded import AnyBucket, make_bucket, validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -29,7 +29,6 @@ from .metered import MeteredOptions, call_cost, check_metered_options, limit_opt
 from .options import check_key_parameter, check_structure_name, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +89,8 @@ class BucketTask(ProducerTask, MeteredOptions):
     #: Seconds one drain job works before handing over to a fresh one.
     bucket_drain_time_budget: float = 10.0
     #: Seconds a drain waits in the worker for a key about to go instead of ending (a broker
-    #: round trip per wait costs throughput at burst 0); a scheduled job is still sent. 0: off.
+    #: round trip per wait costs throughput at burst 0; a scheduled job is still sent), and
+    #: on an empty bucket after its last item, woken by the next call (the wake signal). 0: off.
     bucket_drain_linger: float = 0.05
     dedupe_option = "bucket_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
@@ -141,22 +141,6 @@ class BucketTask(ProducerTask, MeteredOptions):
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
 
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.bucket_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.bucket_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
-    @property
-    def _local(self) -> threading.local:
-        local: threading.local = self._per_process("_redqueue_local", threading.local)
-        return local
-
     @property
     def reservation(self) -> Reservation | None:
         """The reservation whose body is running in this thread (key, receives, released_at),
@@ -166,13 +150,7 @@ class BucketTask(ProducerTask, MeteredOptions):
     @property
     def bucket(self) -> AnyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
-        bucket: AnyBucket = self._per_process("_redqueue_bucket", self._make_bucket)
-        return bucket
-
-    @property
-    def structure(self) -> AnyBucket:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.bucket
+        return self._per_process("_redqueue_bucket", self._make_bucket)
 
     def _make_bucket(self) -> AnyBucket:
         config = get_config(self.app)
@@ -275,11 +253,9 @@ class BucketTask(ProducerTask, MeteredOptions):
     # Consuming
 
     def drain(self) -> DrainSummary:
-        """Release eligible items until none is, or the time budget is spent.
-
-        When items remain but no key may release yet, the job schedules itself (countdown) for
-        the moment the next key becomes eligible, waiting in the worker only bucket_drain_linger.
-        """
+        """Release eligible items until none is (lingering ``bucket_drain_linger``), or the time
+        budget is spent. When items remain but no key may release yet, the job schedules itself
+        (countdown) for when the next key becomes eligible, waiting here only that linger."""
         try:
             with heartbeat().holding(self.bucket):
                 return self._drain()
@@ -291,29 +267,33 @@ class BucketTask(ProducerTask, MeteredOptions):
         bucket = self.bucket
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
+        last_work = -math.inf  # a drain that starts on an empty bucket ends at once
         while True:
-            poll = bucket.dequeue(listen=self.bucket_drain_linger, ahead=True)
+            left = self.bucket_drain_linger - (time.monotonic() - last_work)
+            linger = left > 0 and time.monotonic() < deadline  # an empty poll keeps it listed
+            poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger, ahead=True)
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:
                 if poll.wait is None:
+                    if linger:
+                        bucket.listen(left)  # until the next call wakes it or time is up
+                        continue
                     return DrainSummary(processed, failed)
                 if poll.schedule:
                     self.send_drain_or_release(countdown=poll.wait)
                 if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
                     bucket.listen(poll.wait)  # woken early by a call for another key
                     continue
-                if not poll.schedule:  # one is scheduled already; a consumer looks then itself
-                    due_in(self.name, poll.wait)
+                due_in(self.name, poll.wait)  # a consumer looks then itself (no job either way)
                 return DrainSummary(processed, failed, continued=True)
             if reservation.fan_out:
                 self.send_drain_or_release()
             with heartbeat().holding(bucket, reservation.id):
                 ok = self._run_reservation(reservation)
-            if ok:
-                processed += 1
-            elif ok is not None:  # None: backed off, neither done nor failed
-                failed += 1
+            last_work = time.monotonic()
+            # None: backed off, neither done nor failed.
+            processed, failed = processed + (ok is True), failed + (ok is False)
             if time.monotonic() >= deadline:
                 self.send_drain_or_release()
                 return DrainSummary(processed, failed, continued=True)

@@ -32,6 +32,8 @@ def entry_point(owner: type, inner: Callable[..., Any] | None) -> Callable[..., 
         return self._enter(owner, inner, args, kwargs)
 
     __call__._redqueue_entry = True  # type: ignore[attr-defined]
+    __call__._redqueue_owner = owner  # type: ignore[attr-defined]
+    __call__._redqueue_inner = inner  # type: ignore[attr-defined]
     __call__.__qualname__ = f"{owner.__qualname__}.__call__"
     return __call__
 
@@ -96,6 +98,23 @@ class CallComposition:
         """The arguments a direct call (not a stored one) hands the body (subclasses)."""
         return args, kwargs
 
+    def _stored_runner(self) -> Callable[..., Any]:
+        """`_run_call`, resolved once for a whole batch of stored calls: when no base but
+        Celery's ``Task`` has a ``__call__`` of its own, the chain would end at the body (see
+        `_pass_on`), so the runner calls the body straight, a few microseconds less per call."""
+        if not _ends_at_task_call(type(self)):
+            return self._run_call
+        body, active = self._body(), (self, True)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            token = _ACTIVE.set(active)
+            try:
+                return body(*args, **kwargs)
+            finally:
+                _ACTIVE.reset(token)
+
+        return run
+
     def _run_call(self, *args: Any, **kwargs: Any) -> Any:
         """Run the body on one stored call, through every base's ``__call__`` (the per-call
         context they give, e.g. Flask's app context), never through the drain dispatch."""
@@ -104,3 +123,23 @@ class CallComposition:
             return type(self).__call__(self, *args, **kwargs)
         finally:
             _ACTIVE.reset(token)
+
+
+_ENDS_AT_TASK_CALL: dict[type, bool] = {}
+
+
+def _ends_at_task_call(cls: type) -> bool:
+    """Whether a stored call's ``__call__`` chain on ``cls`` goes straight to Celery's own
+    ``Task.__call__`` (no inner ``__call__``, no other base's in between); kept per class."""
+    known = _ENDS_AT_TASK_CALL.get(cls)
+    if known is None:
+        known = _ENDS_AT_TASK_CALL[cls] = _chain_is_plain(cls)
+    return known
+
+
+def _chain_is_plain(cls: type) -> bool:
+    call = cls.__call__
+    owner = getattr(call, "_redqueue_owner", None)
+    if owner is None or getattr(call, "_redqueue_inner", None) is not None:
+        return False
+    return super(owner, cls).__call__ is Task.__call__  # type: ignore[misc]

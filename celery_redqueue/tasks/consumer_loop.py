@@ -35,9 +35,11 @@ from typing import Any
 from celery import current_app
 
 from ..errors import RedQueueError
+from ..structures.wake import WakeSignal
 from .base import RedQueueTask
+from .config import get_config
 from .handover import capturing
-from .wake_wait import has_work, signals_of, wait_for_work
+from .wake_wait import has_work, kick_signal, signals_of, wait_for_work
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +49,18 @@ _APP: Any = None
 
 #: Seconds a structure whose drain failed (Redis unreachable) waits before the next try.
 RETRY_PAUSE = 1.0
-#: Longest blocking wait of the listener, after which it takes in structures that went idle.
-LISTEN_SLICE = 0.1
+#: Longest blocking wait of the listener. A structure whose drain ended is taken into the wait
+#: at once (the dispatcher kicks the listener: `Dispatcher._kick`); the slice bounds the rest
+#: (a structure whose pause after a failure ended, a lost kick).
+LISTEN_SLICE = 0.5
 #: The consumer's listing is renewed when this share of it is left (so a stalled round or a
 #: slow Redis still renews it in time).
 REARM_SHARE = 2 / 3
 
 
 def consumer_listener() -> str:
-    """The listener id of this worker's consumer (host and main process): one per worker, so
-    that its warm shutdown takes exactly its own listing off."""
+    """This worker's consumer's listener id (host, main process): its warm shutdown takes
+    exactly its own listing off."""
     return f"consumer:{socket.gethostname()}:{os.getpid()}"
 
 
@@ -145,6 +149,13 @@ class Dispatcher:
         self._pipe: tuple[int, int] | None = None
         self._next_reap = 0.0
         self.listener = consumer_listener()
+        #: The listener's own list, in its blocking read beside the signals: pushed to when a
+        #: structure it does not wait on went idle, so that it waits on that one too at once.
+        self._kick_signal: WakeSignal | None = None
+        #: Names the listener waits on now, and whether a kick is due (under ``_lock``).
+        self._waiting: frozenset[str] = frozenset()
+        self._kick_wanted = False
+        self._idle = threading.Event()
 
     # Life cycle
 
@@ -156,6 +167,11 @@ class Dispatcher:
             os.set_blocking(read_end, False)
             self._pipe = (read_end, write_end)
             self.hub.add_reader(read_end, self._on_pipe)
+        self._kick_signal = kick_signal(
+            [s.task for s in self.served.values()],
+            get_config(self.app).key_prefix,
+            self.listener,
+        )
         for served in self.served.values():
             served.listen = listen_seconds(served.task)
             # Listed before the first drain looks: a call stored in between wakes it.
@@ -177,6 +193,8 @@ class Dispatcher:
         shutdown waits for them (warm) or ends them (cold)."""
         self._stopping.set()
         self._changed.set()
+        self._idle.set()
+        self._kick()
         for thread in (self._thread, self._listener):
             if thread is not None:
                 thread.join(timeout=30)
@@ -187,6 +205,11 @@ class Dispatcher:
                 logger.debug("redqueue consumer: removing the pipe reader failed", exc_info=True)
         for served in self.served.values():
             self._arm(served, off=True)
+        if self._kick_signal is not None:
+            try:
+                self._kick_signal.client.delete(self._kick_signal.key)
+            except Exception:  # it expires on its own
+                logger.debug("redqueue consumer: deleting the kick list failed", exc_info=True)
         with self._lock:
             moments = {s.name: (s.running, s.due_at) for s in self.served.values()}
         for served in self.served.values():
@@ -230,6 +253,10 @@ class Dispatcher:
             if served.listen and served.rearm_at <= now:
                 self._arm(served)
         with self._lock:
+            kick, self._kick_wanted = self._kick_wanted, False
+        if kick:
+            self._kick()
+        with self._lock:
             free = self.concurrency - sum(s.running for s in self.served.values())
             due = [
                 s
@@ -247,6 +274,7 @@ class Dispatcher:
         """The listener's thread: wait on the idle structures' wake signals (or look at those
         without one) and mark the structures woken as due."""
         while not self._stopping.is_set():
+            self._idle.clear()  # before looking: a drain ending meanwhile is not missed
             now = time.monotonic()
             with self._lock:
                 # A structure waiting for a due time still takes calls for now meanwhile.
@@ -257,15 +285,19 @@ class Dispatcher:
                     and (s.due_at is None or s.due_at > now)
                     and s.paused_until <= now
                 ]
+                self._waiting = frozenset(task.name for task in idle)
             if not idle:
-                self._stopping.wait(LISTEN_SLICE)
+                self._idle.wait(LISTEN_SLICE)
                 continue
             try:
-                woken = wait_for_work(idle, self._stopping, LISTEN_SLICE)
+                woken = wait_for_work(idle, self._stopping, LISTEN_SLICE, self._kick_signal)
             except Exception:
                 logger.exception("redqueue consumer: waiting for work failed")
                 self._stopping.wait(RETRY_PAUSE)
                 continue
+            finally:
+                with self._lock:
+                    self._waiting = frozenset()
             for task in woken:
                 self._want(self.served[task.name], 1, None)
 
@@ -279,6 +311,18 @@ class Dispatcher:
                     if s.running < s.max_drains and s.due_at is not None:
                         moments.append(max(s.due_at, s.paused_until))
         return max(min(moments) - now, 0.0)
+
+    def _kick(self) -> None:
+        """Make the listener end its blocking read and look again at what to wait on."""
+        if self._kick_signal is None:
+            return
+        try:
+            with self._kick_signal.client.pipeline(transaction=False) as pipe:
+                pipe.rpush(self._kick_signal.key, 1)
+                pipe.pexpire(self._kick_signal.key, int(LISTEN_SLICE * 4000))
+                pipe.execute()
+        except Exception as exc:  # the listener's slice ends on its own
+            logger.debug("redqueue consumer: kicking the listener failed: %s", exc)
 
     def _arm(self, served: Served, off: bool = False) -> None:
         """List the consumer on the structure's wake signals for ``served.listen`` seconds (or
@@ -351,6 +395,10 @@ class Dispatcher:
         with self._lock:
             served.running -= 1
             served.runs += 1
+            # Idle now: the listener must wait on it too (it waits on others, or on nothing).
+            self._kick_wanted = self._kick_wanted or (
+                bool(self._waiting) and name not in self._waiting
+            )
             if "error" in result:
                 served.errors += 1
                 served.paused_until = time.monotonic() + RETRY_PAUSE
@@ -359,6 +407,7 @@ class Dispatcher:
                 served.pids.add(int(result.get("pid") or 0))
         if "error" not in result:
             self._want(served, int(result.get("now") or 0), result.get("later"))
+        self._idle.set()
         self._changed.set()
 
     def _want(self, served: Served, now: int, later: float | None) -> None:

@@ -31,7 +31,7 @@ from ..validation import (
 )
 from . import tracing
 from .base import error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
@@ -46,7 +46,6 @@ from .results import (
     store_success,
     with_id,
 )
-from .wire import DRAIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +64,14 @@ class PoolCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     count: int = 1
+
+
+def _pool_call(args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> PoolCall:
+    """``PoolCall(args, kwargs, count)`` without the frozen ``__init__``'s setattr per field."""
+    call = object.__new__(PoolCall)
+    fields = call.__dict__
+    fields["args"], fields["kwargs"], fields["count"] = args, kwargs, count
+    return call
 
 
 class PoolTask(ProducerTask):
@@ -190,27 +197,10 @@ class PoolTask(ProducerTask):
                 f"({cls.pool_batch_size}): a drain pops at most pool_batch_size calls"
             )
 
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.pool_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.pool_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
     @property
     def pool(self) -> AnyPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        pool: AnyPool = self._per_process("_redqueue_pool", self._make_pool)
-        return pool
-
-    @property
-    def structure(self) -> AnyPool:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.pool
+        return self._per_process("_redqueue_pool", self._make_pool)
 
     def _make_pool(self) -> AnyPool:
         config = get_config(self.app)
@@ -359,7 +349,7 @@ class PoolTask(ProducerTask):
         if self.pool_batch:
             try:
                 calls = [
-                    PoolCall(tuple(a), k, item.count)
+                    _pool_call(tuple(a), k, item.count)
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
@@ -381,13 +371,14 @@ class PoolTask(ProducerTask):
                     store_success(self, call_id_of(item.payload), value)
             return {}
         failures: dict[int, str] = {}
+        run, traced = self._stored_runner(), get_config(self.app).tracing  # once per batch
         for index, item in enumerate(batch.items):
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                with self._processing([item]):  # tracing hook
-                    value = self._run_call(*call_args, **call_kwargs)
+                with self._processing([item]) if traced else tracing.OFF:  # tracing hook
+                    value = run(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
                 self.pool.ack(batch, failures=failures)

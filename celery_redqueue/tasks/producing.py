@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.utils.time import maybe_make_aware
 
@@ -34,10 +34,11 @@ class ProducerTask(RedQueueTask):
     #: The option naming a key function for producer-side dedupe (set by subclasses).
     dedupe_option = ""
 
-    @property
-    def structure(self) -> Stored[Any]:
-        """The structure the calls go into (subclasses)."""
-        raise NotImplementedError
+    if TYPE_CHECKING:
+
+        @property
+        def structure(self) -> Stored[Any]:
+            """The structure the calls go into: the task's ``pool`` or ``bucket``."""
 
     def apply_async(
         self,

@@ -29,7 +29,7 @@ from ..structures.streams import EventStream
 from ..validation import optional_seconds, positive_int, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
-from .beat import DrainSummary, register_beat
+from .beat import DrainSummary
 from .decorators import decorate_task
 from .stream_app import make_stream
 from .wire import DRAIN_HEADER
@@ -113,17 +113,6 @@ class StreamTask(RedQueueTask):
         if "run" in cls.__dict__ and cls.stream_group is None and isinstance(cls.name, str):
             validate_group(cls.name, "stream_group (by default the task name)")
 
-    @classmethod
-    def _register_schedules(cls, app: Any) -> None:
-        if cls.stream_drain_interval:
-            register_beat(
-                app,
-                f"redqueue: drain {cls.name}",
-                cls.stream_drain_interval,
-                cls.name,
-                {DRAIN_HEADER: 1},
-            )
-
     @property
     def group(self) -> str:
         """This task's consumer group."""
@@ -132,23 +121,12 @@ class StreamTask(RedQueueTask):
     @property
     def stream(self) -> EventStream:
         """The stream, as this group reads it; ``publish`` wakes every group of the app."""
-        stream: EventStream = self._per_process("_redqueue_stream", self._make_stream)
-        return stream
-
-    @property
-    def structure(self) -> EventStream:
-        """The Redis structure behind this task (what the reaper and figures look at)."""
-        return self.stream
+        return self._per_process("_redqueue_stream", self._make_stream)
 
     @property
     def event(self) -> StreamEvent | None:
         """The entry whose body runs in this thread (id, receives, key), else None."""
         return getattr(self._local, "event", None)
-
-    @property
-    def _local(self) -> threading.local:
-        local: threading.local = self._per_process("_redqueue_local", threading.local)
-        return local
 
     def _make_stream(self) -> EventStream:
         assert self.stream_name is not None

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import RedQueueError
+from ..redis.blocking import is_cluster
+from ..redis.keys import StructureKeys
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +44,38 @@ def has_work(task: Any) -> bool:
     return bool(structure.stats().depth)
 
 
+def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> Any:
+    """A waiter's own list for `wait_for_work`'s ``kick``, on the one client of the tasks'
+    signals (None when they are on several clients or a cluster, where it would need a
+    blocking read of its own: the waiter then relies on its timeout)."""
+    wake = importlib.import_module("celery_redqueue.structures.wake")
+    clients: dict[int, Any] = {}
+    for task in tasks:
+        try:
+            clients.update((id(s.client), s.client) for s in signals_of(task) or ())
+        except RedQueueError:
+            continue
+    if len(clients) != 1:
+        return None
+    client = next(iter(clients.values()))
+    if is_cluster(client):
+        return None
+    return wake.WakeSignal(client, StructureKeys(prefix, "consumer", listener)("kick"))
+
+
 def _listen_any(signals: Sequence[Any], timeout: float) -> list[Any]:
     wake = importlib.import_module("celery_redqueue.structures.wake")
     woken: list[Any] = wake.listen_any(signals, timeout)
     return woken
 
 
-def wait_for_work(tasks: Sequence[Any], stop: threading.Event, timeout: float) -> list[Any]:
+def wait_for_work(
+    tasks: Sequence[Any], stop: threading.Event, timeout: float, kick: Any = None
+) -> list[Any]:
     """The tasks among ``tasks`` whose structures have (or were just woken for) work, waiting
-    up to ``timeout`` seconds for one; returns early, maybe empty, once ``stop`` is set."""
+    up to ``timeout`` seconds for one; returns early, maybe empty, once ``stop`` is set, or
+    once ``kick`` (a `WakeSignal` of the waiter's own, read beside the structures') is pushed
+    to: the waiter then looks again at what to wait on."""
     by_key: dict[str, tuple[Any, Any]] = {}
     looked: list[Any] = []
     for task in tasks:
@@ -76,9 +101,10 @@ def wait_for_work(tasks: Sequence[Any], stop: threading.Event, timeout: float) -
             # One blocking read on every signal; short while structures without one are looked at.
             wait = deadline - time.monotonic()
             wait = min(wait, POLL) if looked else wait
-            woken = _listen_any(
-                [signal for signal, _ in by_key.values()], max(wait, 0.01)
-            )  # 0 would block
+            signals = [signal for signal, _ in by_key.values()]
+            woken = _listen_any(signals + ([kick] if kick else []), max(wait, 0.01))  # 0 blocks
+            if kick is not None and any(signal.key == kick.key for signal in woken):
+                return []
             ready += [by_key[signal.key][1] for signal in woken]
         if ready or stop.is_set():
             return list({task.name: task for task in ready}.values())

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 import redis
@@ -32,28 +33,20 @@ from .embedded import (
 )
 
 
+@dataclass(eq=False)
 class EmbeddedSentinel(_Running):
     """One ``redis-server --sentinel`` process monitoring ``master_name`` at ``master_port``."""
 
-    def __init__(
-        self,
-        master_name: str,
-        master_port: int,
-        *,
-        quorum: int = 2,
-        down_after_ms: int = 1000,
-        failover_timeout_ms: int = 5000,
-        binary: str | None = None,
-    ) -> None:
-        self.binary = binary or find_server_binary()
-        self.master_name = master_name
-        self.master_port = master_port
-        self.quorum = quorum
-        self.down_after_ms = down_after_ms
-        self.failover_timeout_ms = failover_timeout_ms
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+    master_name: str
+    master_port: int
+    _: KW_ONLY
+    quorum: int = 2
+    down_after_ms: int = 1000
+    failover_timeout_ms: int = 5000
+    binary: str = field(default_factory=find_server_binary)
+    port: int = field(default=0, init=False)
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
 
     def start(self) -> EmbeddedSentinel:
         self._tmp = tempfile.TemporaryDirectory(prefix="redqueue-sentinel-")

@@ -256,6 +256,7 @@ def test_warm_shutdown_takes_the_consumer_off_the_wake_signals(
     os.kill(worker.pid, signal.SIGTERM)
     assert worker.wait(timeout=60) == 0
     assert listed(redqueue_redis, consumer_app) == {"pool": False, "bucket": False, "stream": False}
+    assert drain_messages(redqueue_redis, redqueue_prefix) == {}  # nothing to hand over
     consumer_app.record.delay(1)
     consumer_app.metered.delay("t", 1)
     publish(consumer_app.app, "events", 1)

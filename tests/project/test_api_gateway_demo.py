@@ -2,6 +2,9 @@
 upstream on loopback, with a real prefork worker; every call runs and no tenant gets a 429
 after its first backoff."""
 
+import os
+import re
+
 import pytest
 
 from .conftest import ROOT
@@ -15,3 +18,11 @@ def test_api_gateway_demo(run_demo):
     gamma = next(line for line in result.stdout.splitlines() if line.startswith("gamma"))
     assert int(gamma.split()[5]) >= 1 and int(gamma.split()[6]) == 0  # 429s, then none
     assert "api-gateway" in (ROOT / "run-demo").read_text()
+    # The command that watches it reads the demo's own Redis, not whatever listens on 6379.
+    assert re.search(
+        r"REDQUEUE_DEMO_URL=redis://\S+ \S+ -A example_project.api_gateway redqueue top",
+        result.stdout,
+    )
+    # The worker's log was named (not thrown away), and removed with the rest after a success.
+    log = re.search(r"worker and beat log to (\S+)", result.stdout).group(1)
+    assert not os.path.exists(log)

@@ -1,0 +1,101 @@
+"""What crosses the wire per popped call: reading a ``pool_pop`` reply into a `PoolBatch`, and
+the arguments of its ``pool_ack``.
+
+A drain runs this for every call it takes, so it is written for that: the reply lists each
+entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
+lua/pool_batch.lua); an ack names only the calls that did not succeed. Used by `pool`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..redis.lua import AGAIN, LATER, LINGER
+from .pool_types import PoolBatch, PoolItem
+
+logger = logging.getLogger(__name__)
+
+_new = object.__new__
+
+
+def _item(payload: Any, count: int, receives: int, entry_id: str) -> PoolItem:
+    """A PoolItem without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field: over half of what decoding a small call costs); equal to ``PoolItem(...)``."""
+    item = _new(PoolItem)
+    fields = item.__dict__
+    fields["payload"] = payload
+    fields["count"] = count
+    fields["receives"] = receives
+    fields["id"] = entry_id
+    return item
+
+
+def read_pop(
+    reply: list[Any], batch_id: str, loads: Callable[[bytes], Any], coalesce: bool, name: str
+) -> PoolBatch:
+    """The batch a ``pool_pop`` reply describes; payloads that cannot be decoded are listed in
+    ``undecodable`` (``ack`` dead-letters them) with the reason in ``errors``."""
+    status, fan_out, remaining, wait_ms, schedule, malformed, k = reply[:7]
+    batch = PoolBatch(
+        id=batch_id,
+        items=[],
+        fan_out=bool(fan_out),
+        remaining=int(remaining),
+        wait=int(wait_ms) / 1000.0 if status == LATER else None,
+        schedule=bool(schedule),
+        malformed=int(malformed),
+        lingering=status == LINGER,
+        pop_again=status == AGAIN,
+    )
+    if batch.malformed:
+        logger.warning("%s: %d malformed entries dead-lettered by a pop", name, batch.malformed)
+    if not k:
+        return batch
+    members = reply[7 : 7 + k]
+    extras = reply[7 + k :]
+    if coalesce:
+        parts = [(member, b"", member) for member in members]
+    else:
+        parts = [member.partition(b":") for member in members]
+    if not extras:
+        # The common case: fresh calls, one each. Any decoding error takes the path below.
+        try:
+            batch.items = [_item(loads(raw), 1, 1, head.decode()) for head, _, raw in parts]
+            return batch
+        except Exception:
+            pass
+    special = {extras[j] - 1: (extras[j + 1], extras[j + 2]) for j in range(0, len(extras), 3)}
+    for index, (head, _, raw) in enumerate(parts):
+        count, receives = special.get(index, (1, 1))
+        entry_id = head.decode(errors="replace")
+        try:
+            payload = loads(raw)
+        except Exception as exc:
+            # It can never succeed: ack() dead-letters it at once, with the reason.
+            logger.warning(
+                "%s: entry %s is undecodable (%s); it will be dead-lettered", name, entry_id, exc
+            )
+            batch.undecodable.append((entry_id, int(count), raw))
+            batch.errors[entry_id] = f"undecodable payload: {type(exc).__name__}: {exc}"
+        else:
+            batch.items.append(_item(payload, int(count), int(receives), entry_id))
+    return batch
+
+
+def ack_args(batch: PoolBatch, failures: Mapping[int, str], guard: bool) -> list[Any]:
+    """After the batch's id and settings: the calls it holds, then each call that did not
+    succeed (id, count, error text, ``!`` and the raw payload when it is to be buried now),
+    then, for the processed ``guard``, the ids of those that did."""
+    items = batch.items
+    args: list[Any] = [batch.calls, len(failures) + len(batch.undecodable)]
+    for index, error in failures.items():
+        item = items[index]
+        args += (item.id, item.count, str(error)[:4000] or "failed", "")
+    for entry_id, count, raw in batch.undecodable:
+        reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
+        args += (entry_id, count, reason, b"!" + raw)
+    if guard:
+        args += [item.id for index, item in enumerate(items) if index not in failures]
+    return args
