@@ -80,9 +80,10 @@ tick(K_FLOW, 'in', enqueued + rejected + duplicates, now)
 -- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
 -- eligible now needs a drain job unless one holds the flag; later work needs one scheduled
 -- unless one is scheduled no later.
--- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself.
-local woken = enqueued > 0 and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
+-- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself;
+-- for items not due yet its poll answers LATER and it plans their wake-up itself (no job here).
+local woken = enqueued + delayed > 0 and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
 local send, wait = -1, -1
-if woken and delayed == 0 then send = 0 else send, wait = plan_bucket_drain(now) end
+if woken then send = 0 else send, wait = plan_bucket_drain(now) end
 result[1], result[2] = send, wait
 return result

@@ -84,11 +84,11 @@ if not when then
   end
 end
 
--- A listener waiting on the wake signal looks again (this key may go before what it waits for).
-local woken = wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
--- This key may go now, so the bucket has work now: arm the drain flag unless a job holds it
--- or the woken listener takes it. Otherwise the bucket's next work decides (its first eligible
--- key or due delayed item).
-if when and when <= now then return {woken and 0 or arm_drain(now), -1, 1} end
+-- A listener waiting on the wake signal looks again (this key may go before what it waits for)
+-- and takes it, or (a key not eligible yet) its poll plans the wake-up: no job here.
+if wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now) then return {0, -1, 1} end
+-- This key may go now, so the bucket has work now: arm the drain flag unless a job holds it.
+-- Otherwise the bucket's next work decides (its first eligible key or due delayed item).
+if when and when <= now then return {arm_drain(now), -1, 1} end
 local send, wait = plan_bucket_drain(now)
 return {send, wait, 1}

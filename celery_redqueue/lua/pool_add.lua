@@ -50,10 +50,12 @@ pool_tick('in', c.offered, now)
 -- waiting need a drain job now unless one holds the flag; delayed calls need one scheduled
 -- for the first of them unless one is scheduled no later. A call that kept an entry knows
 -- the pool is not empty without asking.
--- A listener waiting on the wake signal (wake_signal.lua) is woken and takes kept calls itself.
-local woken = c.accepted > 0 and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
+-- A listener waiting on the wake signal (wake_signal.lua) is woken and takes kept calls itself;
+-- for delayed calls its look answers LATER and it plans their wake-up itself (no job here).
+local woken = c.accepted + c.delayed > 0
+  and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
 local send, wait
-if woken and not any_delay then
+if woken then
   send, wait = 0, -1
 elseif c.accepted > 0 and not any_delay then
   send, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, now)

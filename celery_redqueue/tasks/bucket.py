@@ -252,18 +252,10 @@ class BucketTask(ProducerTask, MeteredOptions):
 
     # Consuming
 
-    def drain(self) -> DrainSummary:
+    def _drain(self) -> DrainSummary:
         """Release eligible items until none is (lingering ``bucket_drain_linger``), or the time
         budget is spent. When items remain but no key may release yet, the job schedules itself
         (countdown) for when the next key becomes eligible, waiting here only that linger."""
-        try:
-            with heartbeat().holding(self.bucket):
-                return self._drain()
-        except Exception:
-            self._watch_after_failure(self.bucket_visibility_timeout, self.bucket_drain_lease)
-            raise
-
-    def _drain(self) -> DrainSummary:
         bucket = self.bucket
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0

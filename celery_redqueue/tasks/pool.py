@@ -274,20 +274,8 @@ class PoolTask(ProducerTask):
             return ([PoolCall(tuple(args), dict(kwargs), 1)],), {}
         return args, kwargs
 
-    def drain(self) -> DrainSummary:
-        """Pop and run batches until the pool is empty or the time budget is spent.
-
-        While it runs, the process's heartbeat renews the pool's drain lease and the batch in
-        flight, so neither expires under a long body.
-        """
-        try:
-            with heartbeat().holding(self.pool):
-                return self._drain()
-        except Exception:
-            self._watch_after_failure(self.pool_visibility_timeout, self.pool_drain_lease)
-            raise
-
     def _drain(self) -> DrainSummary:
+        """Pop and run batches until the pool is empty or the time budget is spent."""
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
         processed = failed = batches = 0
