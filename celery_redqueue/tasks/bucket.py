@@ -263,7 +263,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         while True:
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
             linger = left > 0 and time.monotonic() < deadline  # an empty poll keeps it listed
-            poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger)
+            poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger, ahead=True)
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:
