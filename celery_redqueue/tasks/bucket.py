@@ -25,7 +25,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
-from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
+from .metered import MeteredOptions, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
@@ -247,7 +247,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
         data = self.bucket.encode(with_id(call, call_id))
-        cost = call_cost(self, args, kwargs)
+        cost = self._call_cost(args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
 
     # Consuming
