@@ -3,7 +3,7 @@
 
 Run it from the repository root::
 
-    .venv/bin/python bench/metered_bench.py            # about 40 seconds
+    .venv/bin/python bench/metered_bench.py            # about 60 seconds
     .venv/bin/python bench/metered_bench.py --items 30 # shorter
 
 It starts its own Redis (EmbeddedRedis, loopback only), a Celery app whose broker is that
@@ -13,12 +13,14 @@ stored through ``.delay()`` before the worker starts, and the bench waits until 
 
 What it prints per mode:
 
-- utilisation of the tighter limit: for a per-key limit, per key, the units released before the
-  last start over the time from its first start to its last (GCRA pays each call's units
-  before the next may go, so a perfect schedule is exactly 100 %), as the mean and the lowest
-  key; for the total rate the same over all keys; for concurrency, the calls per second
-  against what N bodies of that length allow. All times are the Redis server's (each body
-  reads ``self.reservation.released_at``).
+- utilisation of the tighter limit: for a call rate, per key, the calls released before the
+  last over the time from its first release to its last (GCRA: a perfect schedule is exactly
+  100 %), as the mean and the lowest key; for the cost budget (counted per aligned window),
+  per key, the units of its full one-second windows against the budget; for the total rate
+  the same as a call rate over all keys; for concurrency, the calls per second against what N
+  bodies of that length allow. On the Redis server's release times (each body reads
+  ``self.reservation.released_at``), and (``by start``, lowest key) on the bodies' starts by
+  this host's clock, which is the embedded Redis server's.
 - broker messages per call: every message published while the mode ran (drain jobs, their
   self-scheduled wake-ups, fan-out), counted by Celery's ``after_task_publish`` signal, over
   the calls run.
@@ -27,7 +29,7 @@ Target: utilisation >= 95 % of the tighter limit in every mode. It reports; it d
 assert (exit status 0 whatever the figures are).
 
 Modes: ``plain-late`` (bucket_rate 20/s, 4 keys: the bucket before drains reserved a key due
-within the linger ahead, at its slot: they waited for it and polled again), ``plain`` (the
+within 20 ms ahead, at its slot: they waited for it and polled again), ``plain`` (the
 same, today's bucket), ``cost`` (bucket_rate 40/s and
 bucket_cost_rate 60/s with costs 1..5, mean 3: the cost budget is the tighter limit),
 ``total`` (4 keys at 20/s under bucket_total_rate 40/s), ``concurrency`` (bucket_concurrency 2,
