@@ -7,14 +7,18 @@
 -- ARGV[12] listen ms, ARGV[13] listener id, ARGV[14] linger (1|0): a poll that releases nothing
 -- lists the listener on the wake signal for that long (LATER with something due within it;
 -- EMPTY only when lingering), else takes it off (wake_signal.lua).
+-- ARGV[15] ahead ms (0: off): a key due within it is released now at its slot (its schedules
+-- advance from the slot, not from a later wake-up); the caller waits out the lead before the
+-- body runs, without a wake-up round trip (never across a cost window: see below).
 -- Reply: a status first (drain_lease.lua), malformed last (entries dead-lettered by this call
 -- because they could not be read):
 --   {EMPTY, malformed}                nothing queued or due (the drain flag was cleared here)
 --   {LATER, wait_ms, schedule, malformed}  items queued or delayed, none may go for wait_ms
 --                                     more; the flag was released, and schedule = 1 asks the
 --                                     caller for a drain job with that countdown
---   {TAKEN, key, reservation id, payload, receives, deadline ms, now ms, fan_out, cost,
---    malformed}                     cost: the call's units ('' when it has none)
+--   {TAKEN, key, reservation id, payload, receives, deadline ms, released ms, fan_out, cost,
+--    lead ms, malformed}            cost: the call's units ('' when it has none); lead: how
+--                                   long after now it was released at (ahead), else 0
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
 -- (plus at most 100 due delayed items moved in, and at most 100 skipped items).
@@ -27,20 +31,25 @@ local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV
 local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
 local listener, linger = ARGV[13] or '', ARGV[14] == '1'
 local now = now_ms()
+local ahead = tonumber(ARGV[15]) or 0
 local taken = recorded(K_CALLS, poll_id)
 if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
   -- A re-sent poll: its first run's reply was lost. The same reservation again.
   local receives, _, _, payload, cost = parse_slot(redis.call('HGET', K_RES_ITEMS, taken))
   return {TAKEN, redis.call('HGET', K_RES_KEYS, taken), taken, payload, receives,
           string.format('%.17g', tonumber(redis.call('ZSCORE', K_INFLIGHT, taken) or now)),
-          string.format('%.17g', now), 0, cost and string.format('%.17g', cost) or '', 0}
+          string.format('%.17g', now), 0, cost and string.format('%.17g', cost) or '', '0', 0}
 end
 local malformed = offer_due_items(now)
 
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.
+-- Reserving ahead, the caller is told to come back `ahead` early, to find it within reach;
+-- so is the drain job (the wake key then vanishes when that job comes, not after: a job that
+-- found the key of its own wake-up would think another job was coming).
 local function sleep_until(when)
   listen_for(K_LISTENING, K_SIGNAL, listener, when - now <= listen and listen or 0, now)
+  if when - ahead > now then when = when - ahead end
   redis.call('DEL', K_DRAINS)
   local _, wait = plan_drain(K_DRAINS, K_WAKE, DRAIN_LEASE_MS, now, when)
   return {LATER, string.format('%.17g', when - now), wait >= 0 and 1 or 0, malformed}
@@ -64,11 +73,15 @@ for _ = 1, 100 do
   -- The head's cost must fit its key's cost window; its ready time may have been set for
   -- another head (the reaper puts a call back at the head of a key eligible already).
   local cost_at = cost_ready_at(key)
+  -- Released ahead, a call is charged in the window of its slot; within the current one only.
+  local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
+    and (COST_INTERVAL <= 0 or cost_window(key, when) == cost_window(key, now))
   if cost_at > when then
     redis.call('ZADD', K_READY, cost_at, key)
-  elseif when > now then
+  elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))
   else
+    local at_ms = math.max(when, now)
     local slot, remaining = take_head(key)
     local receives, id, at, payload, cost = parse_slot(slot)
     if not receives then
@@ -84,7 +97,7 @@ for _ = 1, 100 do
       if remaining <= 0 then redis.call('ZREM', K_READY, key) end
     else
       local reservation, deadline = reserve(key, id, receives + 1, at, payload, remaining,
-                                            timeout_ms, now, cost)
+                                            timeout_ms, at_ms, cost)
       record_call(K_CALLS, K_CALLS_AT, poll_id, reservation, now)
       -- One drain job per key eligible now, up to the fan-out limit.
       local eligible = redis.call('ZCOUNT', K_READY, '-inf', now)
@@ -96,8 +109,8 @@ for _ = 1, 100 do
       end
       local fan_out = claim_drain(K_DRAINS, DRAIN_LEASE_MS, max_drains, eligible)
       return {TAKEN, key, reservation, payload, receives + 1, string.format('%.17g', deadline),
-              string.format('%.17g', now), fan_out, cost and string.format('%.17g', cost) or '',
-              malformed}
+              string.format('%.17g', at_ms), fan_out, cost and string.format('%.17g', cost) or '',
+              string.format('%.17g', at_ms - now), malformed}
     end
   end
 end

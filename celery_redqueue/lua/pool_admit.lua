@@ -7,7 +7,10 @@
 -- 3 merged) and the calls evicted to make room.
 local function admit(member, score, count, receives, offered_at)
   if COALESCE and redis.call('ZSCORE', K_ITEMS, member) then
-    redis.call('HINCRBY', K_COUNTS, member, count)
+    -- An entry of one call keeps no count (most entries of a storm of distinct calls).
+    if redis.call('HINCRBY', K_COUNTS, member, count) == count then
+      redis.call('HINCRBY', K_COUNTS, member, 1)
+    end
     -- A returned entry merging into an equal one keeps its receives, or a failing payload
     -- that keeps being offered would never reach the dead-letter list.
     if receives > tonumber(redis.call('HGET', K_RECEIVES, member) or '0') then
@@ -37,7 +40,7 @@ local function admit(member, score, count, receives, offered_at)
   if status > 0 then
     redis.call('ZADD', K_ITEMS, string.format('%.17g', score), member)
     note_arrival(member, offered_at)
-    if COALESCE then redis.call('HSET', K_COUNTS, member, count) end
+    if COALESCE and count ~= 1 then redis.call('HSET', K_COUNTS, member, count) end
     if receives > 0 then redis.call('HSET', K_RECEIVES, member, receives) end
   end
   return status, evicted

@@ -3,7 +3,7 @@
 -- Every pool script receives the same KEYS (see pool.PARTS in pool.py), except pool_add, which
 -- receives only the first thirteen (what it touches), and pool_add_plain, only the parts its header names:
 -- KEYS[1] items           zset: member -> score (lowest popped first; sample evicts the highest)
--- KEYS[2] counts          hash: member -> merged calls (coalescing pools)
+-- KEYS[2] counts          hash: member -> merged calls (coalescing pools; absent: 1)
 -- KEYS[3] stats           hash: counters; `seq` the last entry id taken (pool_ids.lua)
 -- KEYS[4] drains          string: number of drain jobs pending; absent when none is
 -- KEYS[5] receives        hash: member -> times handed out so far (returned entries only)

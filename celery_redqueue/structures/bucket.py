@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +96,12 @@ PARTS = (
 MAX_UNDECODABLE_PER_POLL = 100
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds ahead of its slot a drain may reserve a key (``dequeue(ahead=True)``): more than a
+#: wake-up's round trip, and short, because a drain waiting out the lead in the worker is not
+#: woken for another key meanwhile (as if it ran a body that long).
+AHEAD = 0.02
 
 
 class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
@@ -266,12 +273,24 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
     # Consuming
 
     def dequeue(
-        self, *, listen: float = 0.0, listener: str | None = None, linger: bool = False
+        self,
+        *,
+        listen: float = 0.0,
+        listener: str | None = None,
+        linger: bool = False,
+        ahead: bool = False,
     ) -> Dequeued:
         """Reserve the head item of the key eligible longest, or say how long until one is.
         ``listen`` (s): a poll that releases nothing lists ``listener`` (default: this thread)
         on the wake signal that long when something is due within it (or, with ``linger``, when
         nothing is), else takes it off; see `listen` and `wake`.
+
+        ``ahead``: a key due within `AHEAD` (and ``listen``) is reserved at once, released at
+        its slot (its schedules advance from the slot, as if a poll had come exactly then), and
+        this call sleeps until the slot before returning it; a later one's wait is told
+        `AHEAD` short, so a caller that waits it out polls again within reach. Without, the
+        caller waits for the key and polls again, and the wake-up's delay is lost to a key
+        with no burst.
 
         An item whose payload cannot be decoded is dead-lettered at once with the reason
         ("undecodable payload: ..."), logged and counted, and the poll carries on with the next.
@@ -289,6 +308,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
                     listen_ms(listen),
                     listener or listener_id(),
                     int(linger),
+                    int(min(listen, AHEAD) * 1000) if ahead else 0,
                 ],
             )
             malformed += int(reply[-1])
@@ -309,6 +329,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
                 malformed += 1
                 continue
             reservation = Reservation.from_reply(reply[1:9], decoded, self.keys.base)
+            lead = float(reply[9]) / 1000.0
+            if lead > 0:  # released ahead, at its slot: the body may start then, not sooner
+                time.sleep(lead)
             return Dequeued(reservation, malformed=malformed)
         return Dequeued(wait=0.0, malformed=malformed)
 

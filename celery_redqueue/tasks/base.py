@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from celery import Task
@@ -18,7 +19,7 @@ from celery.exceptions import Retry
 
 from ..errors import RedQueueError, SerializationError
 from ..structures.protocols import Drained, Producer
-from .beat import register_beat
+from .beat import DrainSummary, register_beat
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
@@ -77,9 +78,28 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             # Another base's __call__ (or the class's own) would win: wrap it.
             cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
 
-    def drain(self) -> Any:
-        """Run stored calls (subclasses); returns a DrainSummary."""
+    def drain(self) -> DrainSummary:
+        """Run stored calls until the structure has none ready or the time budget is spent (the
+        kind's `_drain`); returns what it did.
+
+        While it runs, the process's heartbeat renews the drain lease and the work in flight,
+        so neither expires under a long body. A drain that raised is watched after
+        (`_watch_after_failure`).
+        """
+        try:
+            with self._held_while_draining():
+                return self._drain()
+        except Exception:
+            self._watch_after_failure()
+            raise
+
+    def _drain(self) -> DrainSummary:
+        """One drain of the kind's structure (subclasses)."""
         raise NotImplementedError
+
+    def _held_while_draining(self) -> AbstractContextManager[None]:
+        """What the heartbeat renews while a drain runs: the structure's drain lease."""
+        return heartbeat().holding(self.structure)
 
     def retry(self, *args: Any, **options: Any) -> Any:
         """Inside a stored call, raise `Retry` for the drain to handle (the structure retries
@@ -149,12 +169,14 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """Return expired reservations of this task's structure; returns how many."""
         raise NotImplementedError
 
-    def _watch_after_failure(self, visibility_timeout: float, drain_lease: float) -> None:
+    def _watch_after_failure(self) -> None:
         """A drain that raised (Redis unreachable or restarted under it) leaves its lease to
         run out over the structure's calls, and its work in flight to expire: have this
         process's heartbeat reap the structure every second until both have (plus a margin),
         so that the drain the work needs is sent even with beat off."""
-        heartbeat().watch(self.structure, self.reap, visibility_timeout + drain_lease + 5.0)
+        kind = type(self).redqueue_kind  # type: ignore[attr-defined]
+        window = getattr(self, f"{kind}_visibility_timeout") + getattr(self, f"{kind}_drain_lease")
+        heartbeat().watch(self.structure, self.reap, window + 5.0)
 
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         if (

@@ -25,7 +25,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
-from .metered import MeteredOptions, call_cost, check_metered_options, limit_options
+from .metered import MeteredOptions, check_metered_options, limit_options
 from .options import check_key_parameter, check_structure_name, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
@@ -247,23 +247,15 @@ class BucketTask(ProducerTask, MeteredOptions):
         if get_config(self.app).tracing:
             tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
         data = self.bucket.encode(with_id(call, call_id))
-        cost = call_cost(self, args, kwargs)
+        cost = self._call_cost(args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
 
     # Consuming
 
-    def drain(self) -> DrainSummary:
+    def _drain(self) -> DrainSummary:
         """Release eligible items until none is (lingering ``bucket_drain_linger``), or the time
         budget is spent. When items remain but no key may release yet, the job schedules itself
         (countdown) for when the next key becomes eligible, waiting here only that linger."""
-        try:
-            with heartbeat().holding(self.bucket):
-                return self._drain()
-        except Exception:
-            self._watch_after_failure(self.bucket_visibility_timeout, self.bucket_drain_lease)
-            raise
-
-    def _drain(self) -> DrainSummary:
         bucket = self.bucket
         deadline = time.monotonic() + self.bucket_drain_time_budget
         processed = failed = 0
@@ -271,7 +263,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         while True:
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
             linger = left > 0 and time.monotonic() < deadline  # an empty poll keeps it listed
-            poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger)
+            poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger, ahead=True)
             failed += poll.malformed
             reservation = poll.reservation
             if reservation is None:

@@ -6,8 +6,9 @@ the call site, and the cost a body reports (``self.report_cost(n)``). The struct
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.bucket_limits import Limits
@@ -47,17 +48,47 @@ class MeteredOptions:
     #: bucket_drain_concurrency to at least this for one key to reach it.
     bucket_concurrency: int | None = None
 
+    if TYPE_CHECKING:  # provided by BucketTask
+        name: str
+        typing: bool
+        bucket: Any
+
+        @property
+        def _local(self) -> threading.local: ...
+
+        def _named_key(self, name: str, args: Any, kwargs: Any, checked: bool) -> Any: ...
+
     def report_cost(self, units: float) -> None:
         """Inside the body: the call's actual cost (tokens used, known only from the response);
         its key's budget is corrected by the difference from the estimate at its commit."""
-        report_cost(self, units)
+        if getattr(self._local, "reservation", None) is None:
+            raise RedQueueError(
+                f"{self.name}: report_cost() is for the body of a stored call (inside a drain)"
+            )
+        self.bucket.limits.check_cost(units, f"{self.name}: report_cost", reported=True)
+        self._local.reported_cost = float(units)
+
+    def _call_cost(self, args: Any, kwargs: Any) -> float | None:
+        """The cost of one call (None: the task has no bucket_cost), checked at the call site:
+        a cost one period can never allow is refused, nothing stored."""
+        spec = self.bucket_cost
+        if spec is None:
+            return None
+        try:
+            if isinstance(spec, str):
+                cost = self._named_key(spec, args or (), kwargs or {}, bool(self.typing))
+            else:
+                cost = spec(*(args or ()), **(kwargs or {}))
+        except Exception as exc:
+            raise RedQueueError(f"{self.name}: bucket_cost failed on this call: {exc!r}") from exc
+        limits: Limits = self.bucket.limits
+        return limits.check_cost(cost, self.name)
 
     def _back_off(self, reservation: Any, exc: KeyBackoff) -> None:
         """The body raised KeyBackoff: pause its key and put the call back (not a failure)."""
-        task: Any = self
-        cost = exc.cost if exc.cost is not None else task._local.reported_cost
-        logger.info("%s: key %r backs off for %.1fs", task.name, reservation.key, exc.seconds)
-        task.bucket.backoff(reservation, exc.seconds, cost=cost)
+        cost = exc.cost if exc.cost is not None else self._local.reported_cost
+        logger.info("%s: key %r backs off for %.1fs", self.name, reservation.key, exc.seconds)
+        self.bucket.backoff(reservation, exc.seconds, cost=cost)
 
 
 def limit_options(cls: Any) -> dict[str, Any]:
@@ -90,30 +121,3 @@ def check_metered_options(cls: Any) -> Limits:
         except ConfigurationError as exc:
             raise ConfigurationError(str(exc).replace("bucket_key=", "bucket_cost=", 1)) from None
     return limits
-
-
-def call_cost(task: Any, args: Any, kwargs: Any) -> float | None:
-    """The cost of one call (None: the task has no bucket_cost), checked at the call site: a
-    cost one period can never allow is refused, nothing stored."""
-    spec = task.bucket_cost
-    if spec is None:
-        return None
-    try:
-        if isinstance(spec, str):
-            cost = task._named_key(spec, args or (), kwargs or {}, bool(task.typing))
-        else:
-            cost = spec(*(args or ()), **(kwargs or {}))
-    except Exception as exc:
-        raise RedQueueError(f"{task.name}: bucket_cost failed on this call: {exc!r}") from exc
-    limits: Limits = task.bucket.limits
-    return limits.check_cost(cost, task.name)
-
-
-def report_cost(task: Any, units: float) -> None:
-    """Record the actual cost of the call running in this thread (sent with its commit)."""
-    if getattr(task._local, "reservation", None) is None:
-        raise RedQueueError(
-            f"{task.name}: report_cost() is for the body of a stored call (inside a drain)"
-        )
-    task.bucket.limits.check_cost(units, f"{task.name}: report_cost", reported=True)
-    task._local.reported_cost = float(units)

@@ -66,14 +66,6 @@ class PoolCall:
     count: int = 1
 
 
-def _pool_call(args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> PoolCall:
-    """``PoolCall(args, kwargs, count)`` without the frozen ``__init__``'s setattr per field."""
-    call = object.__new__(PoolCall)
-    fields = call.__dict__
-    fields["args"], fields["kwargs"], fields["count"] = args, kwargs, count
-    return call
-
-
 class PoolTask(ProducerTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
@@ -274,20 +266,8 @@ class PoolTask(ProducerTask):
             return ([PoolCall(tuple(args), dict(kwargs), 1)],), {}
         return args, kwargs
 
-    def drain(self) -> DrainSummary:
-        """Pop and run batches until the pool is empty or the time budget is spent.
-
-        While it runs, the process's heartbeat renews the pool's drain lease and the batch in
-        flight, so neither expires under a long body.
-        """
-        try:
-            with heartbeat().holding(self.pool):
-                return self._drain()
-        except Exception:
-            self._watch_after_failure(self.pool_visibility_timeout, self.pool_drain_lease)
-            raise
-
     def _drain(self) -> DrainSummary:
+        """Pop and run batches until the pool is empty or the time budget is spent."""
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
         processed = failed = batches = 0
@@ -349,7 +329,7 @@ class PoolTask(ProducerTask):
         if self.pool_batch:
             try:
                 calls = [
-                    _pool_call(tuple(a), k, item.count)
+                    PoolCall(tuple(a), k, item.count)
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from celery.exceptions import Retry, SoftTimeLimitExceeded
@@ -163,16 +163,12 @@ class StreamTask(RedQueueTask):
             return self.drain().as_dict()
         return super().__call__(*args, **kwargs)
 
-    def drain(self) -> DrainSummary:
-        """Read, run and acknowledge this group's entries until it has caught up (lingering a
-        moment) or the time budget is spent."""
-        try:
-            return self._drain()
-        except Exception:
-            self._watch_after_failure(self.stream_visibility_timeout, self.stream_drain_lease)
-            raise
+    def _held_while_draining(self) -> AbstractContextManager[None]:
+        return nullcontext()  # a group's reads renew their own entries (`_heartbeat`)
 
     def _drain(self) -> DrainSummary:
+        """Read, run and acknowledge this group's entries until it has caught up (lingering a
+        moment) or the time budget is spent."""
         stream = self.stream
         consumer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         deadline = time.monotonic() + self.stream_drain_time_budget

@@ -262,3 +262,35 @@ def test_units_per_aligned_window_never_exceed_the_cost_rate(make_bucket):
     used = units_per_window(got, costs=actual)
     assert max(used.values()) <= 20, used  # what the upstream saw: never above the budget
     assert len(got) >= 10
+
+
+def test_ahead_releases_a_key_due_within_listen_at_its_slot(make_bucket, monkeypatch):
+    monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 0.5)  # the lead's cap
+    bucket = make_bucket(default_rate="10/s")
+    bucket.enqueue_many([("a", i) for i in range(3)])
+    first = bucket.dequeue().reservation
+    assert bucket.dequeue(listen=0.5).reservation is None  # due in 100 ms: wait and poll
+    second = bucket.dequeue(listen=0.5, ahead=True).reservation
+    # Released at its slot, the schedule's, not at the poll's time; returned no sooner.
+    assert second.released_at == pytest.approx(first.released_at + 0.1, abs=1e-6)
+    assert time.time() >= second.released_at  # this host's clock is the Redis server's
+    poll = bucket.dequeue(listen=0.05, ahead=True)  # due in 100 ms: beyond the listen
+    assert poll.reservation is None and 0 < poll.wait <= 0.1
+    third = bucket.dequeue(listen=0.5, ahead=True).reservation
+    assert third.released_at == pytest.approx(second.released_at + 0.1, abs=1e-6)
+    # Beyond the cap, the wait is told the cap short: a caller waiting it out comes back
+    # within reach of the slot.
+    monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 0.03)
+    bucket.enqueue("a", 3)
+    poll = bucket.dequeue(listen=0.5, ahead=True)
+    assert poll.reservation is None and poll.wait <= 0.1 - 0.03
+
+
+def test_ahead_never_reserves_into_the_next_cost_window(make_bucket, monkeypatch):
+    monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 1.5)
+    bucket = make_bucket(default_rate="1000/s", cost_rate="10/s")
+    bucket.enqueue_many([("a", i, 10) for i in range(2)])
+    first = bucket.dequeue().reservation
+    poll = bucket.dequeue(listen=1.5, ahead=True)  # the next window: not charged from this one
+    assert poll.reservation is None
+    assert poll.wait <= math.floor(first.released_at) + 1 - first.released_at
