@@ -17,18 +17,19 @@ from .pool_types import PoolBatch, PoolItem
 
 logger = logging.getLogger(__name__)
 
-_new = object.__new__
+_new, _set = object.__new__, object.__setattr__
 
 
 def _item(payload: Any, count: int, receives: int, entry_id: str) -> PoolItem:
-    """A PoolItem without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
-    field: over half of what decoding a small call costs); equal to ``PoolItem(...)``."""
+    """``PoolItem(...)`` without the call through the dataclass's ``__init__`` (a quarter of
+    the cost, once per popped call). Set field by field, never through ``__dict__``: that would
+    give every item a dict object of its own, and a batch's items live long enough for the
+    garbage collector to promote them, which makes its full collections come sooner."""
     item = _new(PoolItem)
-    fields = item.__dict__
-    fields["payload"] = payload
-    fields["count"] = count
-    fields["receives"] = receives
-    fields["id"] = entry_id
+    _set(item, "payload", payload)
+    _set(item, "count", count)
+    _set(item, "receives", receives)
+    _set(item, "id", entry_id)
     return item
 
 

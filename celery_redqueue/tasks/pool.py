@@ -66,14 +66,6 @@ class PoolCall:
     count: int = 1
 
 
-def _pool_call(args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> PoolCall:
-    """``PoolCall(args, kwargs, count)`` without the frozen ``__init__``'s setattr per field."""
-    call = object.__new__(PoolCall)
-    fields = call.__dict__
-    fields["args"], fields["kwargs"], fields["count"] = args, kwargs, count
-    return call
-
-
 class PoolTask(ProducerTask):
     """Base class of pooled tasks: calls are stored in a capped pool and drained in batches.
 
@@ -337,7 +329,7 @@ class PoolTask(ProducerTask):
         if self.pool_batch:
             try:
                 calls = [
-                    _pool_call(tuple(a), k, item.count)
+                    PoolCall(tuple(a), k, item.count)
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]
