@@ -68,7 +68,9 @@ def test_a_reported_cost_corrects_the_budget(make_bucket):
     # key waits for the next window)
     assert stats.next_eligible >= math.floor(first.released_at) + 1
     assert bucket.dequeue().reservation is None
-    # A refund in the call's own window frees its units for the next call (8 + 5 > 10).
+    # A refund in the call's own window frees its units for the next call (8 + 5 > 10); on
+    # a bucket of its own, so that "a" cannot come first when a window begins meanwhile.
+    bucket = make_bucket("refunds", default_rate="1000/s", cost_rate="10/s")
     bucket.enqueue("b", 1, cost=8)
     bucket.enqueue("b", 2, cost=5)
     held = bucket.dequeue().reservation
@@ -265,25 +267,25 @@ def test_units_per_aligned_window_never_exceed_the_cost_rate(make_bucket):
 
 
 def test_ahead_releases_a_key_due_within_listen_at_its_slot(make_bucket, monkeypatch):
-    monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 0.5)  # the lead's cap
-    bucket = make_bucket(default_rate="10/s")
+    monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 2.0)  # the lead's cap
+    bucket = make_bucket(default_rate="2/s")  # 500 ms apart: wide margins on a busy machine
     bucket.enqueue_many([("a", i) for i in range(3)])
     first = bucket.dequeue().reservation
-    assert bucket.dequeue(listen=0.5).reservation is None  # due in 100 ms: wait and poll
-    second = bucket.dequeue(listen=0.5, ahead=True).reservation
+    assert bucket.dequeue(listen=1.0).reservation is None  # due in 500 ms: wait and poll
+    second = bucket.dequeue(listen=1.0, ahead=True).reservation
     # Released at its slot, the schedule's, not at the poll's time; returned no sooner.
-    assert second.released_at == pytest.approx(first.released_at + 0.1, abs=1e-6)
+    assert second.released_at == pytest.approx(first.released_at + 0.5, abs=1e-6)
     assert time.time() >= second.released_at  # this host's clock is the Redis server's
-    poll = bucket.dequeue(listen=0.05, ahead=True)  # due in 100 ms: beyond the listen
-    assert poll.reservation is None and 0 < poll.wait <= 0.1
-    third = bucket.dequeue(listen=0.5, ahead=True).reservation
-    assert third.released_at == pytest.approx(second.released_at + 0.1, abs=1e-6)
+    poll = bucket.dequeue(listen=0.1, ahead=True)  # due in 500 ms: beyond the listen
+    assert poll.reservation is None and 0 < poll.wait <= 0.5
+    third = bucket.dequeue(listen=1.0, ahead=True).reservation
+    assert third.released_at == pytest.approx(second.released_at + 0.5, abs=1e-6)
     # Beyond the cap, the wait is told the cap short: a caller waiting it out comes back
     # within reach of the slot.
     monkeypatch.setattr("celery_redqueue.structures.bucket.AHEAD", 0.03)
     bucket.enqueue("a", 3)
-    poll = bucket.dequeue(listen=0.5, ahead=True)
-    assert poll.reservation is None and poll.wait <= 0.1 - 0.03
+    poll = bucket.dequeue(listen=1.0, ahead=True)
+    assert poll.reservation is None and poll.wait <= 0.5 - 0.03
 
 
 def test_ahead_never_reserves_into_the_next_cost_window(make_bucket, monkeypatch):
