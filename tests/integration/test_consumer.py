@@ -199,7 +199,8 @@ def test_consumer_beside_drain_jobs_runs_each_call_once(
 ):
     """A consumer worker and a plain worker (drain jobs only) on the same pool, calls made with
     delay(): every call runs, and none twice (at most once; at least once: none lost, and none
-    twice either, since no worker dies)."""
+    twice either, since no worker dies). While the consumer is listed calls send no drain job,
+    so drain jobs are sent here too (as beat would): both kinds of drain work the pool at once."""
     task = consumer_app.record if delivery == "at_most_once" else consumer_app.durable
     key = "ran" if delivery == "at_most_once" else "durable-done"
     start_worker("--pool=threads", "--concurrency=2", "--redqueue-consumer")
@@ -207,6 +208,8 @@ def test_consumer_beside_drain_jobs_runs_each_call_once(
     calls = range(1000, 3000)
     for i in calls:
         task.delay(i)
+        if i % 100 == 0:
+            task.send_drain()
     store = task.pool
     wait_for(lambda: store.stats().processed == len(calls), timeout=120, message="the calls")
     runs = [int(r.split(":")[-1]) for r in ran(redqueue_redis, redqueue_prefix, key)]
@@ -280,8 +283,10 @@ def test_delayed_and_rate_waiting_calls_send_no_broker_message(
             consumer_app.metered.delay("slow", i)
         made = burst * 5 + 5
         wait_for(
-            lambda made=made: len(ran(redqueue_redis, redqueue_prefix)) == made
-            and len(ran(redqueue_redis, redqueue_prefix, "metered")) == made,
+            lambda made=made: (
+                len(ran(redqueue_redis, redqueue_prefix)) == made
+                and len(ran(redqueue_redis, redqueue_prefix, "metered")) == made
+            ),
             timeout=60,
             message=f"burst {burst}",
         )
