@@ -9,7 +9,7 @@ registered structure from its recorded settings without importing user code.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
@@ -17,6 +17,9 @@ from ..redis.lua import script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import DeadLetterTools
+
+if TYPE_CHECKING:
+    from .protocols import Renewable
 
 #: Default seconds of the drain lease: how long a drain job that is sent or running keeps the
 #: structure's drain flag without renewing it. A job that dies (or was never sent) frees the
@@ -112,7 +115,7 @@ class Structure(DeadLetterTools, catalog.Registered):
         return f"<{type(self).__name__} {self.keys.base}>"
 
 
-def renew_pipelined(group: Sequence[tuple[Any, Sequence[str]]]) -> list[list[str] | None]:
+def renew_pipelined(group: Sequence[tuple[Renewable, Sequence[str]]]) -> list[list[str] | None]:
     """Renew held ids of several structures on one client in one round trip (a pipeline of
     their renew scripts). Per structure: the ids no longer held, or None when its call failed
     (the caller retries that one alone, which also loads a script the server lacks)."""

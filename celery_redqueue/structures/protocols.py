@@ -70,6 +70,27 @@ class Stored(Producer[ItemT], Drained, Protocol[ItemT]):
     forms): what a producing task holds."""
 
 
+class Renewable(Protocol):
+    """What the worker's heartbeat renews while bodies run: a pool's batches or a bucket's
+    reservations and its drain lease (a sharded structure is held through its shards: its
+    ``heartbeat_parts``)."""
+
+    client: Any
+    keys: StructureKeys
+
+    def heartbeat_interval(self) -> float:
+        """Seconds between renewals: a third of the shortest timeout they push back."""
+        ...
+
+    def renew(self, item_ids: Sequence[str]) -> list[str]:
+        """Push back the held ids' deadlines and the drain lease; returns the ids not held."""
+        ...
+
+    def renew_call(self, item_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """The script, keys and arguments of `renew`, for a pipeline of several."""
+        ...
+
+
 @runtime_checkable
 class Wakeable(Protocol):
     """What a consumer with nothing to do waits on (pools, buckets and their sharded forms; a

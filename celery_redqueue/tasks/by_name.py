@@ -72,6 +72,7 @@ class ByNameCalls:
         request: Any
         name: str
         app: Any
+        backend: Any
         dedupe_option: str
 
         @property

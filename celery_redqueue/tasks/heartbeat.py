@@ -25,11 +25,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import redis
 
 from ..structures.base import renew_pipelined
+from ..structures.protocols import Drained, Renewable
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 class _Held:
     """What this process holds of one structure."""
 
-    structure: Any
+    structure: Renewable
     interval: float
     next_at: float
     ids: Counter[str] = field(default_factory=Counter)
@@ -62,11 +63,13 @@ class _Watch:
     until: float | None = None
 
 
-def _parts(structure: Any, item_id: str | None) -> list[tuple[Any, str | None]]:
+def _parts(structure: Drained, item_id: str | None) -> list[tuple[Renewable, str | None]]:
     """What holding ``item_id`` of ``structure`` holds: the structure itself, or, for a
     sharded one, each shard's part, renewed as a structure of its own."""
     parts = getattr(structure, "heartbeat_parts", None)
-    return [(structure, item_id)] if parts is None else list(parts(item_id))
+    if parts is None:
+        return [(cast(Renewable, structure), item_id)]  # a pool or a bucket
+    return list(parts(item_id))
 
 
 class Heartbeat:
@@ -84,7 +87,7 @@ class Heartbeat:
         self.failures = 0
 
     @contextmanager
-    def holding(self, structure: Any, item_id: str | None = None) -> Iterator[None]:
+    def holding(self, structure: Drained, item_id: str | None = None) -> Iterator[None]:
         """Renew ``item_id`` (or, with None, the structure's drain lease) while inside."""
         self.hold(structure, item_id)
         try:
@@ -92,7 +95,7 @@ class Heartbeat:
         finally:
             self.drop(structure, item_id)
 
-    def hold(self, structure: Any, item_id: str | None = None) -> None:
+    def hold(self, structure: Drained, item_id: str | None = None) -> None:
         with self._lock:
             for part, part_id in _parts(structure, item_id):
                 held = self._held.get(id(part))
@@ -113,7 +116,7 @@ class Heartbeat:
             self._thread = thread
             thread.start()
 
-    def watch(self, structure: Any, check: Callable[[], object], window: float) -> None:
+    def watch(self, structure: Drained, check: Callable[[], object], window: float) -> None:
         """After a drain of ``structure`` failed, run ``check`` (the task's reap: it takes back
         expired work and sends the drain that due work under no live lease needs) every
         `WATCH_INTERVAL` seconds, until ``window`` seconds after the first check that
@@ -126,7 +129,7 @@ class Heartbeat:
                 self._watcher = watcher
                 watcher.start()
 
-    def drop(self, structure: Any, item_id: str | None = None) -> None:
+    def drop(self, structure: Drained, item_id: str | None = None) -> None:
         with self._lock:
             for part, part_id in _parts(structure, item_id):
                 held = self._held.get(id(part))
@@ -142,7 +145,7 @@ class Heartbeat:
                 if held.drains <= 0 and not held.ids:
                     del self._held[id(part)]
 
-    def settling(self, structure: Any, item_id: str) -> None:
+    def settling(self, structure: Drained, item_id: str) -> None:
         """``item_id``'s body has ended and its settle call is about to be sent: a renewal that
         finds it gone from now on is that settle, not the reaper, so it says nothing (a settle
         that comes too late reports itself: ``ack``/``commit`` return False)."""
@@ -152,13 +155,13 @@ class Heartbeat:
                 if held is not None and part_id is not None and part_id in held.ids:
                     held.settling.add(part_id)
 
-    def _due(self) -> tuple[list[tuple[Any, list[str]]], float]:
+    def _due(self) -> tuple[list[tuple[Renewable, list[str]]], float]:
         """What is due for renewal now, and the seconds until the next renewal.
 
         When one structure is due, those due within half their interval come along, so that
         the renewals of a process share round trips instead of spreading out."""
         now = time.monotonic()
-        due: list[tuple[Any, list[str]]] = []
+        due: list[tuple[Renewable, list[str]]] = []
         sleep = 1.0
         with self._lock:
             if any(held.next_at <= now for held in self._held.values()):
@@ -207,10 +210,10 @@ class Heartbeat:
         with self._lock:
             return min((w.next_at - now for w in self._watches.values()), default=1.0)
 
-    def renew(self, due: list[tuple[Any, list[str]]]) -> None:
+    def renew(self, due: list[tuple[Renewable, list[str]]]) -> None:
         """Renew what is due: one round trip for all the structures on one (non-cluster)
         client, a script call each otherwise."""
-        by_client: dict[int, list[tuple[Any, list[str]]]] = {}
+        by_client: dict[int, list[tuple[Renewable, list[str]]]] = {}
         for structure, ids in due:
             by_client.setdefault(id(structure.client), []).append((structure, ids))
         for group in by_client.values():
@@ -220,14 +223,14 @@ class Heartbeat:
                 for structure, ids in group:
                     self._renew(structure, ids)
 
-    def _renew_pipelined(self, group: list[tuple[Any, list[str]]]) -> None:
+    def _renew_pipelined(self, group: list[tuple[Renewable, list[str]]]) -> None:
         for (structure, ids), missing in zip(group, renew_pipelined(group), strict=True):
             if missing is None:  # an error (such as a restarted server without the script)
                 self._renew(structure, ids)
             else:
                 self._renewed(structure, missing)
 
-    def _renew(self, structure: Any, ids: list[str]) -> None:
+    def _renew(self, structure: Renewable, ids: list[str]) -> None:
         try:
             missing = structure.renew(ids)
         except Exception as exc:
@@ -242,7 +245,7 @@ class Heartbeat:
             return
         self._renewed(structure, missing)
 
-    def _renewed(self, structure: Any, missing: list[str]) -> None:
+    def _renewed(self, structure: Renewable, missing: list[str]) -> None:
         self.rounds += 1
         with self._lock:
             # The renewal sent the ids held when it was due; one settled since (committed,

@@ -18,14 +18,29 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from celery import states
 from celery.backends.base import DisabledBackend
 from celery.result import AsyncResult
 
 from ..errors import CallRefusedError
+from ..structures.receipts import Receipt
+
+
+class ResultTask(Protocol):
+    """What per-call results need of a task (a pooled or bucket task)."""
+
+    name: str
+    app: Any
+    backend: Any
+    __dict__: dict[str, Any]
+
+    @property
+    def redqueue_results(self) -> bool: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +97,7 @@ class NoResult:
         return f"<NoResult {self.id} {self.state}>"
 
 
-def outcome_reader(task: Any, kept: bool, results: bool) -> Any:
+def outcome_reader(task: ResultTask, kept: bool, results: bool) -> Callable[[str], Any]:
     """What a receipt of ``task`` reads its outcome from, by call id (``results``: the task's
     per-call results are on). Every stored call gets one: they are built once per task and
     setting, not per call, and read nothing until the receipt's outcome is asked for."""
@@ -122,19 +137,19 @@ def call_id_of(payload: Any) -> str | None:
     return None
 
 
-def store_success(task: Any, call_id: str | None, value: Any) -> None:
+def store_success(task: ResultTask, call_id: str | None, value: Any) -> None:
     """Store a body's return value under its call's id (nothing for a call without one)."""
     if call_id is not None:
         _storing(task, call_id, lambda: task.backend.store_result(call_id, value, states.SUCCESS))
 
 
-def store_failure(task: Any, call_id: str | None, exc: BaseException) -> None:
+def store_failure(task: ResultTask, call_id: str | None, exc: BaseException) -> None:
     """Store the exception a call ended with (it will not be tried again)."""
     if call_id is not None:
         _storing(task, call_id, lambda: task.backend.mark_as_failure(call_id, exc))
 
 
-def _storing(task: Any, call_id: str, store: Any) -> None:
+def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> None:
     # The call ran (or failed for good) whatever the backend says: a backend that cannot take
     # its result must not turn a done call into a failed or retried one.
     try:
@@ -143,7 +158,7 @@ def _storing(task: Any, call_id: str, store: Any) -> None:
         logger.warning("%s: could not store the result of call %s: %s", task.name, call_id, exc)
 
 
-def store_refusal(task: Any, call_id: str, receipt: Any) -> None:
+def store_refusal(task: ResultTask, call_id: str, receipt: Receipt) -> None:
     """A refused call's result, at once: nobody waits on its id forever."""
     why = "a duplicate of a call seen within the dedupe window" if receipt.duplicate else "full"
     task.backend.mark_as_failure(
@@ -151,7 +166,7 @@ def store_refusal(task: Any, call_id: str, receipt: Any) -> None:
     )
 
 
-def named_receipt(task: Any, receipt: Any, call_id: str) -> Any:
+def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
     """``receipt`` carrying its call's id; a refused call's result is stored at once when
     per-call results are on (nobody waits on its id forever)."""
     results = task.redqueue_results

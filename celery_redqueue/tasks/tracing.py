@@ -32,6 +32,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from celery import Task
+
 from .config import get_config
 
 logger = logging.getLogger(__name__)
@@ -151,7 +153,7 @@ def call_context(payload: Any) -> dict[str, str] | None:
 
 
 def processing(
-    task: Any,
+    task: Task,
     contexts: Sequence[dict[str, str] | None],
     *,
     destination: str,
@@ -191,7 +193,7 @@ def links(contexts: Sequence[dict[str, str] | None]) -> tuple[list[Any], int]:
 
 @contextmanager
 def _process_span(
-    task: Any,
+    task: Task,
     contexts: Sequence[dict[str, str] | None],
     destination: str,
     batch: bool,
