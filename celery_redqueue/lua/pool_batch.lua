@@ -10,8 +10,10 @@
 -- JSON escapes every quote of a payload.
 
 -- The entries of a packed batch record, each {member, score, count, receives, offered_at, id};
--- nil when the record cannot be read (corruption): the caller dead-letters it whole.
-local function unpack_batch(packed)
+-- nil when the record cannot be read (corruption): the caller dead-letters it whole. `calls`
+-- (optional): the calls the batch holds; a record whose entries stand for other than that
+-- (a nil member cuts msgpack's list short) cannot be read either, or its missing calls vanish.
+local function unpack_batch(packed, calls)
   local ok, fields, flat = pcall(cmsgpack.unpack, packed)
   if not ok or (fields ~= 1 and fields ~= 2 and fields ~= 5) or type(flat) ~= 'table'
       or #flat % fields ~= 0 then
@@ -22,7 +24,8 @@ local function unpack_batch(packed)
     local member = flat[i]
     local id, n
     if type(member) == 'string' then id, n = id_of(member) end
-    local score, count, receives, offered_at = fields > 1 and tonumber(flat[i + 1]) or n, 1, 1, 0
+    local score, count, receives, offered_at = n, 1, 1, 0
+    if fields > 1 then score = tonumber(flat[i + 1]) end  -- not the id when it is garbage
     if fields == 5 then
       count, receives, offered_at = tonumber(flat[i + 2]), tonumber(flat[i + 3]), tonumber(flat[i + 4]) or 0
     elseif n then
@@ -30,7 +33,9 @@ local function unpack_batch(packed)
     end
     if not (id and score and count and receives) then return nil end
     entries[#entries + 1] = {member, score, count, receives, offered_at, id}
+    if calls then calls = calls - count end
   end
+  if calls and calls ~= 0 then return nil end
   return entries
 end
 

@@ -20,7 +20,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT'
   local b = {id = id, calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, id) or '0') or 0}
   b.packed = redis.call('HGET', K_INFLIGHT_ITEMS, id)
   if at_least_once and b.packed then
-    b.entries = unpack_batch(b.packed)
+    b.entries = unpack_batch(b.packed, b.calls)
     b.bad = b.entries == nil
   end
   batches[#batches + 1] = b
