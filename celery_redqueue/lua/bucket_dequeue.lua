@@ -34,11 +34,16 @@ local now = now_ms()
 local ahead = tonumber(ARGV[15]) or 0
 local taken = recorded(K_CALLS, poll_id)
 if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
-  -- A re-sent poll: its first run's reply was lost. The same reservation again.
+  -- A re-sent poll: its first run's reply was lost. The same reservation again, released at
+  -- the same slot (its deadline less the timeout: nothing renews a reservation its drain has
+  -- not seen), so a call reserved ahead still waits out what is left of its lead.
   local receives, _, _, payload, cost = parse_slot(redis.call('HGET', K_RES_ITEMS, taken))
+  local deadline = tonumber(redis.call('ZSCORE', K_INFLIGHT, taken) or '') or now + timeout_ms
+  local at_ms = deadline - timeout_ms
   return {TAKEN, redis.call('HGET', K_RES_KEYS, taken), taken, payload, receives,
-          string.format('%.17g', tonumber(redis.call('ZSCORE', K_INFLIGHT, taken) or now)),
-          string.format('%.17g', now), 0, cost and string.format('%.17g', cost) or '', '0', 0}
+          string.format('%.17g', deadline), string.format('%.17g', at_ms), 0,
+          cost and string.format('%.17g', cost) or '',
+          string.format('%.17g', math.max(at_ms - now, 0)), 0}
 end
 local malformed = offer_due_items(now)
 

@@ -126,3 +126,28 @@ def test_the_fast_json_path_decodes_what_kombu_does(data):
     if got[0] == "ok":
         assert repr(got[1]) == repr(expected[1])
         assert type(got[1]) is type(expected[1])
+
+
+def test_a_lost_poll_reply_reserved_ahead_keeps_its_lead(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    from celery_redqueue import LeakyBucket
+    from celery_redqueue.redis.lua import TAKEN, script
+
+    direct = LeakyBucket(redqueue_redis, "ahead", prefix=redqueue_prefix, default_rate="6/m")
+    bucket = LeakyBucket(retrying_client, "ahead", prefix=redqueue_prefix, default_rate="6/m")
+    direct.enqueue_many([("k", 1), ("k", 2)])
+    first = direct.dequeue().reservation
+    assert direct.commit(first)
+    # The next call of "k" is due 10 s on; a poll reserving up to 60 s ahead releases it at its
+    # slot and tells the caller to wait the lead out before the body starts.
+    reply_proxy.drop(script("bucket_dequeue").sha.encode())
+    args = [bucket.visibility_timeout_ms, 1, 0, "poll-1", 60_000, "me", 0, 60_000]
+    reply = bucket._run("bucket_dequeue", args)
+    assert reply_proxy.dropped == 1 and reply[0] == TAKEN and reply[1] == b"k"
+    deadline, released, lead = float(reply[5]), float(reply[6]), float(reply[9])
+    # The re-sent poll's reply (the first was lost) names the same slot: on main it said
+    # "released now, lead 0", and the body started ~10 s before its slot.
+    assert released == deadline - bucket.visibility_timeout_ms
+    assert lead > 0
+    assert direct.stats().in_flight == 1
