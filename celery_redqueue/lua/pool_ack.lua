@@ -41,8 +41,12 @@ if processed_guard_ms > 0 and #ARGV > last then
 end
 local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch_id) or '-1') or -1
 if calls < 0 then
-  if recorded(K_CALLS, 'ack:' .. batch_id) then return {2, 0} end
+  -- A late ack is recorded too, so that its re-send is not counted late twice.
+  local done = recorded(K_CALLS, 'ack:' .. batch_id)
+  if done == 'late' then return {0, 0} end
+  if done then return {2, 0} end
   if named > 0 then redis.call('HINCRBY', K_STATS, 'late', named) end
+  record_call(K_CALLS, K_CALLS_AT, 'ack:' .. batch_id, 'late', now)
   return {0, 0}
 end
 if named ~= calls or unsettled > calls then

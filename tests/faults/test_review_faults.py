@@ -151,3 +151,25 @@ def test_a_lost_poll_reply_reserved_ahead_keeps_its_lead(
     assert released == deadline - bucket.visibility_timeout_ms
     assert lead > 0
     assert direct.stats().in_flight == 1
+
+
+def test_a_lost_reply_of_a_late_ack_counts_it_late_once(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    from celery_redqueue import CappedPool
+    from celery_redqueue.redis.lua import script
+
+    direct = CappedPool(redqueue_redis, "late", 100, prefix=redqueue_prefix)
+    pool = CappedPool(retrying_client, "late", 100, prefix=redqueue_prefix)
+    direct.add_many(range(3))
+    batch = pool.pop(10)
+    expire_all(redqueue_redis, direct)
+    assert direct.reap().lost == 3  # its drain was taken for dead
+    reply_proxy.drop(script("pool_ack").sha.encode())
+    assert pool.ack(batch) is False
+    assert reply_proxy.dropped == 1
+    stats = direct.stats()
+    assert (stats.late, stats.lost, stats.in_flight) == (3, 3, 0)
+    assert direct.ack(batch) is False  # sent once more: still late, counted once (was: 6)
+    stats = direct.stats()
+    assert (stats.late, stats.lost, stats.in_flight) == (3, 3, 0)
