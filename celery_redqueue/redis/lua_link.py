@@ -68,7 +68,14 @@ def _names(lines: list[str], numbers: range | list[int]) -> set[str]:
 
 
 def link(lines: list[str]) -> list[str]:
-    """The lines of an expanded script that Redis needs (see the module docstring)."""
+    """The lines of an expanded script that Redis needs (see the module docstring).
+
+    Long brackets (``--[[ ... ]]`` comments, ``[[ ... ]]`` strings) are refused: a line-based
+    reading would keep half of one and break the script.
+    """
+    for number, line in enumerate(lines, 1):
+        if "[[" in line or "[=" in line:
+            raise ValueError(f"line {number}: long brackets are not supported: {line.strip()}")
     functions = _functions(lines)
     inside = {n for numbers in functions.values() for n in numbers}
     calls = {name: _names(lines, numbers) - {name} for name, numbers in functions.items()}

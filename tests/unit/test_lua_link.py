@@ -57,6 +57,12 @@ def test_a_function_without_its_end_at_column_0_is_refused():
         link(["local function f()", "  return 1", "  end"])
 
 
+@pytest.mark.parametrize("line", ["--[[ a block", "local s = [[text", "local s = [==[x"])
+def test_long_brackets_are_refused(line):
+    with pytest.raises(ValueError, match="long brackets"):
+        link(["local x = 1", line, "]]"])
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_shipped_script_compiles_on_redis(redqueue_redis, name):
     shipped = script(name)
