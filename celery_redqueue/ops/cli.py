@@ -32,8 +32,8 @@ from celery.bin.worker import worker
 from ..redis.server import server_warnings
 from ..structures.loss import check_for_loss
 from ..tasks.consumer import add_worker_option
-from .cli_base import cli_errors, find_target, open_ops, redqueue, seconds_text
-from .reading import WORK_KINDS
+from .cli_base import cli_errors, find_target, open_ops, redqueue, seconds_text, structure_command
+from .reading import WORK_KINDS, Operations, Target
 
 # This module is the package's `celery.commands` plugin, loaded before Celery parses the command
 # line: the place to give `celery worker` its --redqueue-consumer flag.
@@ -138,15 +138,9 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
     ]
 
 
-@redqueue.command()
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
-@click.pass_context
-@cli_errors
-def stats(ctx: click.Context, name: str, as_json: bool) -> None:
+@structure_command((*WORK_KINDS, "lease"), "Print the counters as JSON.")
+def stats(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
-    ops = open_ops(ctx)
-    target = find_target(ops, name, (*WORK_KINDS, "lease"))
     stats = target.structure.stats()
     counters = stats if isinstance(stats, dict) else stats.as_dict()
     groups = {g.group: g.as_dict() for g in ops.groups(target)} if target.kind == "stream" else {}
@@ -251,15 +245,9 @@ def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
         click.echo(f"  {row['key']:38} {left}")
 
 
-@redqueue.command()
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-@click.pass_context
-@cli_errors
-def leases(ctx: click.Context, name: str, as_json: bool) -> None:
+@structure_command(("lease",), "Print as JSON.")
+def leases(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
     """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
-    ops = open_ops(ctx)
-    target = find_target(ops, name, ("lease",))
     rows = ops.resources(target)
     if as_json:
         click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))

@@ -37,6 +37,29 @@ def find_target(ops: Operations, name: str, kinds: tuple[str, ...] = WORK_KINDS)
     return ops.find(name, kinds)
 
 
+def structure_command(
+    kinds: tuple[str, ...], json_help: str
+) -> Callable[[Callable[[click.Context, Operations, Target, bool], None]], click.Command]:
+    """Register a ``redqueue`` command on one structure given by NAME, with ``--json``: it opens
+    the app's structures, finds NAME among ``kinds`` and calls the function with
+    ``(ctx, ops, target, as_json)``; its docstring is the command's help."""
+
+    def register(
+        func: Callable[[click.Context, Operations, Target, bool], None],
+    ) -> click.Command:
+        @click.argument("name")
+        @click.option("--json", "as_json", is_flag=True, help=json_help)
+        @click.pass_context
+        @cli_errors
+        def command(ctx: click.Context, name: str, as_json: bool) -> None:
+            ops = open_ops(ctx)
+            func(ctx, ops, find_target(ops, name, kinds), as_json)
+
+        return redqueue.command(name=func.__name__, help=func.__doc__)(command)
+
+    return register
+
+
 def seconds_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 

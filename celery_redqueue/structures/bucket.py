@@ -153,22 +153,16 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         )
         # Concurrency, costs and the total rate (bucket_limits.py); a shard of a sharded
         # bucket meters its share of the total (total_shares).
-        self.limits = Limits.build(
-            ordered=ordered,
-            concurrency=concurrency,
-            cost_rate=cost_rate,
-            cost_burst=cost_burst,
-            total_rate=total_rate,
-            total_burst=total_burst,
-        ).share(total_shares)
-        self._limit_options = {
+        limit_options: dict[str, Any] = {
             "concurrency": concurrency,
             "cost_rate": cost_rate,
             "cost_burst": cost_burst,
             "total_rate": total_rate,
             "total_burst": total_burst,
-            "total_shares": total_shares,
         }
+        self.limits = Limits.build(ordered=ordered, **limit_options).share(total_shares)
+        # What settings() hands another process to open the same bucket.
+        self._limit_options = {**limit_options, "total_shares": total_shares}
         self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
