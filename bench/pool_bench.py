@@ -30,8 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,6 +285,12 @@ class Worker:
         wait_for(done, timeout, "the worker to process every call")
         return float(self._stamp(done_key(self.prefix)) or 0.0)
 
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Warm shutdown (SIGTERM), then SIGKILL if it does not go within 30 s."""
         process, self.process = self.process, None
@@ -297,23 +302,6 @@ class Worker:
                 process.kill()
                 process.wait()
         self.log.close()
-
-
-@contextmanager
-def running_worker(
-    url: str,
-    prefix: str,
-    client: Any,
-    target: int,
-    batch: int,
-    queue: str,
-    floor_batch: int = DEFAULT_FLOOR_BATCH,
-) -> Iterator[Worker]:
-    worker = Worker(url, prefix, client, target, batch, queue, floor_batch)
-    try:
-        yield worker
-    finally:
-        worker.stop()
 
 
 class LlenSampler(threading.Thread):
@@ -457,8 +445,8 @@ class Bench:
         pooled.pool.clear()
         self.client.delete(self.queue, self.plain_queue)
 
-    def worker(self, target: int, queue: str) -> Any:
-        return running_worker(
+    def worker(self, target: int, queue: str) -> Worker:
+        return Worker(
             self.url,
             self.prefix,
             self.client,

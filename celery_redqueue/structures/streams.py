@@ -254,14 +254,14 @@ class EventStream(Structure):
             except Exception:
                 batch.undecodable.append((entry_id, raw))
                 continue
-            batch.events.append(
-                StreamEvent(entry_id, payload, int(receives), key.decode() or None, group)
-            )
+            event = StreamEvent(entry_id, payload, int(receives), key.decode() or None, group)
+            batch.events.append(event)
         return batch
 
     def wake_signals(self, group: str) -> list[WakeSignal]:
         """The wake signal of ``group`` (see `wake`)."""
-        return [WakeSignal(self.client, self.keys(f"group:{validate_group(group)}:signal"))]
+        part = f"group:{validate_group(group)}:"
+        return [WakeSignal(self.client, self.keys(part + "signal"), self.keys(part + "listening"))]
 
     def listen(self, group: str, timeout: float) -> bool:
         """`Wakeable.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""

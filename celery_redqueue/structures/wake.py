@@ -55,26 +55,24 @@ def listen_ms(seconds: float) -> int:
 
 @dataclass(frozen=True)
 class WakeSignal:
-    """The wake signal of one structure (or stream group): its client and its list key."""
+    """The wake signal of one structure (or stream group): its client, its list key and the
+    zset of its listeners (empty for a signal nobody is listed on, a waiter's own kick list)."""
 
     client: Any
     key: str
+    listening: str = ""
 
     def listen(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds (capped below the client's socket timeout) for a
         store to wake this structure; True when woken. Arm first (see the module docstring)."""
         return block_pop(self.client, [self.key], timeout) is not None
 
-    @property
-    def listening(self) -> str:
-        """The zset of this signal's listeners: the key beside it (``...:signal`` ->
-        ``...:listening``, for pools, buckets and stream groups alike)."""
-        return self.key[: -len("signal")] + "listening"
-
     def arm(self, listener: str, seconds: float) -> None:
         """List ``listener`` on this signal for ``seconds`` (0: take it off), apart from any look
         at the structure (``lua/wake_arm.lua``): for a waiter that lives longer than one look
         (the continuous consumer), which looks after arming and re-arms before it runs out."""
+        if not self.listening:
+            raise ValueError(f"{self.key}: nobody is listed on this signal")
         script("wake_arm")(self.client, [self.listening], [listener, listen_ms(seconds)])
 
 
@@ -87,12 +85,12 @@ class Listening:
 
     def wake_signals(self) -> list[WakeSignal]:
         """This structure's wake signals (one; a sharded structure has one per shard)."""
-        return [WakeSignal(self.client, self.keys("signal"))]
+        return [WakeSignal(self.client, self.keys("signal"), self.keys("listening"))]
 
     def listen(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a store to wake a consumer that an empty pop or
         poll armed (``listen=``); True when woken (a hint: look to see)."""
-        return WakeSignal(self.client, self.keys("signal")).listen(timeout)
+        return self.wake_signals()[0].listen(timeout)
 
 
 def listen_any(signals: Sequence[WakeSignal], timeout: float) -> list[WakeSignal]:
