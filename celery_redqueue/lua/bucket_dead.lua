@@ -1,6 +1,5 @@
 -- Requeue or purge dead letters of a bucket.
--- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
--- ARGV[1..7]: the bucket's settings (bucket_common.lua).
+-- KEYS, ARGV[1..7]: the bucket's keys and settings (bucket_keys.lua).
 -- ARGV[8] action: requeue | purge
 -- ARGV[9] how many from the oldest when no entries are named
 -- ARGV[10], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[9]
@@ -8,15 +7,21 @@
 -- Reply: {items acted on, send_drain}. Bounded: O(entries * log K).
 -- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
 -- gone)
---#include bucket_common
+--#include bucket_keys
+--#include clock
+--#include drain_lease
+--#include bucket_statuses
+--#include bucket_make_slot
+--#include bucket_append
 --#include dead_letters
+local b = bucket_keys(KEYS, ARGV)
 local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to
 -- requeue, has no key: an unreadable delayed item) stays listed when requeued and is deleted
 -- (counted as one item) when purged.
 local parsed = {}
-for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
+for _, entry in ipairs(dead_candidates(b.dead, 10, oldest)) do
   local info, payload = parse_letter(entry)
   if info and type(info['key']) == 'string' and (action ~= 'requeue' or info['key'] ~= '') then
     parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload,
@@ -27,24 +32,24 @@ for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
 end
 local entries, requeued = {}, 0
 for _, p in ipairs(parsed) do
-  if redis.call('LREM', K_DEAD, 1, p.entry) == 1 then entries[#entries + 1] = p end
+  if redis.call('LREM', b.dead, 1, p.entry) == 1 then entries[#entries + 1] = p end
 end
 for _, p in ipairs(entries) do
   local key, payload, cost = p.key, p.payload, p.cost
-  if key then redis.call('HINCRBY', K_KEYSTATS, key .. '\0dead', -1) end
+  if key then redis.call('HINCRBY', b.keystats, key .. '\0dead', -1) end
   if action == 'requeue' then
-    local id = redis.call('HINCRBY', K_STATS, 'seq', 1)
-    if append(key, make_slot(0, id, now, payload, cost), now) > 0 then
+    local id = redis.call('HINCRBY', b.stats, 'seq', 1)
+    if bucket_append(b, key, bucket_make_slot(0, id, now, payload, cost), now) ~= REFUSED then
       requeued = requeued + 1
     else
-      redis.call('HINCRBY', K_STATS, 'rejected', 1)
+      redis.call('HINCRBY', b.stats, 'rejected', 1)
     end
   end
 end
 if #entries == 0 then return {0, 0} end
-redis.call('HINCRBY', K_STATS, 'dead', -#entries)
-if action == 'purge' then redis.call('HINCRBY', K_STATS, 'purged', #entries) end
-if requeued > 0 then redis.call('HINCRBY', K_STATS, 'requeued', requeued) end
+redis.call('HINCRBY', b.stats, 'dead', -#entries)
+if action == 'purge' then redis.call('HINCRBY', b.stats, 'purged', #entries) end
+if requeued > 0 then redis.call('HINCRBY', b.stats, 'requeued', requeued) end
 local send = 0
-if requeued > 0 and arm_drain(now) == 1 then send = 1 end
+if requeued > 0 then send = (plan_drain(b.drains, b.wake, b.lease, now, now)) end
 return {#entries, send}

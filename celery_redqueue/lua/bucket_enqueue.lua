@@ -1,17 +1,27 @@
 -- Append items to their keys' FIFO queues (or hold them until due), make those keys eligible,
--- and plan the drain job they need. KEYS and ARGV[1..7]: see bucket_common.lua.
+-- and plan the drain job they need. KEYS and ARGV[1..7]: see bucket_keys.lua.
 -- ARGV[8] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[9], ARGV[10], ... groups of 5: key, payload, dedupe id ('' for none), delay ms, cost
 -- ('' for none: a bucket without bucket_cost)
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
--- Status: 0 refused (key full), 1 enqueued, 2 queued and the key's oldest item dropped,
--- 4 refused as a duplicate, 5 held until due. Bounded: O(batch * log K).
+-- Status (bucket_statuses.lua): REFUSED (key full), QUEUED, DROPPED (queued and the key's
+-- oldest item dropped), DUPLICATE (refused), DELAYED (held until due). Bounded: O(batch * log K).
 -- What a call does not use (dedupe, the delayed set) costs nothing.
 -- Lost reply: raises (a store: a second run would queue the items twice; pass dedupe ids to make
 -- calling again safe)
---#include bucket_common
+--#include bucket_keys
+--#include clock
+--#include common
+--#include flow
 --#include wake_signal
+--#include bucket_statuses
+--#include bucket_cost_rate
+--#include bucket_rate
+--#include bucket_make_slot
+--#include bucket_append
+--#include bucket_plan_drain
+local b = bucket_keys(KEYS, ARGV)
 local window = tonumber(ARGV[8])
 local count = (#ARGV - 8) / 5
 local dedupe = false
@@ -21,7 +31,7 @@ for i = 9, #ARGV, 5 do
   if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
   local cost = ARGV[i + 4]
   if cost ~= '' then
-    local units, limit = tonumber(cost), select(3, cost_rate_of(ARGV[i]))
+    local units, limit = tonumber(cost), select(3, bucket_cost_rate(b, ARGV[i]))
     if not units or units < 0 then return redis.error_reply('ERR bucket_enqueue: bad cost ' .. cost) end
     -- A call one period's budget can never cover (a key's own cost rate may be lower than the
     -- bucket's, which the caller checked already).
@@ -30,7 +40,7 @@ for i = 9, #ARGV, 5 do
         .. ' exceeds what its cost rate allows in one period (' .. limit .. ')')
     end
   end
-  if delay <= 0 and not select(3, rate_of(ARGV[i])) then
+  if delay <= 0 and not select(3, bucket_rate(b, ARGV[i])) then
     return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i]
       .. ' is malformed; set it again (set_rate)')
   end
@@ -42,48 +52,48 @@ local now = now_ms()
 local result = {0, -1}
 local enqueued, rejected, duplicates, delayed = 0, 0, 0, 0
 -- Forget a few expired dedupe ids whenever ids are recorded: bounded work, bounded set.
-if dedupe then forget_expired(K_DEDUPE, now) end
+if dedupe then forget_expired(b.dedupe, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
-local id = redis.call('HINCRBY', K_STATS, 'seq', count) - count
+local id = redis.call('HINCRBY', b.stats, 'seq', count) - count
 for i = 9, #ARGV, 5 do
   local key, payload, dedupe_id, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local cost = tonumber(ARGV[i + 4])
   id = id + 1
   local status
-  if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', K_DEDUPE, dedupe_id) then
-    status = 4
+  if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', b.dedupe, dedupe_id) then
+    status = DUPLICATE
     duplicates = duplicates + 1
   elseif delay > 0 then
     local stamp = cost and (id .. '/' .. string.format('%.17g', cost)) or id
-    redis.call('ZADD', K_SCHEDULED, now + delay, stamp .. ' ' .. key .. '\0' .. payload)
+    redis.call('ZADD', b.scheduled, now + delay, stamp .. ' ' .. key .. '\0' .. payload)
     delayed = delayed + 1
-    status = 5
+    status = DELAYED
   else
-    status = append(key, make_slot(0, id, now, payload, cost), now)
-    if status == 0 then rejected = rejected + 1 else enqueued = enqueued + 1 end
+    status = bucket_append(b, key, bucket_make_slot(0, id, now, payload, cost), now)
+    if status == REFUSED then rejected = rejected + 1 else enqueued = enqueued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
-  if dedupe and dedupe_id ~= '' and status ~= 0 and status ~= 4 then
-    redis.call('ZADD', K_DEDUPE, now + window, dedupe_id)
+  if dedupe and dedupe_id ~= '' and status ~= REFUSED and status ~= DUPLICATE then
+    redis.call('ZADD', b.dedupe, now + window, dedupe_id)
   end
   result[#result + 1] = status
 end
 
 -- One HINCRBY per counter that moved.
-if enqueued > 0 then redis.call('HINCRBY', K_STATS, 'enqueued', enqueued) end
-if rejected > 0 then redis.call('HINCRBY', K_STATS, 'rejected', rejected) end
-if duplicates > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', duplicates) end
-if delayed > 0 then redis.call('HINCRBY', K_STATS, 'delayed', delayed) end
-tick(K_FLOW, 'in', enqueued + rejected + duplicates, now)
+if enqueued > 0 then redis.call('HINCRBY', b.stats, 'enqueued', enqueued) end
+if rejected > 0 then redis.call('HINCRBY', b.stats, 'rejected', rejected) end
+if duplicates > 0 then redis.call('HINCRBY', b.stats, 'duplicates', duplicates) end
+if delayed > 0 then redis.call('HINCRBY', b.stats, 'delayed', delayed) end
+tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 
 -- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
 -- eligible now needs a drain job unless one holds the flag; later work needs one scheduled
 -- unless one is scheduled no later.
 -- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself;
 -- for items not due yet its poll answers LATER and it plans their wake-up itself (no job here).
-local woken = enqueued + delayed > 0 and wake_listener(K_LISTENING, K_SIGNAL, DRAIN_LEASE_MS, now)
+local woken = enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)
 local send, wait = -1, -1
-if woken then send = 0 else send, wait = plan_bucket_drain(now) end
+if woken then send = 0 else send, wait = bucket_plan_drain(b, now) end
 result[1], result[2] = send, wait
 return result

@@ -1,12 +1,17 @@
 -- Pause a key (it keeps accepting calls and releases none) or resume it, for every worker.
--- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
--- ARGV[1..7]: the bucket's settings (bucket_common.lua).
+-- KEYS, ARGV[1..7]: the bucket's keys and settings (bucket_keys.lua).
 -- ARGV[8] action: pause | resume, ARGV[9] key, ARGV[10] pause: ms from now ('' until resumed)
 -- Reply: {changed, send_drain}. changed 0: a pause that would end sooner than the key's current
 -- one (kept), or a resume of a key that was not paused. Safe to run twice. Bounded: O(log K).
 -- Lost reply: safe to run twice (the same pause or resume again: a second run finds it done and
 -- reports changed 0)
---#include bucket_common
+--#include bucket_keys
+--#include clock
+--#include common
+--#include drain_lease
+--#include bucket_eligible_at
+--#include bucket_make_eligible
+local b = bucket_keys(KEYS, ARGV)
 local action, key, ms = ARGV[8], ARGV[9], ARGV[10]
 if (action ~= 'pause' and action ~= 'resume') or not key or key == '' then
   return redis.error_reply('ERR bucket_pause: bad action or key')
@@ -18,27 +23,27 @@ local now = now_ms()
 -- Pauses that ran out are forgotten by the scripts that add pauses (here and a backoff's
 -- settle), not by every poll: one that ran out is harmless to a release (its time is past), and
 -- a resume must not report it as ended here.
-forget_expired(K_PAUSED, now)
+forget_expired(b.paused, now)
 
 if action == 'pause' then
   local till = ms == '' and 'inf' or string.format('%.17g', now + tonumber(ms))
   -- GT: a pause never shortens a longer one; a new key is added.
-  local changed = redis.call('ZADD', K_PAUSED, 'GT', 'CH', till, key)
+  local changed = redis.call('ZADD', b.paused, 'GT', 'CH', till, key)
   if ms == '' then
-    redis.call('ZREM', K_READY, key)
+    redis.call('ZREM', b.ready, key)
   else
     -- XX GT: a key in the ready set waits until then; one out of it stays out.
-    redis.call('ZADD', K_READY, 'XX', 'GT', till, key)
+    redis.call('ZADD', b.ready, 'XX', 'GT', till, key)
   end
   return {changed, 0}
 end
 
-if redis.call('ZREM', K_PAUSED, key) == 0 then return {0, 0} end
+if redis.call('ZREM', b.paused, key) == 0 then return {0, 0} end
 -- Out of the ready set (paused until resumed): back in if it has work; in it (a timed pause):
 -- its own schedules decide again.
-if redis.call('ZSCORE', K_READY, key) then
-  redis.call('ZADD', K_READY, 'XX', eligible_at(key, now), key)
+if redis.call('ZSCORE', b.ready, key) then
+  redis.call('ZADD', b.ready, 'XX', bucket_eligible_at(b, key, now, now), key)
 else
-  make_eligible(key, now)
+  bucket_make_eligible(b, key, now)
 end
-return {1, arm_drain(now)}
+return {1, (plan_drain(b.drains, b.wake, b.lease, now, now))}

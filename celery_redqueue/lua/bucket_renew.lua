@@ -1,14 +1,16 @@
 -- The worker's heartbeat for one bucket: push the deadline of reservations still held and
 -- renew the drain lease (drain_lease.lua's renew_inflight).
--- KEYS[1..26]: the bucket's keys (bucket_common.lua names each).
--- ARGV[1..7]: the bucket's settings (bucket_common.lua).
+-- KEYS, ARGV[1..7]: the bucket's keys and settings (bucket_keys.lua).
 -- ARGV[8] reservation timeout ms,
 -- ARGV[9], ... reservation ids held by the worker's process.
 -- Reply: the ids no longer held (the reaper took them back). Bounded: O(ids * log K).
 -- Lost reply: safe to run twice (pushes deadlines of ids still held; a second run pushes them
 -- again)
---#include bucket_common
+--#include bucket_keys
+--#include clock
+--#include drain_lease
+local b = bucket_keys(KEYS, ARGV)
 local timeout = tonumber(ARGV[8])
 local ids = {}
 for i = 9, #ARGV do ids[#ids + 1] = ARGV[i] end
-return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_LEASE_MS, ids, timeout, now_ms())
+return renew_inflight(b.inflight, b.drains, b.lease, ids, timeout, now_ms())

@@ -83,7 +83,7 @@ __all__ = [
     "validate_bucket_options",
 ]
 
-#: The keys every bucket script receives, in this order (lua/bucket_common.lua names them).
+#: The keys every bucket script receives, in this order (lua/bucket_keys.lua names them).
 # fmt: off
 PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
@@ -92,6 +92,8 @@ PARTS = (
     "calls_at", "signal", "listening",
 )
 # fmt: on
+#: bucket_enqueue_plain's status for an item its full key left unstored (lua/bucket_statuses.lua).
+FULL = 3
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
@@ -235,7 +237,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             and delay_ms == 0
             and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
         ):
-            return [self._enqueue_plain(encoded[0])]
+            plain = self._enqueue_plain(encoded[0])
+            if plain is not None:  # None: its key is full, the overflow policy is this script's
+                return [plain]
         args: list[Any] = [self.dedupe_window_ms]
         ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
         for call, dedupe_id in zip(encoded, ids, strict=True):
@@ -251,14 +255,17 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             )
         return results
 
-    def _enqueue_plain(self, call: EncodedCall) -> Receipt:
-        """One item with no dedupe id and no delay: the smaller script."""
+    def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
+        """One item with no dedupe id and no delay: the smaller script (None: its capped key
+        is full, and it stored nothing)."""
         if len(call) > 2:
             send, wake_ms, status = self._run(
                 "bucket_enqueue_plain", [call[0], call[1], _cost_arg(call)]
             )
         else:
             send, wake_ms, status = self._run("bucket_enqueue_plain", [call[0], call[1]])
+        if status == FULL:
+            return None
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
         result: Receipt = _QUIET_RESULTS[status]
@@ -305,9 +312,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
                     int(min(listen, AHEAD) * 1000) if ahead else 0,
                 ],
             )
-            malformed += int(reply[-1])
-            if reply[0] == UPKEEP:  # due delayed items to queue, or a minute's counts to roll
-                malformed += int(self._run("bucket_upkeep", []))
+            if reply[0] == UPKEEP:  # due delayed items, a head to skip or bury, a new minute
+                head = [reply[1], int(self.processed_guard_ms > 0)] if len(reply) > 1 else []
+                malformed += int(self._run("bucket_upkeep", head))
                 continue
             if reply[0] == EMPTY:
                 return Dequeued(malformed=malformed)

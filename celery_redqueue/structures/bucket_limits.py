@@ -1,7 +1,8 @@
 """A bucket's limits for metered APIs, beside each key's call rate: a cost budget per key (units
 per period), a total rate over all keys, a concurrency limit per key, pauses (an upstream's
 429, or by hand), and the noisy-neighbour figures. [`LeakyBucket`][celery_redqueue.LeakyBucket]
-mixes this in; the scripts' side is ``lua/bucket_limits.lua``. See docs/metered-apis.md.
+mixes this in; the scripts' side is ``lua/bucket_limits_at.lua`` and its includes. See
+docs/metered-apis.md.
 
 Costs are counted per aligned window of the cost rate's period (server clock): a key releases its
 head call only when the units charged in the current window plus that call's cost fit the budget
@@ -43,7 +44,7 @@ def rate_budget(rate: str | float, option: str = "rate") -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits a bucket passes to its scripts (ARGV[3], ``lua/bucket_limits.lua``)."""
+    """The limits a bucket passes to its scripts (ARGV[3], ``lua/bucket_keys.lua``)."""
 
     #: Most calls of one key in flight at once (0: no limit; 1: an ordered bucket).
     concurrency: int = 0
@@ -139,8 +140,9 @@ class Limits:
         return float(cost)
 
 
-#: The bucket's release counters the scripts keep (bucket_entries.lua's count_release): this
-#: minute's releases are the receives since ``releases_base``.
+#: The bucket's release counters the scripts keep (bucket_reserve.lua counts them,
+#: bucket_upkeep.lua rolls the minute): this minute's releases are the receives since
+#: ``releases_base``.
 _MINUTE_FIELDS = ("releases_minute", "receives", "releases_base", "releases_prev")
 
 
