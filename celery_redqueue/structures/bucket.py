@@ -145,7 +145,6 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         cost_burst: float = 0,
         total_rate: str | float | None = None,
         total_burst: float = 0,
-        total_shares: int = 1,
         shards: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
@@ -161,8 +160,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
             max_drains=max_drains,
         )
         # Concurrency, costs and the total rate (bucket_limits.py); each shard meters its share
-        # of the total (total_shares) in its own scripts, so a release costs no extra round trip.
-        total_shares = shards if shards > 1 else total_shares
+        # of the total in its own scripts, so a release costs no extra round trip.
         limit_options: dict[str, Any] = {
             "concurrency": concurrency,
             "cost_rate": cost_rate,
@@ -170,9 +168,9 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
             "total_rate": total_rate,
             "total_burst": total_burst,
         }
-        self.limits = Limits.build(ordered=ordered, **limit_options).share(total_shares)
+        self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
         # What settings() hands another process to open the same bucket.
-        self._limit_options = {**limit_options, "total_shares": total_shares}
+        self._limit_options = limit_options
         self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
@@ -281,7 +279,6 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
 
     # Consuming
 
-    # From the next shard with an eligible key; the reservation's id names its shard.
     @sharding.swept(sharding.has_reservation, sharding.merge_dequeue)
     def dequeue(
         self,
