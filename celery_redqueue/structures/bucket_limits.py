@@ -8,15 +8,6 @@ head call only when the units charged in the current window plus that call's cos
 (plus up to the burst left unused by the previous window), so no window ever holds more. The body
 may report the actual cost; the difference is charged at its commit, a refund only while the
 call's own window lasts (a later window never held those units).
-
-Example:
-
-    bucket = LeakyBucket(client, "llm", default_rate="500/m", cost_rate="90000/m",
-                         concurrency=4)
-    bucket.enqueue("tenant-a", {"prompt": "..."}, cost=1200)
-    reservation = bucket.dequeue().reservation
-    ...                                       # the upstream answered 429, Retry-After: 20
-    bucket.backoff(reservation, 20)           # every worker leaves tenant-a alone for 20 s
 """
 
 from __future__ import annotations

@@ -1,41 +1,8 @@
 """ResourcePool: N named resources, each leased to one holder at a time for a limited time.
 
-Think of 100 API credentials, a handful of test devices or accounts: a client takes the least
-recently used free resource, holds it under a lease that expires, and releases it. A client that
-crashes never releases; its lease simply runs out and the resource comes back on its own: the
-next ``acquire`` (or ``reclaim``) returns expired leases to the free set first. No keyspace
-notifications, no scan of every resource, and no daemon are involved.
-
-Redis holds, under ``<prefix>:{lease:<name>}:``:
-
-* ``resources``: a set of every resource name;
-* ``free``: a sorted set of free resources scored by when they became free, so the least
-  recently used one is taken first (new resources score 0 and go first);
-* ``leased``: a sorted set of leased resources scored by lease expiry (ms, server clock);
-* ``tokens``: a hash of resource -> the token of its current holder;
-* ``stats``: counters; ``notify``: a short list that wakes clients waiting for a resource;
-* ``uses``: a hash of resource -> how many leases it has been granted (for operators).
-
-Every operation is one Lua script, O(log N) (reclaiming is bounded per call), and time is the
-Redis server's ``TIME``, so the clocks of many clients cannot disagree about who holds what.
-
-A lease is proof of holding a resource: ``release`` and ``renew`` take the
-[`Lease`][celery_redqueue.Lease] and succeed only for its token while the lease is still valid. A
-holder whose lease ran out (and whose resource may already be someone else's) gets False and changes
-nothing.
-
-Example:
-
-    keys = ResourcePool(redis.Redis(), "api-keys", ["key-1", "key-2", "key-3"])
-    with keys.lease(ttl=30) as name:       # NoFreeResourceError when all are taken
-        call_api(credentials[name])
-
-    lease = keys.acquire(ttl=30, wait=5)   # or by hand: None if none freed up within 5 s
-    if lease:
-        try:
-            call_api(credentials[lease.resource])
-        finally:
-            keys.release(lease)
+A crashed holder's lease runs out and the next ``acquire`` (or ``reclaim``) returns it to the
+free set: no keyspace notifications, no scan, no daemon. Each operation is one bounded Lua
+script on the server's clock; docs/guides/leases.md explains the pool and its keys.
 """
 
 from __future__ import annotations
@@ -81,7 +48,7 @@ WAIT_SLICE = 2.0
 
 
 class ResourcePool(catalog.Registered):
-    """A pool of named resources leased to one holder at a time; see the module docstring.
+    """A pool of named resources leased to one holder at a time (see the leases guide).
 
     Args:
         client: a ``redis.Redis`` (or ``RedisCluster``) client.
