@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.keys import StructureKeys
 from ..redis.lua import read_atomic
 from . import sharding
@@ -338,6 +338,4 @@ class BucketLimits:
     def _server_now(self) -> float:
         """The Redis server's clock (seconds): every figure is measured against it."""
         with redis_errors("reading the server clock"):
-            clock = self.client.time()
-        sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
-        return float(sec) + float(usec) / 1e6
+            return server_time(self.client)
