@@ -13,7 +13,7 @@ Every script in ``lua/`` follows one contract:
   ``wake_in_ms`` when a job should be sent with a countdown), never a special value of another
   field. A script that takes work out (``pool_pop``, ``bucket_dequeue``, ``stream_read``)
   replies a status first: one of `EMPTY`, `TAKEN`, `LINGER`, `AGAIN`,
-  `LATER` (``drain_lease.lua`` names the same values). Times with a fraction of a
+  `LATER`, `UPKEEP`, `MIXED` (``drain_lease.lua`` names the same values). Times with a fraction of a
   millisecond travel as ``"%.17g"`` strings (Lua's ``tostring`` keeps 14 digits).
 * **Errors**: a malformed argument is an error reply ``ERR <script>: <what>``, before any write.
 * **Lost reply**: a header line ``-- Lost reply: safe to run twice (why)`` or
@@ -45,8 +45,10 @@ KeyOrArg = str | bytes | int | float
 #: The first field of a reply of a script that takes work out (pool_pop, bucket_dequeue,
 #: stream_read): nothing to hand out, the drain lease released in the same step (so nothing
 #: arriving afterwards is stranded); work handed out; nothing, the lease kept (linger); only
-#: skipped entries and more wait (take again at once); nothing may go before the reply's wait.
-EMPTY, TAKEN, LINGER, AGAIN, LATER = 0, 1, 2, 3, 4
+#: skipped entries and more wait (take again at once); nothing may go before the reply's wait;
+#: nothing taken, run the structure's upkeep script (due delayed work) and take again; nothing
+#: taken, the entries need the general script (``pool_pop_mixed``): run it instead.
+EMPTY, TAKEN, LINGER, AGAIN, LATER, UPKEEP, MIXED = 0, 1, 2, 3, 4, 5, 6
 
 
 #: The header line that says what a lost reply means for a script (see the module docstring).

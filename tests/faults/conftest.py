@@ -226,11 +226,11 @@ def recovery_app(redqueue_server_url, redqueue_prefix, monkeypatch):
 
 @pytest.fixture
 def reply_proxy(redqueue_server_url):
-    """A :class:`~celery_redqueue.testing.proxy.ReplyDroppingProxy` in front of the test
+    """A `tests.support.proxy.ReplyDroppingProxy` in front of the test
     server: ``reply_proxy.drop(marker)`` loses the next reply to a command containing it."""
     from urllib.parse import urlparse
 
-    from celery_redqueue.testing.proxy import ReplyDroppingProxy
+    from tests.support.proxy import ReplyDroppingProxy
 
     parsed = urlparse(redqueue_server_url)
     with ReplyDroppingProxy((parsed.hostname, parsed.port)) as proxy:

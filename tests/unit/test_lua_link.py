@@ -70,3 +70,17 @@ def test_every_shipped_script_compiles_on_redis(redqueue_redis, name):
     # the header lines are read from the file, not from what is shipped
     assert shipped.resend in (True, False)
     assert "-- Lost reply:" not in shipped.source
+
+
+def test_the_status_names_of_lua_and_python_agree():
+    from celery_redqueue.redis import lua
+
+    text = resources.files("celery_redqueue").joinpath("lua", "drain_lease.lua").read_text()
+    names, values = next(
+        line[len("local ") :].split(" = ")
+        for line in text.splitlines()
+        if line.startswith("local EMPTY, ")
+    )
+    named = dict(zip(names.split(", "), map(int, values.split(", ")), strict=True))
+    assert named == {name: getattr(lua, name) for name in named}
+    assert set(named) >= {"EMPTY", "TAKEN", "LINGER", "AGAIN", "LATER", "UPKEEP", "MIXED"}

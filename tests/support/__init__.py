@@ -1,0 +1,1 @@
+"""Test harness tools of this repository (not shipped with the package)."""
