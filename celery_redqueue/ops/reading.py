@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigurationError, RedQueueError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.serializers import Serializer, get_serializer
 from ..redis.server import server_warnings
 from ..structures.bucket import LeakyBucket
@@ -331,12 +331,9 @@ class Operations:
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
             leased, free = pipe.execute()
-            # TIME apart: a cluster pipeline refuses commands without a key.
-            clock = self.client.time()
-            sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
+            now = server_time(self.client)  # apart: a cluster pipeline refuses TIME
             names = [name for name, _ in leased] + [name for name, _ in free]
             uses = self.client.hmget(pool.keys("uses"), names) if names else []
-        now = sec + usec / 1e6
         rows: list[dict[str, Any]] = [
             {
                 "resource": name.decode(),

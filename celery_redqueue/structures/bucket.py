@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import EMPTY, LATER
+from ..redis.lua import EMPTY, LATER, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import seconds
 from .base import DRAIN_LEASE, Structure, decode_ids
@@ -306,6 +306,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
                 ],
             )
             malformed += int(reply[-1])
+            if reply[0] == UPKEEP:  # due delayed items to queue, or a minute's counts to roll
+                malformed += int(self._run("bucket_upkeep", []))
+                continue
             if reply[0] == EMPTY:
                 return Dequeued(malformed=malformed)
             if reply[0] == LATER:

@@ -8,15 +8,6 @@ head call only when the units charged in the current window plus that call's cos
 (plus up to the burst left unused by the previous window), so no window ever holds more. The body
 may report the actual cost; the difference is charged at its commit, a refund only while the
 call's own window lasts (a later window never held those units).
-
-Example:
-
-    bucket = LeakyBucket(client, "llm", default_rate="500/m", cost_rate="90000/m",
-                         concurrency=4)
-    bucket.enqueue("tenant-a", {"prompt": "..."}, cost=1200)
-    reservation = bucket.dequeue().reservation
-    ...                                       # the upstream answered 429, Retry-After: 20
-    bucket.backoff(reservation, 20)           # every worker leaves tenant-a alone for 20 s
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.keys import StructureKeys
 from ..redis.lua import read_atomic
 from .bucket_types import KeyStats, _check_burst, _check_key, parse_rate
@@ -338,6 +329,4 @@ class BucketLimits:
     def _server_now(self) -> float:
         """The Redis server's clock (seconds): every figure is measured against it."""
         with redis_errors("reading the server clock"):
-            clock = self.client.time()
-        sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
-        return float(sec) + float(usec) / 1e6
+            return server_time(self.client)

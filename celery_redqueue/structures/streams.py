@@ -1,30 +1,8 @@
 """EventStream: a capped log of events that every consumer group reads at its own position.
 
-A queue hands each message to one consumer and forgets it; a stream keeps it, and each group
-(the SMS sender, the packing-slip printer, the loyalty ledger) reads every event once, at its own
-pace, and can go back (`EventStream.seek()`) to replay after a bug fix. Redis Streams hold the
-log: XADD under an approximate cap, consumer groups, a pending list per group, XAUTOCLAIM.
-
-Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
-pending longer than ``visibility_timeout`` is claimed again by the next read, and past
-``max_receives`` it goes to the dead-letter list with the reason. Counting is exact:
-
-* ``trimmed`` (stream): entries the cap removed, counted at each append as XLEN before + 1 -
-  XLEN after (approximate trimming removes whole nodes, so the stream may hold somewhat more
-  than ``maxlen``; every entry it removes is counted, once);
-* ``missed`` (group): entries the cap removed before that group read them (a gap in the
-  sequence numbers every entry carries); ``lost`` (group): entries trimmed while pending, so
-  they could not be delivered again.
-
-Example:
-
-    stream = EventStream(redis.Redis(), "orders", maxlen=100_000, groups=["sms", "loyalty"])
-    stream.publish({"order": 7, "step": "placed"}, key="7")
-    batch = stream.read("sms", "worker-1")
-    for event in batch.events:
-        send_sms(event.payload)
-    stream.ack(batch)
-    stream.seek("loyalty", "start")        # replay everything the stream still holds
+Redis Streams hold the log (XADD under an approximate cap, consumer groups, a pending list per
+group). Delivery is at least once per group; trimming is counted exactly (``trimmed``, and per
+group ``missed`` and ``lost``). docs/guides/stream.md explains it for users.
 """
 
 from __future__ import annotations
@@ -70,7 +48,7 @@ GROUPS_TTL = 5.0
 
 
 class EventStream(Structure):
-    """A capped Redis stream with consumer groups; see the module docstring."""
+    """A capped Redis stream with consumer groups (see the stream guide)."""
 
     kind = "stream"
     parts = PARTS
