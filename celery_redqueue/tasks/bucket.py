@@ -392,12 +392,6 @@ class BucketTask(ProducerTask, MeteredOptions):
             )
         return float(self.default_retry_delay or 0)
 
-    def reap(self) -> int:
-        result = self.bucket.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.returned + result.dead_lettered
-
 
 def bucket_task(*args: Any, **options: Any) -> Any:
     """Decorator: a shared task with [`BucketTask`][celery_redqueue.BucketTask] as base; options are

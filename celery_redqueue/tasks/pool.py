@@ -392,12 +392,6 @@ class PoolTask(ProducerTask):
             message_id=None if batch else items[0].id or None,
         )
 
-    def reap(self) -> int:
-        result = self.pool.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.lost + result.returned + result.dead_lettered
-
 
 def pool_task(*args: Any, **options: Any) -> Any:
     """Decorator: a shared task with [`PoolTask`][celery_redqueue.PoolTask] as base; options are
