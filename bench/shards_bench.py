@@ -48,9 +48,7 @@ def progress(message: str) -> None:
 def open_structure(url: str, prefix: str, kind: str, shards: int) -> Any:
     client = make_client(url)
     if kind == "bucket":
-        return LeakyBucket(
-            client, "bench", shards=shards, prefix=prefix, default_rate="1000000/s"
-        )
+        return LeakyBucket(client, "bench", shards=shards, prefix=prefix, default_rate="1000000/s")
     return CappedPool(client, "bench", CAPACITY, shards=shards, prefix=prefix)
 
 

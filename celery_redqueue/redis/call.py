@@ -294,7 +294,6 @@ def _send_once(
         with getattr(target, "single_connection_lock", contextlib.nullcontext()):
             return _exchange(single, script, keys, args, ask, kept=True)
     holders = _holders_of(pool)
-    held = None
     try:
         held = _held(pool, holders)
     except redis.exceptions.RedisError:
@@ -352,10 +351,11 @@ def _exchange(
             conn.send_command("SCRIPT", "LOAD", script.source)
             conn.read_response()
         raise _Again() from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        conn.disconnect()
-        raise _Lost(exc) from exc
-    except redis.exceptions.InvalidResponse as exc:  # the stream broke mid-reply
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.InvalidResponse,  # the stream broke mid-reply
+    ) as exc:
         conn.disconnect()
         raise _Lost(exc) from exc
     except redis.exceptions.ResponseError:
