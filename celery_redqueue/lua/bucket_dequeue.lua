@@ -12,6 +12,9 @@
 -- body runs, without a wake-up round trip (never across a cost window: see below).
 -- Reply: a status first (drain_lease.lua), malformed last (entries dead-lettered by this call
 -- because they could not be read):
+--   {UPKEEP, malformed}               delayed items came due, or a release would begin a new
+--                                     minute: run bucket_upkeep.lua, then poll again (nothing
+--                                     was reserved)
 --   {EMPTY, malformed}                nothing queued or due (the drain flag was cleared here)
 --   {LATER, wait_ms, schedule, malformed}  items queued or delayed, none may go for wait_ms
 --                                     more; the flag was released, and schedule = 1 asks the
@@ -21,7 +24,7 @@
 --                                   long after now it was released at (ahead), else 0
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
--- (plus at most 100 due delayed items moved in, and at most 100 skipped items).
+-- (plus at most 100 skipped items).
 -- Lost reply: safe to run twice: a poll whose id recorded a reservation still held replies that
 -- reservation again (no fan-out) and takes nothing.
 --#include bucket_common
@@ -45,7 +48,11 @@ if taken and redis.call('HEXISTS', K_RES_KEYS, taken) == 1 then
           cost and string.format('%.17g', cost) or '',
           string.format('%.17g', math.max(at_ms - now, 0)), 0}
 end
-local malformed = offer_due_items(now)
+local malformed = 0
+-- Due delayed items join their keys' queues first (bucket_upkeep.lua, a rare step).
+local first_due = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+if #first_due > 0 and tonumber(first_due[2]) <= now then return {UPKEEP, malformed} end
+local minute = math.floor(now / 60000)
 
 -- Nothing may go before `when`: release the flag (so an item due sooner sends its own job)
 -- and have one drain job scheduled for `when` unless one is scheduled no later.
@@ -85,6 +92,9 @@ for _ = 1, 100 do
     redis.call('ZADD', K_READY, cost_at, key)
   elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))
+  elseif tonumber(redis.call('HGET', K_STATS, 'releases_minute') or '-1') ~= minute then
+    -- The first release of a minute: the release counts roll over first (bucket_upkeep.lua).
+    return {UPKEEP, malformed}
   else
     local at_ms = math.max(when, now)
     local slot, remaining = take_head(key)

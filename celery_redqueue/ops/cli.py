@@ -1,24 +1,5 @@
-"""``celery -A proj redqueue ...``: look at and tend every structure of an app.
-
-Structures are found through the registry, so the command needs only the app's settings
-(``redqueue_url``, ``redqueue_key_prefix``), not the modules that define the tasks.
-
-    celery -A proj redqueue list                     # every structure (a stream: per group)
-    celery -A proj redqueue stats pool:proj.record   # every counter, identities checked
-    celery -A proj redqueue top                      # live view, Ctrl-C to leave
-    celery -A proj redqueue dead pool:proj.record    # its dead letters
-    celery -A proj redqueue requeue pool:proj.record [--limit N]
-    celery -A proj redqueue purge pool:proj.record [--limit N] --yes
-    celery -A proj redqueue drain pool:proj.record   # send a drain job now
-    celery -A proj redqueue keys bucket:crawl [--top N] [--search TEXT]
-    celery -A proj redqueue set-rate crawl example.com 5/s [--burst N]
-    celery -A proj redqueue noisy bucket:llm [--top N]
-    celery -A proj redqueue pause bucket:llm tenant-7 [--seconds S] / resume bucket:llm tenant-7
-    celery -A proj redqueue leases lease:api-keys
-    celery -A proj redqueue reap                     # what beat's reaper does, once
-    celery -A proj redqueue metrics                  # Prometheus text format
-    celery -A proj redqueue dashboard [--host 127.0.0.1] [--port 5566] [--token T]
-    celery -A proj redqueue seek stream:orders sms start   # replay (or skip) for one group
+"""``celery -A proj redqueue ...``: look at and tend every structure of an app, found through the
+registry (only the app's settings are needed). docs/operations.md lists the commands.
 """
 
 from __future__ import annotations
@@ -32,7 +13,7 @@ from celery.bin.worker import worker
 from ..redis.server import server_warnings
 from ..structures.loss import check_for_loss
 from ..tasks.consumer import add_worker_option
-from .cli_base import cli_errors, find_target, open_ops, redqueue, seconds_text, structure_command
+from .cli_base import cli_errors, open_ops, open_target, redqueue, seconds_text, structure_command
 from .reading import WORK_KINDS, Operations, Target
 
 # This module is the package's `celery.commands` plugin, loaded before Celery parses the command
@@ -173,7 +154,7 @@ def stats(ctx: click.Context, ops: Operations, target: Target, as_json: bool) ->
 @cli_errors
 def dead(ctx: click.Context, name: str, limit: int) -> None:
     """List a structure's dead letters: payload, receives, last error."""
-    letters = find_target(open_ops(ctx), name).structure.dead_letters(0, limit - 1)
+    letters = open_target(ctx, name)[1].structure.dead_letters(0, limit - 1)
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
@@ -192,8 +173,8 @@ def dead(ctx: click.Context, name: str, limit: int) -> None:
 @cli_errors
 def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) -> None:
     """A bucket's busiest keys: depth, in flight, rate, next eligible."""
-    ops = open_ops(ctx)
-    rows = ops.keys(find_target(ops, bucket, ("bucket",)), top, search)
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    rows = ops.keys(target, top, search)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -224,7 +205,8 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
 def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
     """Noisy neighbours: the busiest keys (their share of the last minute's releases), the
     longest-waiting keys (age of their oldest call) and the paused keys."""
-    figures = open_ops(ctx).noisy(find_target(open_ops(ctx), bucket, ("bucket",)), top)
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    figures = ops.noisy(target, top)
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return

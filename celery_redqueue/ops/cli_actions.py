@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli_base import cli_errors, find_target, open_ops, redqueue
+from .cli_base import cli_errors, open_ops, open_target, redqueue
 from .reading import WORK_KINDS
 
 
@@ -21,8 +21,8 @@ from .reading import WORK_KINDS
 @cli_errors
 def requeue(ctx: click.Context, name: str, limit: int) -> None:
     """Put dead letters back in their queue (receives reset) and send a drain job."""
-    ops = open_ops(ctx)
-    click.echo(ops.requeue(find_target(ops, name), limit=limit))
+    ops, target = open_target(ctx, name)
+    click.echo(ops.requeue(target, limit=limit))
 
 
 @redqueue.command()
@@ -33,8 +33,7 @@ def requeue(ctx: click.Context, name: str, limit: int) -> None:
 @cli_errors
 def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
     """Delete dead letters (they are counted as purged)."""
-    ops = open_ops(ctx)
-    target = find_target(ops, name)
+    ops, target = open_target(ctx, name)
     if not yes:
         click.confirm(f"Delete dead letters of {name}?", abort=True)
     click.echo(ops.purge(target, limit=limit))
@@ -46,8 +45,7 @@ def purge(ctx: click.Context, name: str, limit: int, yes: bool) -> None:
 @cli_errors
 def drain(ctx: click.Context, name: str) -> None:
     """Send one drain job for a structure now (it needs the app's task of that name)."""
-    ops = open_ops(ctx)
-    target = find_target(ops, name)
+    ops, target = open_target(ctx, name)
     if ops.drain_task(target) is None:
         what = "consumes it" if target.kind == "stream" else f"is named {target.name!r}"
         raise click.ClickException(f"{target.id}: no task of this app {what}")
@@ -63,8 +61,8 @@ def drain(ctx: click.Context, name: str) -> None:
 @cli_errors
 def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float | None) -> None:
     """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
-    ops = open_ops(ctx)
-    click.echo(ops.set_rate(find_target(ops, bucket, ("bucket",)), key, rate, burst))
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    click.echo(ops.set_rate(target, key, rate, burst))
 
 
 @redqueue.command()
@@ -75,8 +73,8 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
 @cli_errors
 def pause(ctx: click.Context, bucket: str, key: str, seconds: float | None) -> None:
     """Pause one key of a bucket for every worker: it keeps accepting calls and releases none."""
-    ops = open_ops(ctx)
-    click.echo(ops.pause(find_target(ops, bucket, ("bucket",)), key, seconds))
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    click.echo(ops.pause(target, key, seconds))
 
 
 @redqueue.command()
@@ -86,8 +84,8 @@ def pause(ctx: click.Context, bucket: str, key: str, seconds: float | None) -> N
 @cli_errors
 def resume(ctx: click.Context, bucket: str, key: str) -> None:
     """End a key's pause (by hand or a KeyBackoff) and send a drain job for its calls."""
-    ops = open_ops(ctx)
-    click.echo(ops.resume(find_target(ops, bucket, ("bucket",)), key))
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    click.echo(ops.resume(target, key))
 
 
 @redqueue.command()
@@ -153,8 +151,7 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
 @cli_errors
 def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
     """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
-    ops = open_ops(ctx)
-    found = find_target(ops, name, ("stream",))
+    ops, found = open_target(ctx, name, ("stream",))
     stream = found.structure
     target: Any = position
     if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):

@@ -33,8 +33,12 @@ def cli_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def find_target(ops: Operations, name: str, kinds: tuple[str, ...] = WORK_KINDS) -> Target:
-    return ops.find(name, kinds)
+def open_target(
+    ctx: click.Context, name: str, kinds: tuple[str, ...] = WORK_KINDS
+) -> tuple[Operations, Target]:
+    """The app's structures, and the one named ``name`` among ``kinds``."""
+    ops = open_ops(ctx)
+    return ops, ops.find(name, kinds)
 
 
 def structure_command(
@@ -52,8 +56,7 @@ def structure_command(
         @click.pass_context
         @cli_errors
         def command(ctx: click.Context, name: str, as_json: bool) -> None:
-            ops = open_ops(ctx)
-            func(ctx, ops, find_target(ops, name, kinds), as_json)
+            func(ctx, *open_target(ctx, name, kinds), as_json)
 
         return redqueue.command(name=func.__name__, help=func.__doc__)(command)
 

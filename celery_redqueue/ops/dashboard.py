@@ -1,33 +1,12 @@
 """The dashboard: a plain WSGI application (standard library only) and its server.
 
 One HTML page, one script and one stylesheet, served from the package, poll two JSON
-endpoints; ``/metrics`` serves Prometheus. Reading is open to whoever reaches the port (it binds
-to 127.0.0.1 by default); actions (requeue, purge, drain now, set a key's rate) are POSTs that
-need all of:
-
-* a token configured on the server (``--token`` or ``redqueue_dashboard_token``; without one
-  the dashboard is read-only) and sent as ``Authorization: Bearer <token>``;
-* the page's CSRF token in ``X-CSRF-Token`` (a per-process secret only the page itself can
-  read: a cross-origin page gets no CORS headers);
-* a same-origin request: ``Sec-Fetch-Site`` and ``Origin``, when the browser sends them, must
-  say so; and a JSON body (a cross-site HTML form cannot send ``application/json``).
-
-Every response forbids inline script and framing (Content-Security-Policy); the page only ever
-puts data in the DOM as text.
-
-``celery -A proj redqueue dashboard`` runs it on its own; `dashboard_app()` mounts it in your
-own web project instead, behind your project's login (the token still guards actions):
-
-    # Flask
-    from werkzeug.middleware.dispatcher import DispatcherMiddleware
-    from celery_redqueue.ops.dashboard import dashboard_app
-    flask_app.wsgi_app = DispatcherMiddleware(
-        flask_app.wsgi_app, {"/redqueue": dashboard_app(celery_app, token=os.environ["T"])}
-    )
-
-    # Django (wsgi.py): send /redqueue/ to the dashboard, the rest to Django
-    from celery_redqueue.ops.dashboard import dashboard_app, mount
-    application = mount(get_wsgi_application(), "/redqueue", dashboard_app(celery_app))
+endpoints; ``/metrics`` serves Prometheus. Reading is open to whoever reaches the port; actions
+are POSTs that need the configured token (``Authorization: Bearer``), the page's CSRF token
+(``X-CSRF-Token``, a per-process secret only the page can read), a same-origin request and a
+JSON body (which a cross-site HTML form cannot send). Every response forbids inline script and
+framing. docs/operations.md explains running it and mounting it (`dashboard_app`, `mount`) in
+a Flask or Django project.
 """
 
 from __future__ import annotations
@@ -97,6 +76,14 @@ def _int(query: dict[str, list[str]], name: str, default: int, high: int) -> int
     except ValueError:
         raise HTTPError("400 Bad Request", f"{name} must be an integer") from None
     return min(max(value, 0), high)
+
+
+def _number(body: dict[str, Any], name: str, what: str) -> float | None:
+    """An action's optional number (None when not given)."""
+    value = body.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise HTTPError("400 Bad Request", f"{name} must be {what}")
+    return value
 
 
 class Dashboard:
@@ -255,20 +242,12 @@ class Dashboard:
         elif action == "drain" and target.kind != "lease":
             message = self.ops.send_drain(target)
         elif action == "set_rate" and target.kind == "bucket":
-            burst = body.get("burst")
-            if burst is not None and (
-                isinstance(burst, bool) or not isinstance(burst, int | float)
-            ):
-                raise HTTPError("400 Bad Request", "burst must be a number")
+            burst = _number(body, "burst", "a number")
             message = self.ops.set_rate(
                 target, str(body.get("key", "")), str(body.get("rate")), burst
             )
         elif action in ("pause", "resume") and target.kind == "bucket":
-            key, seconds = str(body.get("key", "")), body.get("seconds")
-            if seconds is not None and (
-                isinstance(seconds, bool) or not isinstance(seconds, int | float)
-            ):
-                raise HTTPError("400 Bad Request", "seconds must be a number or null")
+            key, seconds = str(body.get("key", "")), _number(body, "seconds", "a number or null")
             if action == "pause":
                 message = self.ops.pause(target, key, seconds)
             else:

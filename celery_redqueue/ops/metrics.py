@@ -51,74 +51,63 @@ class RedQueueCollector:
 
     def collect(self) -> Iterator[Any]:
         core = _prometheus().core
+
+        def metric(kind: Any, name: str, text: str, *extra: str) -> Any:
+            return kind(f"redqueue_{name}", text, labels=["kind", "name", *extra])
+
         gauge, counter = core.GaugeMetricFamily, core.CounterMetricFamily
-        labels = ["kind", "name"]
         g = {
-            "depth": gauge("redqueue_depth", "Items waiting to be handed out.", labels=labels),
-            "in_flight": gauge(
-                "redqueue_in_flight", "Items handed out and not finished.", labels=labels
+            "depth": metric(gauge, "depth", "Items waiting to be handed out."),
+            "in_flight": metric(gauge, "in_flight", "Items handed out and not finished."),
+            "delayed": metric(gauge, "delayed", "Items held until due."),
+            "dead": metric(gauge, "dead", "Items in the dead-letter list."),
+            "oldest_age": metric(gauge, "oldest_age_seconds", "Age of the oldest waiting item."),
+            "drain_eta": metric(
+                gauge, "drain_eta_seconds", "Time to empty at the last minute's out-rate."
             ),
-            "delayed": gauge("redqueue_delayed", "Items held until due.", labels=labels),
-            "dead": gauge("redqueue_dead", "Items in the dead-letter list.", labels=labels),
-            "oldest_age": gauge(
-                "redqueue_oldest_age_seconds", "Age of the oldest waiting item.", labels=labels
-            ),
-            "drain_eta": gauge(
-                "redqueue_drain_eta_seconds",
-                "Time to empty at the last minute's out-rate.",
-                labels=labels,
-            ),
-            "workers_needed": gauge(
-                "redqueue_workers_needed",
+            "workers_needed": metric(
+                gauge,
+                "workers_needed",
                 "Worker processes needed to keep up with the last minute's in-rate.",
-                labels=labels,
             ),
         }
-        offered = counter("redqueue_offered", "Items offered.", labels=labels)
-        processed = counter("redqueue_processed", "Items processed.", labels=labels)
-        dropped = counter("redqueue_dropped", "Items shed, by reason.", labels=[*labels, "reason"])
-        key_depth = gauge(
-            "redqueue_key_depth", "Depth of a bucket's busiest keys.", labels=[*labels, "key"]
+        offered = metric(counter, "offered", "Items offered.")
+        processed = metric(counter, "processed", "Items processed.")
+        dropped = metric(counter, "dropped", "Items shed, by reason.", "reason")
+        key_depth = metric(gauge, "key_depth", "Depth of a bucket's busiest keys.", "key")
+        key_flight = metric(
+            gauge, "key_in_flight", "In-flight items of a bucket's busiest keys.", "key"
         )
-        key_flight = gauge(
-            "redqueue_key_in_flight",
-            "In-flight items of a bucket's busiest keys.",
-            labels=[*labels, "key"],
-        )
-        resources = gauge(
-            "redqueue_resources",
-            "Resources of a resource pool by state.",
-            labels=[*labels, "state"],
-        )
-        acquired = counter("redqueue_leases_acquired", "Leases granted.", labels=labels)
-        group_labels = [*labels, "group"]
-        group_lag = gauge(
-            "redqueue_stream_group_lag",
+        resources = metric(gauge, "resources", "Resources of a resource pool by state.", "state")
+        acquired = metric(counter, "leases_acquired", "Leases granted.")
+        group_lag = metric(
+            gauge,
+            "stream_group_lag",
             "Entries kept in a stream that a consumer group has not read yet.",
-            labels=group_labels,
+            "group",
         )
-        group_pending = gauge(
-            "redqueue_stream_group_pending",
+        group_pending = metric(
+            gauge,
+            "stream_group_pending",
             "Entries handed to a consumer group and not acknowledged.",
-            labels=group_labels,
+            "group",
         )
-        group_age = gauge(
-            "redqueue_stream_group_oldest_pending_age_seconds",
+        group_age = metric(
+            gauge,
+            "stream_group_oldest_pending_age_seconds",
             "Age of a consumer group's oldest pending entry.",
-            labels=group_labels,
+            "group",
         )
-        group_processed = counter(
-            "redqueue_stream_group_processed", "Entries a group acknowledged.", labels=group_labels
+        group_processed = metric(
+            counter, "stream_group_processed", "Entries a group acknowledged.", "group"
         )
-        paused = gauge(
-            "redqueue_bucket_keys_paused",
+        paused = metric(
+            gauge,
+            "bucket_keys_paused",
             "Keys of a bucket paused now (a KeyBackoff or by hand): one series per bucket.",
-            labels=labels,
         )
-        backoffs = counter(
-            "redqueue_bucket_backoffs", "Calls put back by KeyBackoff (429s).", labels=labels
-        )
-        up = gauge("redqueue_structure_up", "1 when the structure could be read.", labels=labels)
+        backoffs = metric(counter, "bucket_backoffs", "Calls put back by KeyBackoff (429s).")
+        up = metric(gauge, "structure_up", "1 when the structure could be read.")
         for target in self.ops.targets():
             view = self.ops.view(target)
             ids = [target.kind, target.name]

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigurationError, RedQueueError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.serializers import Serializer, get_serializer
 from ..redis.server import server_warnings
 from ..structures.bucket import LeakyBucket
@@ -28,7 +28,6 @@ from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
 from ..structures.leases import ResourcePool
 from ..structures.pool import CappedPool
-from ..structures.sharded import ShardedBucket, ShardedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
 from ..tasks.config import get_config
@@ -56,7 +55,7 @@ DROP_REASONS = {
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
 
-Structure = CappedPool | LeakyBucket | ShardedPool | ShardedBucket | ResourcePool | EventStream
+Structure = CappedPool | LeakyBucket | ResourcePool | EventStream
 
 
 @dataclass(frozen=True)
@@ -227,15 +226,15 @@ class Operations:
 
     def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
         """A page of dead letters from the oldest, with the list's length."""
-        if isinstance(target.structure, ShardedPool | ShardedBucket):
-            with redis_errors("reading dead letters"):
-                total, raw = target.structure.dead_page(start, count)
-            return {"total": total, "start": start, "letters": [self._letter(e) for e in raw]}
+        structure = target.structure
         with redis_errors("reading dead letters"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.llen(target.structure.keys("dead"))
-            pipe.lrange(target.structure.keys("dead"), start, start + count - 1)
-            total, raw = pipe.execute()
+            if isinstance(structure, CappedPool | LeakyBucket):  # of every shard, merged
+                total, raw = structure.dead_page(start, count)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.llen(structure.keys("dead"))
+                pipe.lrange(structure.keys("dead"), start, start + count - 1)
+                total, raw = pipe.execute()
         return {"total": int(total), "start": start, "letters": [self._letter(e) for e in raw]}
 
     def _letter(self, raw: bytes) -> dict[str, Any]:
@@ -251,7 +250,7 @@ class Operations:
         keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
         are those of every shard, merged."""
         bucket = target.structure
-        if isinstance(bucket, ShardedBucket):
+        if isinstance(bucket, LeakyBucket) and bucket.shards:
             rows = [row for shard in bucket.shards for row in self._key_rows(shard, top, query)]
             rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
             return rows[:top]
@@ -331,12 +330,9 @@ class Operations:
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
             leased, free = pipe.execute()
-            # TIME apart: a cluster pipeline refuses commands without a key.
-            clock = self.client.time()
-            sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
+            now = server_time(self.client)  # apart: a cluster pipeline refuses TIME
             names = [name for name, _ in leased] + [name for name, _ in free]
             uses = self.client.hmget(pool.keys("uses"), names) if names else []
-        now = sec + usec / 1e6
         rows: list[dict[str, Any]] = [
             {
                 "resource": name.decode(),
@@ -414,9 +410,9 @@ class Operations:
         self._bucket(target).set_rate(key, rate, burst)
         return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")
 
-    def _bucket(self, target: Target) -> LeakyBucket | ShardedBucket:
+    def _bucket(self, target: Target) -> LeakyBucket:
         bucket = target.structure
-        if not isinstance(bucket, LeakyBucket | ShardedBucket):
+        if not isinstance(bucket, LeakyBucket):
             raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
         return bucket
 

@@ -42,6 +42,12 @@ def is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key")
 
 
+def slot_master(client: Any, key: Any) -> Any:
+    """The client of the cluster master serving ``key``'s slot, or None when none does."""
+    node = client.get_node_from_key(key)
+    return None if node is None else node.redis_connection
+
+
 def block_limit(client: Any) -> float | None:
     """Longest block in seconds a command on ``client`` may ask for (None: no socket timeout)."""
     if is_cluster(client):
@@ -71,12 +77,9 @@ def block_pop(client: Any, keys: Sequence[str], timeout: float) -> str | None:
         timeout, backstop = min(timeout, limit), min(backstop, limit)
     if timeout < MIN_BLOCK or not keys:
         return None
-    target = client
-    if is_cluster(client):
-        node = client.get_node_from_key(keys[0])
-        if node is None or node.redis_connection is None:
-            return None
-        target = node.redis_connection
+    target = slot_master(client, keys[0]) if is_cluster(client) else client
+    if target is None:
+        return None
     pool = target.connection_pool
     try:
         conn = pool.get_connection()

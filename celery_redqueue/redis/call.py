@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..errors import ReplyLostError
+from .blocking import is_cluster, slot_master
 from .client import translate_error
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def run_script(
             continue
         except _Lost as lost:
             asking = None
-            if _is_cluster(client):
+            if is_cluster(client):
                 with contextlib.suppress(Exception):  # a failover: find the slot's master again
                     client.nodes_manager.initialize()
             if not script.resend or isinstance(lost.cause, redis.exceptions.TimeoutError):
@@ -235,7 +236,7 @@ def run_script(
             asking = asking.redis_connection
         except (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError) as exc:
             asking = None
-            if not _is_cluster(client):
+            if not is_cluster(client):
                 raise translate_error(exc, action) from exc
             time.sleep(CLUSTER_WAIT)
         except redis.exceptions.RedisError as exc:
@@ -270,20 +271,16 @@ def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
         manager.get_node_from_slot(exc.slot_id)
 
 
-def _is_cluster(client: Any) -> bool:
-    return hasattr(client, "get_node_from_key")
-
-
 def _node_for(client: Any, keys: Sequence[KeyOrArg]) -> Any:
     """The client to send to: ``client`` itself, or the master serving the keys' slot."""
-    if not _is_cluster(client):
+    if not is_cluster(client):
         return client
     if not keys:
         return client.get_random_node().redis_connection
-    node = client.get_node_from_key(keys[0])
-    if node is None or node.redis_connection is None:
+    target = slot_master(client, keys[0])
+    if target is None:
         raise redis.exceptions.ClusterDownError(f"no node serves the slot of {keys[0]!r}")
-    return node.redis_connection
+    return target
 
 
 def _send_once(
@@ -297,7 +294,6 @@ def _send_once(
         with getattr(target, "single_connection_lock", contextlib.nullcontext()):
             return _exchange(single, script, keys, args, ask, kept=True)
     holders = _holders_of(pool)
-    held = None
     try:
         held = _held(pool, holders)
     except redis.exceptions.RedisError:
@@ -355,10 +351,11 @@ def _exchange(
             conn.send_command("SCRIPT", "LOAD", script.source)
             conn.read_response()
         raise _Again() from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        conn.disconnect()
-        raise _Lost(exc) from exc
-    except redis.exceptions.InvalidResponse as exc:  # the stream broke mid-reply
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.InvalidResponse,  # the stream broke mid-reply
+    ) as exc:
         conn.disconnect()
         raise _Lost(exc) from exc
     except redis.exceptions.ResponseError:

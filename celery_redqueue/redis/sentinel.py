@@ -1,16 +1,6 @@
-"""Redis behind Sentinel: ``sentinel://`` URLs and their transport options, as kombu takes them.
-
-Example (Celery settings):
-
-    redqueue_url = "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379;sentinel://10.0.0.3:26379"
-    redqueue_transport_options = {"master_name": "mymaster"}
-
-Each ``;``-separated part names one sentinel. As in kombu, the first part's user, password and
-database (``sentinel://:secret@host:26379/2``) are those of the master; options for the
-sentinels' own connections go in ``sentinel_kwargs``. The client asks the sentinels for the
-master's address whenever it opens a connection, so after a failover it finds the new master
-by itself; while no master is reachable, calls raise
-[`RedisUnavailableError`][celery_redqueue.RedisUnavailableError].
+"""Redis behind Sentinel: ``sentinel://`` URLs and their transport options, as kombu takes them
+(docs/redis.md shows the settings). The client asks the sentinels for the master whenever it
+opens a connection, so after a failover it finds the new master by itself.
 """
 
 from __future__ import annotations

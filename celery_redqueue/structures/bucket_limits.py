@@ -8,15 +8,6 @@ head call only when the units charged in the current window plus that call's cos
 (plus up to the burst left unused by the previous window), so no window ever holds more. The body
 may report the actual cost; the difference is charged at its commit, a refund only while the
 call's own window lasts (a later window never held those units).
-
-Example:
-
-    bucket = LeakyBucket(client, "llm", default_rate="500/m", cost_rate="90000/m",
-                         concurrency=4)
-    bucket.enqueue("tenant-a", {"prompt": "..."}, cost=1200)
-    reservation = bucket.dequeue().reservation
-    ...                                       # the upstream answered 429, Retry-After: 20
-    bucket.backoff(reservation, 20)           # every worker leaves tenant-a alone for 20 s
 """
 
 from __future__ import annotations
@@ -28,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.keys import StructureKeys
 from ..redis.lua import read_atomic
+from . import sharding
 from .bucket_types import KeyStats, _check_burst, _check_key, parse_rate
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)")
@@ -206,6 +198,7 @@ class BucketLimits:
     def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
         raise NotImplementedError
 
+    @sharding.on_key
     def set_cost_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
         """Give a key a cost budget of its own (``"40000/m"``), seen by every process; the
         bucket needs a ``cost_rate`` of its own for costs to be metered at all."""
@@ -218,6 +211,7 @@ class BucketLimits:
         with redis_errors("setting a cost rate"):
             self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
 
+    @sharding.on_key
     def pause(self, key: str, seconds: float | None = None) -> bool:
         """Release nothing of ``key`` for ``seconds`` (None: until `resume()`), in every
         process; the key keeps accepting calls. A pause never shortens a longer one. Returns
@@ -230,6 +224,7 @@ class BucketLimits:
         changed, _ = self._run("bucket_pause", ["pause", _check_key(key), ms])
         return bool(changed)
 
+    @sharding.on_key
     def resume(self, key: str) -> bool:
         """End a key's pause (by hand or a backoff); False when it was not paused. Sends a drain
         job through `drain_sender` when the key has work and none is running."""
@@ -238,6 +233,7 @@ class BucketLimits:
             self.drain_sender()
         return bool(changed)
 
+    @sharding.ranked(lambda row: (row[1], row[0]))
     def paused(self, limit: int = 100) -> list[tuple[str, float]]:
         """Keys paused now and until when (server seconds; ``inf``: until resumed), soonest
         first, at most ``limit``."""
@@ -248,12 +244,14 @@ class BucketLimits:
             )
         return [(name.decode(), float(score) / 1000.0) for name, score in rows]
 
+    @sharding.on_every(sum)
     def paused_count(self) -> int:
         """How many keys are paused now (one number for metrics, whatever the keys)."""
         now = self._server_now()
         with redis_errors(f"reading pauses of {self.keys.base}"):
             return int(self.client.zcount(self.keys("paused"), now * 1000.0, "+inf"))
 
+    @sharding.ranked(lambda row: (-row.releases, row.key))  # a share is of its shard's releases
     def busiest(self, top: int = 10) -> list[KeyLoad]:
         """The keys with the most releases over about the last minute (this minute's count and
         the previous minute's, weighted by how much of it is still inside the last 60 s)."""
@@ -273,6 +271,7 @@ class BucketLimits:
         rows = sorted(loads.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
         return [KeyLoad(k, n, share) for k, (n, share) in rows]
 
+    @sharding.on_key
     def key_stats(self, key: str) -> KeyStats:
         """One key's figures in one read-only script (consistent, and works at maxmemory): its
         queue, rate and in-flight calls, its pause and backoffs, its cost budget, its oldest
@@ -328,6 +327,7 @@ class BucketLimits:
             cost_burst=cost_burst,
         )
 
+    @sharding.ranked(lambda row: (-(row.oldest_age or 0), row.key))
     def longest_waiting(self, top: int = 10) -> list[KeyLoad]:
         """The keys whose oldest waiting call has waited longest (the ages index: bounded)."""
         now = self._server_now()
@@ -338,6 +338,4 @@ class BucketLimits:
     def _server_now(self) -> float:
         """The Redis server's clock (seconds): every figure is measured against it."""
         with redis_errors("reading the server clock"):
-            clock = self.client.time()
-        sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
-        return float(sec) + float(usec) / 1e6
+            return server_time(self.client)

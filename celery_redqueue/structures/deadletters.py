@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..redis.client import redis_errors
+from ..redis.lua import script
 from ..redis.serializers import Serializer
 
 #: Dead letters acted on per script call when acting on "all" or "the oldest N".
@@ -128,8 +129,6 @@ class DeadLetterTools:
         """Dead-letter a call that never entered the structure (a by-name message that could
         not be stored as a call), with ``error`` as its reason; counted so that the structure's
         identities still hold."""
-        from ..redis.lua import script
-
         with redis_errors(f"dead-lettering a call in {self.keys.base}"):
             script("dead_letter_unstored")(
                 self.client,

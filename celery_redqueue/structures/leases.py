@@ -1,41 +1,8 @@
 """ResourcePool: N named resources, each leased to one holder at a time for a limited time.
 
-Think of 100 API credentials, a handful of test devices or accounts: a client takes the least
-recently used free resource, holds it under a lease that expires, and releases it. A client that
-crashes never releases; its lease simply runs out and the resource comes back on its own: the
-next ``acquire`` (or ``reclaim``) returns expired leases to the free set first. No keyspace
-notifications, no scan of every resource, and no daemon are involved.
-
-Redis holds, under ``<prefix>:{lease:<name>}:``:
-
-* ``resources``: a set of every resource name;
-* ``free``: a sorted set of free resources scored by when they became free, so the least
-  recently used one is taken first (new resources score 0 and go first);
-* ``leased``: a sorted set of leased resources scored by lease expiry (ms, server clock);
-* ``tokens``: a hash of resource -> the token of its current holder;
-* ``stats``: counters; ``notify``: a short list that wakes clients waiting for a resource;
-* ``uses``: a hash of resource -> how many leases it has been granted (for operators).
-
-Every operation is one Lua script, O(log N) (reclaiming is bounded per call), and time is the
-Redis server's ``TIME``, so the clocks of many clients cannot disagree about who holds what.
-
-A lease is proof of holding a resource: ``release`` and ``renew`` take the
-[`Lease`][celery_redqueue.Lease] and succeed only for its token while the lease is still valid. A
-holder whose lease ran out (and whose resource may already be someone else's) gets False and changes
-nothing.
-
-Example:
-
-    keys = ResourcePool(redis.Redis(), "api-keys", ["key-1", "key-2", "key-3"])
-    with keys.lease(ttl=30) as name:       # NoFreeResourceError when all are taken
-        call_api(credentials[name])
-
-    lease = keys.acquire(ttl=30, wait=5)   # or by hand: None if none freed up within 5 s
-    if lease:
-        try:
-            call_api(credentials[lease.resource])
-        finally:
-            keys.release(lease)
+A crashed holder's lease runs out and the next ``acquire`` (or ``reclaim``) returns it to the
+free set: no keyspace notifications, no scan, no daemon. Each operation is one bounded Lua
+script on the server's clock; docs/guides/leases.md explains the pool and its keys.
 """
 
 from __future__ import annotations
@@ -51,12 +18,14 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError, ReservationError
+from ..errors import NoFreeResourceError, RedQueueError, ReservationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
+from ..validation import positive_int
 from . import catalog
 from .figures import parse_counters
+from .lease_keeper import LeaseKeeper, LostCallback
 from .lease_types import Lease as Lease
 from .lease_types import LeaseStats as LeaseStats
 from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
@@ -81,7 +50,7 @@ WAIT_SLICE = 2.0
 
 
 class ResourcePool(catalog.Registered):
-    """A pool of named resources leased to one holder at a time; see the module docstring.
+    """A pool of named resources leased to one holder at a time (see the leases guide).
 
     Args:
         client: a ``redis.Redis`` (or ``RedisCluster``) client.
@@ -144,7 +113,7 @@ class ResourcePool(catalog.Registered):
         with self._declare_lock:
             names, self._undeclared = self._undeclared, []
         try:
-            self._add(names)
+            self._change("lease_add", names)
         except BaseException:
             with self._declare_lock:
                 self._undeclared[:0] = names
@@ -153,10 +122,7 @@ class ResourcePool(catalog.Registered):
     def add_resources(self, *resources: str) -> int:
         """Add resources now; returns how many were new. Waiting clients are woken."""
         self._apply_declared()
-        return self._add(_names(resources))
-
-    def _add(self, names: list[str]) -> int:
-        return self._change("lease_add", names)
+        return self._change("lease_add", _names(resources))
 
     def _change(self, script_name: str, names: list[str]) -> int:
         """Run ``script_name`` over ``names`` in chunks (each call short); the summed replies."""
@@ -217,10 +183,7 @@ class ResourcePool(catalog.Registered):
     def _try_acquire(self, ttl_ms: int) -> tuple[Lease | None, float | None]:
         token = uuid.uuid4().hex
         sent = time.monotonic()
-        reply = self._run(
-            "lease_acquire",
-            [ttl_ms, token, RECLAIM_BATCH],
-        )
+        reply = self._run("lease_acquire", [ttl_ms, token, RECLAIM_BATCH])
         if int(reply[0]) == 1:
             lease = Lease(
                 self.keys.base,
@@ -259,10 +222,7 @@ class ResourcePool(catalog.Registered):
         resource is then reclaimed (returned to the free set) by this call.
         """
         self._check(lease)
-        released = self._run(
-            "lease_release",
-            [lease.resource, lease.token],
-        )
+        released = self._run("lease_release", [lease.resource, lease.token])
         return bool(released)  # 2: released by an earlier send of this same call
 
     def renew(self, lease: Lease, ttl: float) -> Lease | None:
@@ -274,12 +234,7 @@ class ResourcePool(catalog.Registered):
         self._check(lease)
         ttl_ms = _ttl_ms(ttl)
         sent = time.monotonic()
-        expiry_ms = int(
-            self._run(
-                "lease_renew",
-                [lease.resource, lease.token, ttl_ms],
-            )
-        )
+        expiry_ms = int(self._run("lease_renew", [lease.resource, lease.token, ttl_ms]))
         if expiry_ms <= 0:
             return None
         return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)
@@ -336,17 +291,11 @@ class ResourcePool(catalog.Registered):
 
         Never required (every acquire reclaims first); useful to keep ``stats()`` current.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be a positive integer, got {limit!r}")
+        positive_int("limit", limit)
         total = 0
         while total < limit:
             batch = min(RECLAIM_BATCH, limit - total)
-            count = int(
-                self._run(
-                    "lease_reclaim",
-                    [batch],
-                )
-            )
+            count = int(self._run("lease_reclaim", [batch]))
             total += count
             if count < batch:
                 break
@@ -355,10 +304,7 @@ class ResourcePool(catalog.Registered):
     def stats(self) -> LeaseStats:
         """One consistent snapshot of the pool's figures."""
         self._apply_declared()
-        reply = self._run(
-            "lease_stats",
-            [],
-        )
+        reply = self._run("lease_stats", [])
         counters = parse_counters(
             self.keys("stats"), {reply[i]: reply[i + 1] for i in range(4, len(reply), 2)}
         )
@@ -380,8 +326,3 @@ class ResourcePool(catalog.Registered):
             self._undeclared.clear()
         with redis_errors(f"clearing {self.keys.base}"):
             self.client.delete(*self._keys)
-
-
-# The keeper builds on this module; imported last and re-exported so that older imports
-# (``from celery_redqueue.structures.leases import LeaseKeeper``) keep working.
-from .lease_keeper import LeaseKeeper, LostCallback  # noqa: E402

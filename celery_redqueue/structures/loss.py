@@ -1,11 +1,6 @@
 """Loss made visible: detect a Redis that restarted and lost its data (the settings that can
-lose data are warned about by `server_warnings()`).
-
-Two things can take calls out of Redis without any script running: an eviction policy (Redis
-deletes keys when full, leaving structures with phantom depth or wedged keys) and a restart
-without persistence (every counter starts again at 0, so the accounting identities still
-"hold" while thousands of queued calls are gone). Neither can be prevented from here; both can
-be made known.
+lose data are warned about by `server_warnings()`). After a restart without persistence every
+counter starts again at 0, so the accounting identities still "hold" while queued calls are gone.
 
 * `check_for_loss()`: compares each registered structure's totals with the snapshot last
   seen (kept in process memory and in ``<prefix>:health``); when Redis's run id changed and a
@@ -40,11 +35,6 @@ INFLOW = "offered_last_minute"
 
 _lock = threading.Lock()
 _snapshots: dict[tuple[str, str], Snapshot] = {}
-
-
-def _client_id(client: Any) -> str:
-    # redis-py's repr names host, port and db; enough to tell servers apart in one process.
-    return repr(client)
 
 
 @dataclass(frozen=True)
@@ -177,7 +167,7 @@ def check_for_loss(client: Any, prefix: str) -> list[Loss]:
     when Redis cannot be read.
     """
     prefix = normalize_prefix(prefix)
-    memory_key = (_client_id(client), prefix)
+    memory_key = (repr(client), prefix)  # redis-py's repr names host, port and db
     with redis_errors("checking for data loss"):
         run_id, started = _run(client)
         stored_raw = client.get(health_key(prefix))

@@ -1,38 +1,6 @@
-"""Sorted sets shared by many producers and consumers, in the style of ``redset``.
-
-Three classes over one Redis sorted set each (``<prefix>:{set:<name>}:items``):
-
-* [`SortedSet`][celery_redqueue.SortedSet]: items ordered by a score, lowest first. The score comes
-from ``add(item,
-  score=...)``, else from the set's ``scorer(item)``, else it is 0 (ties are ordered by the
-  serialized bytes). An explicit score of 0 is a score like any other.
-* [`TimeSortedSet`][celery_redqueue.TimeSortedSet]: scored by the time the item was added (first in,
-first out). * [`ScheduledSet`][celery_redqueue.ScheduledSet]: scored by the time the item becomes
-due; ``pop``/``take``/``peek``
-  see only items whose score is not in the future, and ``available()`` counts them.
-
-Items are serialized (JSON by default; ``"str"`` stores ``str(item)`` and gives back text, as
-``redset`` does; any object with ``dumps``/``loads`` will do, its ``loads`` receiving ``str`` as in
-``redset``) and the serialized bytes are the set's members, so equal items are one member: adding
-an item that is already present only updates its score. The constructor takes ``redset``'s
-positional order (client, name, scorer, serializer): a ``redset`` user changes the import.
-
-Every pop is one atomic server-side step (``ZPOPMIN``, or one Lua script for scheduled sets), so
-any number of consumers in any number of processes each receive an item exactly once, and no
-client-side lock is involved.
-
-One clock: when a time-based set scores an item by "now", and when a scheduled set decides what
-is due, the time is the Redis server's ``TIME`` read inside the script, never the clock of the
-process that calls. Scores are Unix timestamps in seconds (floats, microsecond resolution), so an
-explicit ``score=time.time() + 60`` works too, as long as the caller's clock is close to the
-server's. A custom ``scorer`` runs in the calling process and uses whatever clock it likes.
-
-Example:
-
-    jobs = ScheduledSet(redis.Redis(), "reminders")
-    jobs.add({"order": 7}, delay=15 * 60)   # due in 15 minutes, by the server's clock
-    for job in jobs.take(100):              # only due items, each to exactly one consumer
-        cancel_if_unpaid(job["order"])
+"""Sorted sets shared by many producers and consumers, in the style of ``redset``: one Redis
+sorted set each (``<prefix>:{set:<name>}:items``), every pop one atomic server-side step, time
+from the server's ``TIME``. docs/guides/sets.md explains them for users.
 """
 
 from __future__ import annotations

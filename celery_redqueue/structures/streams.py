@@ -1,30 +1,8 @@
 """EventStream: a capped log of events that every consumer group reads at its own position.
 
-A queue hands each message to one consumer and forgets it; a stream keeps it, and each group
-(the SMS sender, the packing-slip printer, the loyalty ledger) reads every event once, at its own
-pace, and can go back (`EventStream.seek()`) to replay after a bug fix. Redis Streams hold the
-log: XADD under an approximate cap, consumer groups, a pending list per group, XAUTOCLAIM.
-
-Delivery is at least once per group: an entry handed out stays pending until acknowledged; one
-pending longer than ``visibility_timeout`` is claimed again by the next read, and past
-``max_receives`` it goes to the dead-letter list with the reason. Counting is exact:
-
-* ``trimmed`` (stream): entries the cap removed, counted at each append as XLEN before + 1 -
-  XLEN after (approximate trimming removes whole nodes, so the stream may hold somewhat more
-  than ``maxlen``; every entry it removes is counted, once);
-* ``missed`` (group): entries the cap removed before that group read them (a gap in the
-  sequence numbers every entry carries); ``lost`` (group): entries trimmed while pending, so
-  they could not be delivered again.
-
-Example:
-
-    stream = EventStream(redis.Redis(), "orders", maxlen=100_000, groups=["sms", "loyalty"])
-    stream.publish({"order": 7, "step": "placed"}, key="7")
-    batch = stream.read("sms", "worker-1")
-    for event in batch.events:
-        send_sms(event.payload)
-    stream.ack(batch)
-    stream.seek("loyalty", "start")        # replay everything the stream still holds
+Redis Streams hold the log (XADD under an approximate cap, consumer groups, a pending list per
+group). Delivery is at least once per group; trimming is counted exactly (``trimmed``, and per
+group ``missed`` and ``lost``). docs/guides/stream.md explains it for users.
 """
 
 from __future__ import annotations
@@ -38,7 +16,7 @@ from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
-from ..validation import positive_int, seconds
+from ..validation import boolean, positive_int, seconds
 from .base import DRAIN_LEASE, Structure
 from .figures import Figures, compute, parse_counters
 from .protocols import in_chunks
@@ -70,7 +48,7 @@ GROUPS_TTL = 5.0
 
 
 class EventStream(Structure):
-    """A capped Redis stream with consumer groups; see the module docstring."""
+    """A capped Redis stream with consumer groups (see the stream guide)."""
 
     kind = "stream"
     parts = PARTS
@@ -101,8 +79,7 @@ class EventStream(Structure):
         positive_int("max_receives", max_receives)
         self.processed_guard_ms = int(seconds("processed_guard", processed_guard) * 1000)
         self.drain_lease_ms = int(seconds("drain_lease", drain_lease, positive=True) * 1000)
-        if not isinstance(ordered, bool):
-            raise ConfigurationError(f"ordered must be True or False, got {ordered!r}")
+        boolean("ordered", ordered)
         if key is not None and not callable(key):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]

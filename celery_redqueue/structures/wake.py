@@ -12,13 +12,7 @@ as a drain: the store sends no drain job. An empty look with ``listen=0`` takes 
 off, so a drain that ends stops absorbing calls in its last step.
 
 A token is a hint, never work: a lost one (its BLPOP reply lost, Redis restarted) leaves the
-waiter to its timeout, a stale one costs one look.
-
-Example:
-
-    batch = pool.pop(100, listen=0.5)
-    if not batch and pool.listen(0.5):
-        batch = pool.pop(100)      # a call arrived while we waited
+waiter to its timeout, a stale one costs one look. docs/consumer.md shows the consumer using it.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
-from ..structures.bucket import Reservation, validate_bucket_options
+from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
-from ..structures.sharded import AnyBucket, make_bucket, validate_shards
+from ..structures.sharding import validate_shards
 from ..validation import boolean, function_option, optional_seconds, seconds
 from . import tracing
 from .base import error_text
@@ -148,16 +148,16 @@ class BucketTask(ProducerTask, MeteredOptions):
         return getattr(self._local, "reservation", None)
 
     @property
-    def bucket(self) -> AnyBucket:
+    def bucket(self) -> LeakyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
         return self._per_process("_redqueue_bucket", self._make_bucket)
 
-    def _make_bucket(self) -> AnyBucket:
+    def _make_bucket(self) -> LeakyBucket:
         config = get_config(self.app)
-        bucket = make_bucket(
-            self.bucket_shards,
+        bucket = LeakyBucket(
             config.client(),
             self.bucket_name or self.name,
+            shards=self.bucket_shards,
             default_rate=self.bucket_rate,
             default_burst=self.bucket_burst,
             ordered=self.bucket_ordered,
@@ -391,12 +391,6 @@ class BucketTask(ProducerTask, MeteredOptions):
                 )
             )
         return float(self.default_retry_delay or 0)
-
-    def reap(self) -> int:
-        result = self.bucket.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.returned + result.dead_lettered
 
 
 def bucket_task(*args: Any, **options: Any) -> Any:

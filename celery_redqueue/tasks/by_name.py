@@ -1,31 +1,9 @@
 """By-name calls: a message with arguments for a pooled or bucket task is stored, not run.
 
-A producer that does not import the task (another service or language, ``app.send_task``,
-``celery call``, Flower's send-task, a beat row with arguments in a process without the task)
-sends an ordinary Celery message. The worker that receives it puts the call into the structure
-exactly as ``.delay()`` would (the same checks, key function, dedupe, counters and drain job)
-and acknowledges the message only after the store returned: the task is ``acks_late``.
-
-- A call the structure refuses (a full ``reject`` pool, a full bucket key, a duplicate) is
-  counted there like any refused call, and the message is acknowledged: resending it would be
-  refused again, forever.
-- A call that cannot be stored as it is (arguments the body cannot take, a key function that
-  fails, a bad eta) is dead-lettered with its reason (counted as offered and dead) and the
-  message acknowledged.
-- Redis unreachable or full: the message is sent again with a growing countdown
-  (`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
-  waits in the broker, not in a worker. Any other refusal of the write (a script error, a key
-  of the wrong type) would fail every time: the call is dead-lettered with its reason instead.
-- Stored once per message: a call with no dedupe id of its own (no key function, no
-  `DEDUPE_HEADER`) is stored under the message's id as its dedupe id, so a copy of the
-  same message (redelivered because the worker died between the store and the ack, or sent
-  again after a lost reply that was applied) is refused by the structure's dedupe within its
-  dedupe window, counted in ``duplicates``, and acknowledged as already stored.
-
-The message's id becomes the call's id. With per-call results on, the body's outcome is stored
-under it, so ``app.send_task(...).get()`` returns the body's result; off, the message's own
-result (if the app stores results) is the receipt, as a dict.
-
+The worker that receives it stores the call exactly as ``.delay()`` would and acknowledges the
+message only after the store returned (the task is ``acks_late``). What is counted,
+dead-lettered or sent again (`STORE_ATTEMPTS_HEADER`), why a copy of a message is stored once
+(`MESSAGE_DEDUPE_PREFIX`) and what the message's result is: docs/call-paths.md, "By-name calls".
 An argument-less message is a drain job, as before.
 """
 

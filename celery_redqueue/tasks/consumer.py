@@ -1,15 +1,9 @@
-"""The continuous consumer (opt-in): a worker bootstep that serves the app's redqueue structures
-without drain jobs.
-
-Turn it on with the setting ``redqueue_consumer = True`` (Django: ``CELERY_REDQUEUE_CONSUMER``)
-or ``celery worker --redqueue-consumer``. The worker then waits for work on the structures of
-its pooled, bucket and stream tasks routed to a queue it consumes from (or the task names the
-setting lists), and runs their drains in its own pool (`consumer_loop`): no broker
-message while it keeps up. Drain jobs, beat and the reaper go on as before; the drain lease
-keeps a consumer and drain jobs from running more drains of one structure than it allows.
+"""The continuous consumer (opt-in, docs/consumer.md): a worker bootstep that serves the app's
+redqueue structures without drain jobs.
 
 The step is added to every ``celery worker`` of an app (``celeryd_init``, before the worker
-builds its steps) and includes itself only when the setting or the option asks for it.
+builds its steps) and includes itself only when the setting ``redqueue_consumer`` or the option
+``--redqueue-consumer`` asks for it; `consumer_loop` dispatches the drains.
 """
 
 from __future__ import annotations

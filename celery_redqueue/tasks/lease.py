@@ -1,27 +1,5 @@
-"""Celery glue for leased resources: tasks that run only while holding one resource of a pool.
-
-Declare the pool's resources once, where the app is defined, and give tasks ``LeaseTask`` as
-base (or use the [`lease_task()`][celery_redqueue.lease_task] decorator):
-
-    api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
-
-    @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
-    def fetch(self, url):
-        return call_api(url, credentials=CREDENTIALS[self.resource])
-
-Before the body runs, the worker leases a free resource; ``self.resource`` (or
-``fetch.resource`` in a body without ``bind=True``) names it for the duration of the call, in
-that thread only. While the body runs, a background thread renews the lease every
-``lease_ttl / 3`` seconds; when it ends, whatever the outcome, the lease is released. A worker
-that dies loses its lease ``lease_ttl`` seconds later at most.
-
-When every resource is leased, the call does not block the worker: it is retried with
-exponential backoff (``self.retry(countdown=...)``), up to ``lease_max_retries`` times, and then
-fails with [`NoFreeResourceError`][celery_redqueue.NoFreeResourceError]. Those retries count in
-``self.request.retries`` like any other, so they also use up the body's own ``max_retries``.
-Called directly or in eager mode, a call that finds no
-free resource raises NoFreeResourceError at once (an eager retry would spin).
-"""
+"""Celery glue for leased resources: tasks that run only while holding one resource of a pool
+(`LeaseTask`, `lease_task`, `resource_pool`; docs/guides/leases.md)."""
 
 from __future__ import annotations
 
@@ -120,8 +98,22 @@ class LeaseTask(Task):  # type: ignore[misc]
     """Base class of tasks that hold one resource of a
     [`ResourcePool`][celery_redqueue.ResourcePool] while they run.
 
-    See the module docstring for the lifecycle. Options are class attributes, so both
-    ``@app.task(base=LeaseTask, lease_pool="api-keys")`` and ``@lease_task(...)`` work.
+    Before the body runs the worker leases a free resource; ``self.resource`` names it, in that
+    thread, for the call. A background thread renews the lease every ``lease_ttl / 3`` seconds
+    and the lease is released when the body ends, whatever the outcome (a dead worker's runs out
+    within ``lease_ttl``). With every resource leased, the call is retried with exponential
+    backoff (``self.retry(countdown=...)``, counted in ``self.request.retries`` and so in the
+    body's ``max_retries`` too), up to ``lease_max_retries`` times, then fails with
+    [`NoFreeResourceError`][celery_redqueue.NoFreeResourceError]; called directly or in eager
+    mode it raises that at once (an eager retry would spin).
+
+    Example:
+
+        api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
+
+        @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
+        def fetch(self, url):
+            return call_api(url, credentials=CREDENTIALS[self.resource])
     """
 
     #: Name of the resource pool to lease from (declare it with ``resource_pool``); defaults to

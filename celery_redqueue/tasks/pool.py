@@ -20,7 +20,7 @@ from ..structures.pool import (
     validate_pool_options,
 )
 from ..structures.protocols import in_chunks
-from ..structures.sharded import AnyPool, make_pool, validate_shards
+from ..structures.sharding import validate_shards
 from ..validation import (
     boolean,
     function_option,
@@ -190,17 +190,17 @@ class PoolTask(ProducerTask):
             )
 
     @property
-    def pool(self) -> AnyPool:
+    def pool(self) -> CappedPool:
         """This task's pool (stats, pop, clear), built once per process."""
         return self._per_process("_redqueue_pool", self._make_pool)
 
-    def _make_pool(self) -> AnyPool:
+    def _make_pool(self) -> CappedPool:
         config = get_config(self.app)
-        return make_pool(
-            self.pool_shards,
+        return CappedPool(
             config.client(),
             self.pool_name or self.name,
             self.pool_size,
+            shards=self.pool_shards,
             policy=self.pool_policy,
             coalesce=self.pool_coalesce,
             prefix=config.key_prefix,
@@ -274,7 +274,7 @@ class PoolTask(ProducerTask):
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
         gather_min = self.pool_batch_min or self.pool_batch_size
         while True:
-            if self.pool_batch_wait and isinstance(pool, CappedPool):  # (shards: refused)
+            if self.pool_batch_wait:  # (refused with shards)
                 # Let a batch gather: look again later (a scheduled job), never sleep here.
                 gather = pool.gather(gather_min, self.pool_batch_wait)
                 if gather.wait:
@@ -391,12 +391,6 @@ class PoolTask(ProducerTask):
             receives=max(item.receives for item in items),
             message_id=None if batch else items[0].id or None,
         )
-
-    def reap(self) -> int:
-        result = self.pool.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.lost + result.returned + result.dead_lettered
 
 
 def pool_task(*args: Any, **options: Any) -> Any:

@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
 from ..structures.receipts import Receipt
 from .base import RedQueueTask
+from .beat import reaped_count
 from .buffer import CallBuffer, buffered_call
 from .options import drain_options, is_trigger
 from .results import named_receipt, new_call_id
@@ -156,6 +157,12 @@ class ProducerTask(RedQueueTask):
         """``with task.buffer():`` holds this task's calls and stores them on exit (see
         `buffer`)."""
         return CallBuffer((self,), flush_on_error=flush_on_error)
+
+    def reap(self) -> int:
+        result = self.structure.reap()
+        if result.drain_needed:
+            self.send_drain_or_release()
+        return reaped_count(result)
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
         """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""

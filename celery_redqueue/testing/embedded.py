@@ -148,6 +148,24 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _wait_ready(process: subprocess.Popen[bytes] | None, port: int, timeout: float) -> bool:
+    """Whether the server ``process`` answers on ``port`` within ``timeout`` seconds: that
+    process, not another one already listening on a port that was asked for."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1, retry=no_retry())
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and process is not None and process.poll() is None:
+            try:
+                if client.info("server").get("process_id") == process.pid:
+                    return True
+            except redis.exceptions.ConnectionError:
+                pass
+            time.sleep(0.05)
+        return False
+    finally:
+        client.close()
+
+
 _R = TypeVar("_R", bound="_Running")
 
 
@@ -236,7 +254,7 @@ class EmbeddedRedis(_Running):
                     stdout=output,
                     stderr=subprocess.STDOUT,
                 )  # fmt: skip
-            if self._wait_ready():
+            if _wait_ready(self.process, self.port, self.startup_timeout):
                 return self
             self.stop(cleanup=False)
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -245,24 +263,6 @@ class EmbeddedRedis(_Running):
             f"{self.binary} did not start on 127.0.0.1:{self.port}; its log {log} ends with:\n"
             f"{tail}"
         )
-
-    def _wait_ready(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, retry=no_retry())
-        deadline = time.monotonic() + self.startup_timeout
-        try:
-            while time.monotonic() < deadline:
-                if self.process is None or self.process.poll() is not None:
-                    return False
-                try:
-                    # Our server, not another one already listening on a port that was asked for.
-                    if client.info("server").get("process_id") == self.process.pid:
-                        return True
-                    time.sleep(0.05)
-                except redis.exceptions.ConnectionError:
-                    time.sleep(0.05)
-            return False
-        finally:
-            client.close()
 
     def restart(self, *, kill: bool = False) -> EmbeddedRedis:
         """Stop the server (SIGKILL with ``kill``, else a clean shutdown) and start it again on

@@ -28,6 +28,7 @@ from .embedded import (
     _free_port,
     _Running,
     _terminate,
+    _wait_ready,
     find_server_binary,
     no_retry,
 )
@@ -69,25 +70,10 @@ class EmbeddedSentinel(_Running):
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            if self._wait_ready():
+            if _wait_ready(self.process, self.port, 20.0):
                 return self
             self.stop(cleanup=False)
         raise RedisServerNotFound(f"sentinel did not start; see {self._tmp.name}")
-
-    def _wait_ready(self, timeout: float = 20.0) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, retry=no_retry())
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if self.process is None or self.process.poll() is not None:
-                    return False
-                try:
-                    return bool(client.ping())
-                except redis.exceptions.ConnectionError:
-                    time.sleep(0.05)
-            return False
-        finally:
-            client.close()
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)

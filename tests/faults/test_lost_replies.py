@@ -184,6 +184,26 @@ def test_a_lost_bucket_poll_reply_returns_the_same_reservation(
     assert (stats.processed, stats.late, stats.in_flight, stats.depth) == (1, 0, 0, 1)
 
 
+def test_a_lost_upkeep_reply_queues_each_due_item_once(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    """bucket_upkeep (the poll's rare step: due delayed items, a new minute) is re-sent."""
+    direct = LeakyBucket(redqueue_redis, "d", prefix=redqueue_prefix, default_rate="1000/s")
+    bucket = LeakyBucket(retrying_client, "d", prefix=redqueue_prefix, default_rate="1000/s")
+    direct.enqueue_many([("k", 1), ("k", 2)], delay=0.05)
+    while (poll := direct.dequeue(ahead=False)).wait:  # not due yet: nothing is queued
+        assert direct.stats().delayed == 2
+        time.sleep(poll.wait)
+    assert direct.commit(poll.reservation)
+    direct.enqueue("j", 3, delay=0.05)
+    time.sleep(0.06)
+    reply_proxy.drop(sha("bucket_upkeep"))
+    reservation = bucket.dequeue().reservation
+    assert reply_proxy.dropped == 1 and reservation.payload in (2, 3)
+    stats = direct.stats()
+    assert (stats.enqueued, stats.delayed, stats.depth, stats.in_flight) == (3, 0, 1, 1)
+
+
 def test_a_lost_lease_acquire_reply_returns_the_same_lease(
     retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
 ):

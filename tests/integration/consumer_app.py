@@ -4,6 +4,9 @@ subprocesses, and the test process as a producer (tests/integration/test_consume
 Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX. Every drain job
 any process of the app sends through the broker is counted in the hash
 ``<prefix>:drain-messages``, by sender: ``producer`` (the test process) or ``worker``.
+
+Its tasks are ``shared=False``: the test process imports this app, and Celery's default would
+bind them into every later app of the session (tests/integration/test_process_apps.py).
 """
 
 import os
@@ -37,6 +40,7 @@ def _count_drain_messages(sender=None, headers=None, **_):
 
 @app.task(
     base=PoolTask,
+    shared=False,
     pool_size=100_000,
     pool_batch_size=20,
     pool_drain_interval=None,
@@ -51,6 +55,7 @@ def record(i):
 
 @app.task(
     base=PoolTask,
+    shared=False,
     pool_size=100_000,
     pool_batch_size=10,
     pool_delivery="at_least_once",
@@ -70,6 +75,7 @@ def durable(i):
 
 @app.task(
     base=BucketTask,
+    shared=False,
     bucket_key=lambda tenant, i: tenant,
     bucket_rate="1000/s",
     bucket_drain_interval=None,
@@ -78,6 +84,12 @@ def metered(tenant, i):
     client().rpush(f"{PREFIX}:metered", f"{tenant}:{i}")
 
 
-@app.task(base=StreamTask, stream_name="events", stream_group="tally", stream_drain_interval=None)
+@app.task(
+    base=StreamTask,
+    shared=False,
+    stream_name="events",
+    stream_group="tally",
+    stream_drain_interval=None,
+)
 def tally(event):
     client().rpush(f"{PREFIX}:tally", event)

@@ -4,7 +4,8 @@ REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 
 The linger (60 s) and the socket timeout (120 s, so one blocking read covers the whole linger)
 are far beyond the test's waits: a call served within them was served because it woke the
-drain, not because the drain looked again.
+drain, not because the drain looked again. Its tasks are ``shared=False`` (the test process
+imports the app too: see tests/integration/test_process_apps.py).
 """
 
 import os
@@ -27,6 +28,7 @@ def served(kind: str, item: object) -> None:
 
 @app.task(
     base=PoolTask,
+    shared=False,
     pool_drain_linger=LINGER,
     pool_drain_time_budget=2 * LINGER,  # no handing over to a fresh job during the test
     pool_drain_interval=None,
@@ -37,6 +39,7 @@ def pooled(i):
 
 @app.task(
     base=BucketTask,
+    shared=False,
     bucket_key=lambda key, i: key,
     bucket_rate="1/m",  # a key's second item waits a minute: the drain waits with it
     bucket_drain_linger=LINGER,
@@ -49,6 +52,7 @@ def metered(key, i):
 
 @app.task(
     base=StreamTask,
+    shared=False,
     stream_name="wake-events",
     stream_group="wake-readers",
     stream_drain_linger=LINGER,
