@@ -109,30 +109,7 @@ logger = logging.getLogger(__name__)
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class PoolProducer(Producer[bytes]):
-    """What a pool offers producers on top of `Producer`, over its `store_encoded`."""
-
-    store_chunk = ADD_CHUNK
-
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
-        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
-
-        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
-        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
-        """
-        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
-        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
-
-        Every payload is serialized before anything is stored, so one bad payload stores none.
-        At most one result has ``drain_needed`` set.
-        """
-        encoded = [self.encode(p) for p in payloads]
-        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
-
-
-class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
+class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
@@ -140,6 +117,7 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
     parts = PARTS
     dead_script = "pool_dead"
     unstored_counters = ("offered", "accepted", "dead")
+    store_chunk = ADD_CHUNK
 
     def __init__(
         self,
@@ -241,6 +219,23 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
             # Only the first result carries the drain the call asked for.
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
+
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
+        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
+
+        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
+        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
+        """
+        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
+        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
+
+        Every payload is serialized before anything is stored, so one bad payload stores none.
+        At most one result has ``drain_needed`` set.
+        """
+        encoded = [self.encode(p) for p in payloads]
+        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
 
     def _add_plain(self, encoded: Sequence[bytes]) -> list[Receipt]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's

@@ -67,15 +67,11 @@ def served_tasks(app: Any, names: tuple[str, ...] | None, queues: set[str] | Non
 
 def max_drains_of(task: RedQueueTask) -> int:
     """Most drains of the task's structure at once (a stream group: one)."""
-    kind = type(task).redqueue_kind  # type: ignore[attr-defined]
-    return max(1, int(getattr(task, f"{kind}_drain_concurrency", 1) or 1))
+    return max(1, int(task.kind_option("drain_concurrency", 1) or 1))
 
 
 def reap_interval(app: Any, served: list[Served]) -> float:
-    timeouts = [
-        float(getattr(s.task, f"{type(s.task).redqueue_kind}_visibility_timeout", 60.0))  # type: ignore[attr-defined]
-        for s in served
-    ]
+    timeouts = [float(s.task.kind_option("visibility_timeout")) for s in served]
     low, high = REAP_BOUNDS
     high = min(high, get_config(app).reaper_interval)
     return max(low, min([t / 2 for t in timeouts] + [high]))

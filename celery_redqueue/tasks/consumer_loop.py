@@ -61,8 +61,7 @@ def listen_seconds(task: Any) -> float:
             return 0.0
     except RedQueueError:
         return 0.0
-    kind = type(task).redqueue_kind
-    return float(getattr(task, f"{kind}_drain_lease", 10.0))
+    return float(task.kind_option("drain_lease"))
 
 
 def run_drain(task_name: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import os
 import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task
@@ -32,22 +32,12 @@ _registry_lock = threading.Lock()
 _LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing", default=None)
 
 
+@dataclass
 class _LeaseRegistry:
     """Per app: resources declared for each pool name, and each process's pool objects."""
 
-    def __init__(self) -> None:
-        self.declared: dict[str, list[str]] = {}
-        self.pools: dict[tuple[int, str], ResourcePool] = {}
-
-
-def _registry(app: Any) -> _LeaseRegistry:
-    registry: _LeaseRegistry | None = getattr(app, "_redqueue_leases", None)
-    if registry is None:
-        with _registry_lock:
-            registry = getattr(app, "_redqueue_leases", None)
-            if registry is None:
-                registry = app._redqueue_leases = _LeaseRegistry()
-    return registry
+    declared: dict[str, list[str]] = field(default_factory=dict)
+    pools: dict[tuple[int, str], ResourcePool] = field(default_factory=dict)
 
 
 def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -> ResourcePool:
@@ -66,9 +56,11 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
     """
     validate_name(name, "lease_pool")
     names = list(resources or ())
-    registry = _registry(app)
     key = (os.getpid(), name)
     with _registry_lock:
+        registry = getattr(app, "_redqueue_leases", None)
+        if registry is None:
+            registry = app._redqueue_leases = _LeaseRegistry()
         pool = registry.pools.get(key)
         if pool is None:
             config = get_config(app)
@@ -83,15 +75,6 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
             pool.declare(names)
         registry.declared.setdefault(name, []).extend(names)
     return pool
-
-
-@dataclass
-class _Holding:
-    keeper: LeaseKeeper
-
-    @property
-    def current(self) -> Lease:
-        return self.keeper.lease
 
 
 class LeaseTask(Task):  # type: ignore[misc]
@@ -178,9 +161,10 @@ class LeaseTask(Task):  # type: ignore[misc]
         """The pool this task leases from (this process's object)."""
         return resource_pool(self.app, self.lease_pool or self.name)
 
-    def _holdings(self) -> list[_Holding]:
+    def _holdings(self) -> list[LeaseKeeper]:
+        """The keepers of the leases held in this thread, innermost last."""
         local: threading.local = self.__dict__.setdefault("_redqueue_leases", threading.local())
-        stack: list[_Holding] | None = getattr(local, "stack", None)
+        stack: list[LeaseKeeper] | None = getattr(local, "stack", None)
         if stack is None:
             stack = local.stack = []
         return stack
@@ -189,7 +173,7 @@ class LeaseTask(Task):  # type: ignore[misc]
     def lease(self) -> Lease | None:
         """The lease held by the call running in this thread (as last renewed), if any."""
         stack = self._holdings()
-        return stack[-1].current if stack else None
+        return stack[-1].lease if stack else None
 
     @property
     def resource(self) -> str:
@@ -208,7 +192,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         before its deadline): stop using the resource. Check it before each use; give writes
         ``self.lease.fence`` so a store can refuse a stale holder."""
         stack = self._holdings()
-        return bool(stack) and stack[-1].keeper.lost
+        return bool(stack) and stack[-1].lost
 
     def on_lease_lost(self, lease: Lease, reason: str) -> None:
         """Called once, from the renewing thread or at release, when the running call's lease
@@ -240,7 +224,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         # Not started without lease_renew: it then only reports a loss found at release.
         keeper = LeaseKeeper(pool, lease, self.lease_ttl, on_lost=self.on_lease_lost)
         stack = self._holdings()
-        stack.append(_Holding(keeper))
+        stack.append(keeper)
         try:
             if self.lease_renew:
                 keeper.start()

@@ -22,10 +22,7 @@ from ..structures.pool import (
 from ..structures.protocols import in_chunks
 from ..structures.sharding import validate_shards
 from ..validation import (
-    boolean,
-    function_option,
     one_of,
-    optional_seconds,
     positive_int,
     seconds,
 )
@@ -36,7 +33,6 @@ from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
-from .options import check_structure_name
 from .producing import ProducerTask
 from .results import (
     call_id_of,
@@ -115,7 +111,6 @@ class PoolTask(ProducerTask):
     pool_delivery: str = "at_most_once"
     #: Receives before an at-least-once call is dead-lettered.
     pool_max_receives: int = 5
-    dedupe_option = "pool_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within pool_dedupe_window seconds is refused. ``apply_async(...,
     #: dedupe_id=...)`` gives an id explicitly.
@@ -149,16 +144,8 @@ class PoolTask(ProducerTask):
             names=TASK_OPTION_NAMES,
         )
         positive_int("pool_batch_size", cls.pool_batch_size)
-        optional_seconds("pool_drain_interval", cls.pool_drain_interval)
-        seconds("pool_drain_time_budget", cls.pool_drain_time_budget, positive=True)
-        seconds("pool_visibility_timeout", cls.pool_visibility_timeout, positive=True)
-        seconds("pool_drain_lease", cls.pool_drain_lease, positive=True)
-        seconds("pool_dedupe_window", cls.pool_dedupe_window, positive=True)
-        seconds("pool_drain_linger", cls.pool_drain_linger)
-        function_option(cls, "pool_dedupe_key")
         one_of("pool_delivery", cls.pool_delivery, DELIVERIES)
         positive_int("pool_max_receives", cls.pool_max_receives)
-        seconds("pool_processed_guard", cls.pool_processed_guard)
         if cls.pool_coalesce and cls.pool_processed_guard:
             raise ConfigurationError(
                 "pool_processed_guard is not available with pool_coalesce: equal calls merge "
@@ -168,9 +155,7 @@ class PoolTask(ProducerTask):
             raise ConfigurationError(
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
             )
-        check_structure_name(cls, "pool_name")
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
-        boolean("pool_results", cls.pool_results)
         seconds("pool_batch_wait", cls.pool_batch_wait)
         positive_int("pool_batch_min", cls.pool_batch_min, optional=True)
         if cls.pool_batch_wait and cls.pool_shards > 1:

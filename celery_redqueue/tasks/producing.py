@@ -21,10 +21,11 @@ from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
 from ..structures.receipts import Receipt
+from ..validation import boolean, function_option, seconds
 from .base import RedQueueTask
 from .beat import reaped_count
 from .buffer import CallBuffer, buffered_call
-from .options import drain_options, is_trigger
+from .options import check_structure_name, drain_options, is_trigger
 from .results import named_receipt, new_call_id
 from .wire import DRAIN_HEADER
 
@@ -32,8 +33,18 @@ from .wire import DRAIN_HEADER
 class ProducerTask(RedQueueTask):
     """A task whose calls are stored in a structure that takes calls (a pool, a bucket)."""
 
-    #: The option naming a key function for producer-side dedupe (set by subclasses).
+    #: The option naming a key function for producer-side dedupe (``<kind>_dedupe_key``).
     dedupe_option = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = getattr(cls, "redqueue_kind", "")
+        if kind:  # the options pools and buckets share
+            cls.dedupe_option = f"{kind}_dedupe_key"
+            seconds(f"{kind}_dedupe_window", getattr(cls, f"{kind}_dedupe_window"), positive=True)
+            function_option(cls, cls.dedupe_option)
+            check_structure_name(cls, f"{kind}_name")
+            boolean(f"{kind}_results", getattr(cls, f"{kind}_results"))
 
     if TYPE_CHECKING:
 
