@@ -53,6 +53,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import MIXED, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from . import sharding
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 
-#: The keys every pool script receives, in this order (see lua/pool_common.lua).
+#: The keys every pool script receives, in this order (see lua/pool_keys.lua).
 # fmt: off
 PARTS = (
     # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
@@ -104,33 +105,11 @@ ADD_CHUNK = 1000
 
 logger = logging.getLogger(__name__)
 
+#: What became of an offered call (lua/pool_status.lua names the same values).
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class PoolProducer(Producer[bytes]):
-    """What a pool offers producers on top of `Producer`, over its `store_encoded`."""
-
-    store_chunk = ADD_CHUNK
-
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
-        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
-
-        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
-        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
-        """
-        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
-        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
-
-        Every payload is serialized before anything is stored, so one bad payload stores none.
-        At most one result has ``drain_needed`` set.
-        """
-        encoded = [self.encode(p) for p in payloads]
-        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
-
-
-class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
+class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
@@ -138,6 +117,7 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
     parts = PARTS
     dead_script = "pool_dead"
     unstored_counters = ("offered", "accepted", "dead")
+    store_chunk = ADD_CHUNK
 
     def __init__(
         self,
@@ -240,6 +220,23 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
 
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
+        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
+
+        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
+        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
+        """
+        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
+        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
+
+        Every payload is serialized before anything is stored, so one bad payload stores none.
+        At most one result has ``drain_needed`` set.
+        """
+        encoded = [self.encode(p) for p in payloads]
+        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
+
     def _add_plain(self, encoded: Sequence[bytes]) -> list[Receipt]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
         flush): the smaller script, two arguments per call, sent as one script call."""
@@ -272,7 +269,7 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
         batch_id: str | None = None,
     ) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
-        enter the pool).
+        enter the pool, in a step of their own: ``pool_due``).
 
         An entry received before (returned by the reaper or by a failed ack) is popped alone: a
         batch of one, so a call that kills its process takes no good call with it again.
@@ -295,20 +292,28 @@ class CappedPool(Sharded, Structure, PoolProducer, PoolGathering, Listening):
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
         batch_id = batch_id or uuid.uuid4().hex
-        reply = self._run(
-            "pool_pop",
-            [
-                n,
-                batch_id,
-                self.visibility_timeout_ms,
-                self.max_drains,
-                int(self.processed_guard_ms > 0),
-                int(linger),
-                listen_ms(listen),
-                listener or listener_id(),
-                int(self.at_least_once),
-            ],
-        )
+        args: list[Any] = [
+            n,
+            batch_id,
+            self.visibility_timeout_ms,
+            self.max_drains,
+            int(self.processed_guard_ms > 0),
+            int(linger),
+            listen_ms(listen),
+            listener or listener_id(),
+            int(self.at_least_once),
+            1,  # due delayed calls first
+        ]
+        # The common pop; what it leaves to other scripts its status names (lua/pool_pop.lua).
+        reply = self._run("pool_pop", args)
+        malformed = 0
+        if reply[0] == UPKEEP:
+            malformed = int(self._run("pool_due", [n]))
+            args[-1] = 0
+            reply = self._run("pool_pop", args)
+        if reply[0] == MIXED:
+            reply = self._run("pool_pop_mixed", args)
+        reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
     @sharding.on_owner(sharding.own_batch)
