@@ -34,8 +34,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from celery_redqueue import CappedPool, LeakyBucket
 from celery_redqueue.redis.client import make_client
-from celery_redqueue.structures.sharded import make_bucket, make_pool
 from celery_redqueue.testing.embedded import EmbeddedRedisCluster
 
 CAPACITY = 10_000_000  # nothing is shed: the figures measure storing, not shedding
@@ -48,8 +48,8 @@ def progress(message: str) -> None:
 def open_structure(url: str, prefix: str, kind: str, shards: int) -> Any:
     client = make_client(url)
     if kind == "bucket":
-        return make_bucket(shards, client, "bench", prefix=prefix, default_rate="1000000/s")
-    return make_pool(shards, client, "bench", CAPACITY, prefix=prefix)
+        return LeakyBucket(client, "bench", shards=shards, prefix=prefix, default_rate="1000000/s")
+    return CappedPool(client, "bench", CAPACITY, shards=shards, prefix=prefix)
 
 
 def producer(

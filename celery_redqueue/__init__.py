@@ -47,7 +47,6 @@ from .structures.leases import Lease, LeaseStats, ResourcePool
 from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
 from .structures.receipts import ReapResult, Receipt
 from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
-from .structures.sharded import ShardedBucket, ShardedPool
 from .structures.stream_types import (
     AckResult,
     GroupFigures,
@@ -106,8 +105,6 @@ __all__ = [
     "ScheduledSet",
     "SerializationError",
     "Serializer",
-    "ShardedBucket",
-    "ShardedPool",
     "SortedSet",
     "StreamEvent",
     "StreamRead",

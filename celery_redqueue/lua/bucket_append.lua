@@ -4,7 +4,6 @@
 -- was, or is busy). The key's head and tail are read once: enqueue calls this for every item.
 --#include bucket_statuses
 --#include bucket_parse_slot
---#include bucket_refresh_age
 --#include bucket_make_eligible
 local function bucket_append(b, key, slot, now)
   local head = tonumber(redis.call('HGET', b.heads, key) or '0')
@@ -21,8 +20,9 @@ local function bucket_append(b, key, slot, now)
   redis.call('HSET', b.items, key .. '\0' .. tail, slot)
   local depth = tail + 1 - head
   if status == DROPPED then
-    -- A dropped item and the new one leave the depth as it was.
-    bucket_refresh_age(b, key)
+    -- A dropped item and the new one leave the depth as it was; b.ages follows the new head.
+    local _, _, at = bucket_parse_slot(redis.call('HGET', b.items, key .. '\0' .. head))
+    redis.call('ZADD', b.ages, at or 0, key)
   else
     redis.call('HINCRBY', b.stats, 'depth', 1)
     -- The new item is the head: its offered time is in the slot.

@@ -81,10 +81,10 @@ for i = 9, #ARGV, 5 do
 end
 
 -- One HINCRBY per counter that moved.
-if enqueued > 0 then redis.call('HINCRBY', b.stats, 'enqueued', enqueued) end
-if rejected > 0 then redis.call('HINCRBY', b.stats, 'rejected', rejected) end
-if duplicates > 0 then redis.call('HINCRBY', b.stats, 'duplicates', duplicates) end
-if delayed > 0 then redis.call('HINCRBY', b.stats, 'delayed', delayed) end
+local counts = {enqueued = enqueued, rejected = rejected, duplicates = duplicates, delayed = delayed}
+for field, n in pairs(counts) do
+  if n > 0 then redis.call('HINCRBY', b.stats, field, n) end
+end
 tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 
 -- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
@@ -92,8 +92,7 @@ tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 -- unless one is scheduled no later.
 -- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself;
 -- for items not due yet its poll answers LATER and it plans their wake-up itself (no job here).
-local woken = enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)
-local send, wait = -1, -1
-if woken then send = 0 else send, wait = bucket_plan_drain(b, now) end
-result[1], result[2] = send, wait
+if not (enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)) then
+  result[1], result[2] = bucket_plan_drain(b, now)
+end
 return result

@@ -64,7 +64,7 @@ redis.call('HSET', b.items, key .. '\0' .. position, bucket_make_slot(0, id, now
 redis.call('HINCRBY', b.stats, 'enqueued+depth', 1)
 tick(b.flow, 'in', 1, now)
 
--- A key in the ready set has waiting items, so `ages` has it already (refresh_age keeps both).
+-- A key in the ready set has waiting items, so `ages` has it already (bucket_take_head and bucket_push_head keep both).
 local when = tonumber(redis.call('ZSCORE', b.ready, key))
 if not when then
   -- NX: a key with waiting items (one at its concurrency limit) keeps its head's time.

@@ -33,8 +33,7 @@
 local NOT_HELD, SETTLED, ALREADY_SETTLED = 0, 1, 2
 local b = bucket_keys(KEYS, ARGV)
 local reservation, action, detail = ARGV[8], ARGV[9], ARGV[10]
-local processed_guard_ms, busy = tonumber(ARGV[11]), tonumber(ARGV[12])
-local actual = tonumber(ARGV[13] or '')
+local processed_guard_ms, busy, actual = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13] or '')
 if action ~= 'commit' and action ~= 'retry' and action ~= 'dead' and action ~= 'backoff' then
   return redis.error_reply('ERR bucket_settle: bad action ' .. tostring(action))
 end
@@ -61,12 +60,7 @@ if action == 'backoff' and not actual then actual = 0 end
 if actual and receives then bucket_charge_cost(b, key, actual - (charged or 1), now, window) end
 
 local send = 0
-if action == 'commit' then
-  redis.call('HINCRBY', b.stats, 'processed', 1)
-  redis.call('HINCRBY', b.keystats, key .. '\0processed', 1)
-  tick(b.flow, 'out', 1, now)
-  tick(b.flow, 'done', 1, now)
-elseif action == 'retry' or action == 'backoff' then
+if action == 'retry' or action == 'backoff' then
   if action == 'backoff' then
     -- The key is paused for every worker (GT: a longer pause, or one until resumed, stays);
     -- the call goes back as it came, its receive not counted. Pauses that ran out are
@@ -86,20 +80,24 @@ elseif action == 'retry' or action == 'backoff' then
   if when < math.huge then redis.call('ZADD', b.ready, 'GT', when, key) end
   send = plan_drain(b.drains, b.wake, b.lease, now, now)
 else
-  bucket_bury(b, key, slot, detail, now)
+  if action == 'commit' then
+    redis.call('HINCRBY', b.stats, 'processed', 1)
+    redis.call('HINCRBY', b.keystats, key .. '\0processed', 1)
+  else
+    bucket_bury(b, key, slot, detail, now)
+  end
   tick(b.flow, 'out', 1, now)
   tick(b.flow, 'done', 1, now)
+  -- A key at its concurrency limit (an ordered key: one in flight) left the ready set; once a
+  -- call settles, its next may go.
+  if b.concurrency > 0 then bucket_make_eligible(b, key, now) end
 end
 
--- A key at its concurrency limit (an ordered key: one in flight) left the ready set; once a
--- call settles, its next may go. A correction of its cost moves its place in the ready set.
-if b.concurrency > 0 and action ~= 'retry' and action ~= 'backoff' then bucket_make_eligible(b, key, now) end
--- (A key eligible already keeps its place unless the correction puts it in the future.)
+-- A correction of its cost moves the key's place in the ready set (a key eligible already
+-- keeps its place unless the correction puts it in the future).
 local score = actual and b.cost_interval > 0 and tonumber(redis.call('ZSCORE', b.ready, key))
-if score then
-  local when = bucket_eligible_at(b, key, 0, now)
-  if when < math.huge and (when > now or score > now) then
-    redis.call('ZADD', b.ready, 'XX', math.max(when, now), key)
-  end
+local when = score and bucket_eligible_at(b, key, 0, now)
+if when and when < math.huge and (when > now or score > now) then
+  redis.call('ZADD', b.ready, 'XX', math.max(when, now), key)
 end
 return {SETTLED, send}

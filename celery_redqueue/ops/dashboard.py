@@ -78,6 +78,14 @@ def _int(query: dict[str, list[str]], name: str, default: int, high: int) -> int
     return min(max(value, 0), high)
 
 
+def _number(body: dict[str, Any], name: str, what: str) -> float | None:
+    """An action's optional number (None when not given)."""
+    value = body.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise HTTPError("400 Bad Request", f"{name} must be {what}")
+    return value
+
+
 class Dashboard:
     """The dashboard as a WSGI callable; mount it under any path of a WSGI server.
 
@@ -234,20 +242,12 @@ class Dashboard:
         elif action == "drain" and target.kind != "lease":
             message = self.ops.send_drain(target)
         elif action == "set_rate" and target.kind == "bucket":
-            burst = body.get("burst")
-            if burst is not None and (
-                isinstance(burst, bool) or not isinstance(burst, int | float)
-            ):
-                raise HTTPError("400 Bad Request", "burst must be a number")
+            burst = _number(body, "burst", "a number")
             message = self.ops.set_rate(
                 target, str(body.get("key", "")), str(body.get("rate")), burst
             )
         elif action in ("pause", "resume") and target.kind == "bucket":
-            key, seconds = str(body.get("key", "")), body.get("seconds")
-            if seconds is not None and (
-                isinstance(seconds, bool) or not isinstance(seconds, int | float)
-            ):
-                raise HTTPError("400 Bad Request", "seconds must be a number or null")
+            key, seconds = str(body.get("key", "")), _number(body, "seconds", "a number or null")
             if action == "pause":
                 message = self.ops.pause(target, key, seconds)
             else:
@@ -281,14 +281,8 @@ def dashboard_app(
     refresh: float = 2.0,
     allowed_hosts: Iterable[str] | None = None,
 ) -> Dashboard:
-    """The dashboard of a Celery app's structures as a WSGI callable.
-
-    Args:
-        celery_app: the app; its ``redqueue_*`` settings say where the structures are.
-        token: unlocks actions; defaults to ``redqueue_dashboard_token`` (None: read-only).
-        refresh: seconds between the page's refreshes.
-        allowed_hosts: host names accepted in the ``Host`` header (None: any).
-    """
+    """The dashboard of a Celery app's structures (its ``redqueue_*`` settings) as a WSGI
+    callable; ``token`` defaults to ``redqueue_dashboard_token``, the rest is `Dashboard`'s."""
     if token is None:
         token = celery_app.conf.get("redqueue_dashboard_token") or None
     return Dashboard(

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigurationError, RedQueueError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.serializers import Serializer, get_serializer
 from ..redis.server import server_warnings
 from ..structures.bucket import LeakyBucket
@@ -28,7 +28,6 @@ from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
 from ..structures.leases import ResourcePool
 from ..structures.pool import CappedPool
-from ..structures.sharded import ShardedBucket, ShardedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
 from ..tasks.config import get_config
@@ -56,8 +55,6 @@ DROP_REASONS = {
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
 
-Structure = CappedPool | LeakyBucket | ShardedPool | ShardedBucket | ResourcePool | EventStream
-
 
 @dataclass(frozen=True)
 class Target:
@@ -70,10 +67,6 @@ class Target:
     structure: Any
     #: Why the structure could not be opened from its recorded settings (then it is None).
     problem: str | None = None
-
-
-def _seconds(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def payload_text(payload: Any) -> str:
@@ -191,7 +184,7 @@ class Operations:
             return base
         values = figures.as_dict()
         for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
-            values[name] = _seconds(values[name])
+            values[name] = None if values[name] is None else round(values[name], 3)
         base.update(
             figures=values,
             counters=dict(figures.counters),
@@ -227,15 +220,15 @@ class Operations:
 
     def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
         """A page of dead letters from the oldest, with the list's length."""
-        if isinstance(target.structure, ShardedPool | ShardedBucket):
-            with redis_errors("reading dead letters"):
-                total, raw = target.structure.dead_page(start, count)
-            return {"total": total, "start": start, "letters": [self._letter(e) for e in raw]}
+        structure = target.structure
         with redis_errors("reading dead letters"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.llen(target.structure.keys("dead"))
-            pipe.lrange(target.structure.keys("dead"), start, start + count - 1)
-            total, raw = pipe.execute()
+            if isinstance(structure, CappedPool | LeakyBucket):  # of every shard, merged
+                total, raw = structure.dead_page(start, count)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.llen(structure.keys("dead"))
+                pipe.lrange(structure.keys("dead"), start, start + count - 1)
+                total, raw = pipe.execute()
         return {"total": int(total), "start": start, "letters": [self._letter(e) for e in raw]}
 
     def _letter(self, raw: bytes) -> dict[str, Any]:
@@ -250,14 +243,11 @@ class Operations:
         """A bucket's busiest keys (deepest among the next `KEY_WINDOW` eligible), or the
         keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
         are those of every shard, merged."""
-        bucket = target.structure
-        if isinstance(bucket, ShardedBucket):
-            rows = [row for shard in bucket.shards for row in self._key_rows(shard, top, query)]
-            rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
-            return rows[:top]
-        if not isinstance(bucket, LeakyBucket):
-            raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
-        return self._key_rows(bucket, top, query)
+        bucket = self._bucket(target)
+        parts = bucket.shards or [bucket]
+        rows = [row for part in parts for row in self._key_rows(part, top, query)]
+        rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
+        return rows[:top]
 
     def _key_rows(self, bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
         with redis_errors(f"reading keys of {bucket.keys.base}"):
@@ -331,12 +321,9 @@ class Operations:
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
             pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
             leased, free = pipe.execute()
-            # TIME apart: a cluster pipeline refuses commands without a key.
-            clock = self.client.time()
-            sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
+            now = server_time(self.client)  # apart: a cluster pipeline refuses TIME
             names = [name for name, _ in leased] + [name for name, _ in free]
             uses = self.client.hmget(pool.keys("uses"), names) if names else []
-        now = sec + usec / 1e6
         rows: list[dict[str, Any]] = [
             {
                 "resource": name.decode(),
@@ -414,9 +401,9 @@ class Operations:
         self._bucket(target).set_rate(key, rate, burst)
         return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")
 
-    def _bucket(self, target: Target) -> LeakyBucket | ShardedBucket:
+    def _bucket(self, target: Target) -> LeakyBucket:
         bucket = target.structure
-        if not isinstance(bucket, LeakyBucket | ShardedBucket):
+        if not isinstance(bucket, LeakyBucket):
             raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
         return bucket
 

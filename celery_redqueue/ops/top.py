@@ -34,33 +34,40 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
     stamp = time.strftime("%H:%M:%S", time.localtime(overview["time"]))
     lines = [f"redqueue top - {stamp} - prefix {overview['prefix']} - Ctrl-C to leave", ""]
     lines += [f"! {warning}" for warning in overview["warnings"]]
+    # The name column is as wide as the longest name (at most 40): with the usual short names a
+    # row and its sparkline fit in 120 columns beside the dropped column.
+    named = [v["id"] for v in overview["structures"]]
+    named += ["  group " + g["group"] for v in overview["structures"] for g in v.get("groups", ())]
+    w = min(40, max([len("structure"), *map(len, named)]))
     header = (
-        f"{'structure':40} {'depth':>8} {'flight':>7} {'dead':>6} {'in/s':>8} {'out/s':>8} "
-        f"{'oldest':>8} {'drain':>8} {'workers':>7}  in, last minute"
+        f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'dropped':>7} {'in/s':>8} "
+        f"{'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}  in, last minute"
     )
     lines += [header, "-" * min(len(header) + 8, width)]
     for view in overview["structures"]:
-        name = view["id"] if len(view["id"]) <= 40 else "…" + view["id"][-39:]
+        name = view["id"] if len(view["id"]) <= w else "…" + view["id"][1 - w :]
         if "error" in view:
-            lines.append(f"{name:40} {view['error']}")
+            lines.append(f"{name:{w}} {view['error']}")
         elif "leases" in view:
             stats = view["leases"]
             lines.append(
-                f"{name:40} {stats['free']:>5} free {stats['leased']:>5} held "
+                f"{name:{w}} {stats['free']:>5} free {stats['leased']:>5} held "
                 f"{stats['expired']:>4} expired {stats['acquired']:>8} leases"
             )
         else:
             f = view["figures"]
             spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""
+            # dropped: everything shed (a pool's rejected + evicted + lost, a bucket's rejected
+            # + dropped + duplicates, a stream's trimmed); `stats NAME` has the split.
             lines.append(
-                f"{name:40} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
+                f"{name:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} {f['dropped']:7} "
                 f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
                 f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
             )
             for g in view.get("groups", ()):  # a stream: its groups' lag and pending entries
                 lines.append(
-                    f"{'  group ' + g['group']:40} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
-                    f"{g['rate_in']:8.2f} {g['rate_out']:8.2f} "
+                    f"{'  group ' + g['group']:{w}} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
+                    f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
                     f"{_secs(g['oldest_pending_age']):>8}"
                 )
     if not overview["structures"]:

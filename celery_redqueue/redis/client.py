@@ -116,3 +116,10 @@ def redis_errors(action: str) -> Iterator[None]:
         yield
     except redis.exceptions.RedisError as exc:
         raise translate_error(exc, action) from exc
+
+
+def server_time(client: Any) -> float:
+    """The Redis server's clock, seconds since the epoch (a cluster client: its first node's)."""
+    clock = client.time()
+    sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
+    return float(sec) + float(usec) / 1e6

@@ -5,9 +5,8 @@
   (what it hands back: `pool_types`)
 - `bucket`: [`LeakyBucket`][celery_redqueue.LeakyBucket], per-key rate-limited queues
   (`bucket_types`)
-- `sharded`: [`ShardedPool`][celery_redqueue.ShardedPool],
-  [`ShardedBucket`][celery_redqueue.ShardedBucket], one logical pool or bucket over N hash tags (so
-  over the nodes of a cluster); machinery in `sharding`
+- `sharding`: a pool or bucket with ``shards=N``, one logical structure over N hash tags (so over
+  the nodes of a cluster), and the routing verbs its methods carry
 - `streams`: [`EventStream`][celery_redqueue.EventStream], a capped log each consumer group reads at
   its own position, with replay (`stream_types`)
 - `leases`: [`ResourcePool`][celery_redqueue.ResourcePool], leased named resources (`lease_types`,
@@ -18,6 +17,6 @@
 - `deadletters`, `receipts`: dead-letter records and producer receipts
 """
 
-from . import bucket, pool, sharded, streams
+from . import bucket, pool, sharding, streams
 
-__all__ = ["bucket", "pool", "sharded", "streams"]
+__all__ = ["bucket", "pool", "sharding", "streams"]

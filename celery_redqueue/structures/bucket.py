@@ -15,6 +15,7 @@ to the dead-letter list instead. A worker renews what it holds (`LeakyBucket.ren
 the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
 drain-pending flag is a short lease (``drain_lease``) that a running drain renews. An item that
 cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
+``shards=N`` spreads the keys over N hash tags (cluster nodes): see `sharding`.
 
 Layout (all under one hash tag): per-key FIFOs live in one hash (``key NUL position``) with head
 and tail positions per key, so every script touches only the fixed keys it is given and works on
@@ -45,6 +46,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import EMPTY, LATER, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import seconds
+from . import sharding
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .bucket_limits import BucketLimits, KeyLoad, Limits
 from .bucket_producer import ENQUEUE_CHUNK, BucketProducer, _cost_arg
@@ -62,8 +64,9 @@ from .bucket_types import (
     parse_rate,
     validate_bucket_options,
 )
-from .figures import Figures, parse_counters, structure_figures, unfold
+from .figures import parse_counters, unfold
 from .receipts import ReapResult, Receipt
+from .sharded import Sharded
 from .wake import Listening, listen_ms, listener_id
 
 __all__ = [
@@ -92,8 +95,7 @@ PARTS = (
     "calls_at", "signal", "listening",
 )
 # fmt: on
-#: bucket_enqueue_plain's status for an item its full key left unstored (lua/bucket_statuses.lua).
-FULL = 3
+FULL = 3  # bucket_enqueue_plain: the item's key is full, nothing stored (lua/bucket_statuses.lua)
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
@@ -106,10 +108,15 @@ logger = logging.getLogger(__name__)
 AHEAD = 0.02
 
 
-class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
+class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
+    figure_names = (
+        "depth",
+        ("enqueued", "rejected", "duplicates"),
+        ("rejected", "dropped", "duplicates"),
+    )
     parts = PARTS
     dead_script = "bucket_dead"
     unstored_counters = ("enqueued", "dead")
@@ -139,7 +146,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         cost_burst: float = 0,
         total_rate: str | float | None = None,
         total_burst: float = 0,
-        total_shares: int = 1,
+        shards: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
@@ -153,8 +160,8 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             overflow=overflow,
             max_drains=max_drains,
         )
-        # Concurrency, costs and the total rate (bucket_limits.py); a shard of a sharded
-        # bucket meters its share of the total (total_shares).
+        # Concurrency, costs and the total rate (bucket_limits.py); each shard meters its share
+        # of the total in its own scripts, so a release costs no extra round trip.
         limit_options: dict[str, Any] = {
             "concurrency": concurrency,
             "cost_rate": cost_rate,
@@ -162,9 +169,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             "total_rate": total_rate,
             "total_burst": total_burst,
         }
-        self.limits = Limits.build(ordered=ordered, **limit_options).share(total_shares)
+        self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
         # What settings() hands another process to open the same bucket.
-        self._limit_options = {**limit_options, "total_shares": total_shares}
+        self._limit_options = limit_options
         self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)
@@ -177,7 +184,9 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.processed_guard_ms = int(processed_guard * 1000)
+        self._build_shards(shards, None)
 
+    @sharding.recorded
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this bucket (the registry keeps it)."""
         return {
@@ -209,6 +218,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
 
     # Rates
 
+    @sharding.on_key
     def set_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
         """Set a key's rate (and burst) for every process; takes effect at its next release."""
         interval = parse_rate(rate)
@@ -217,6 +227,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         with redis_errors("setting a rate"):
             self.client.hset(self.keys("rates"), _check_key(key), f"{interval!r} {float(burst)!r}")
 
+    @sharding.on_key
     def clear_rate(self, key: str) -> None:
         """Make a key use the default rate again."""
         with redis_errors("clearing a rate"):
@@ -224,6 +235,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
 
     # Producing
 
+    @sharding.spread(sharding.call_shard)
     def store_encoded(
         self,
         encoded: Sequence[EncodedCall],
@@ -232,14 +244,14 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
         delay_ms = int(seconds("delay", delay) * 1000)
+        # The plain script answers None for a full key: the overflow policy is the general one's.
         if (
             len(encoded) == 1
             and delay_ms == 0
             and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+            and (plain := self._enqueue_plain(encoded[0])) is not None
         ):
-            plain = self._enqueue_plain(encoded[0])
-            if plain is not None:  # None: its key is full, the overflow policy is this script's
-                return [plain]
+            return [plain]
         args: list[Any] = [self.dedupe_window_ms]
         ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
         for call, dedupe_id in zip(encoded, ids, strict=True):
@@ -256,23 +268,18 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         return results
 
     def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
-        """One item with no dedupe id and no delay: the smaller script (None: its capped key
-        is full, and it stored nothing)."""
-        if len(call) > 2:
-            send, wake_ms, status = self._run(
-                "bucket_enqueue_plain", [call[0], call[1], _cost_arg(call)]
-            )
-        else:
-            send, wake_ms, status = self._run("bucket_enqueue_plain", [call[0], call[1]])
+        """One item, no dedupe id, no delay: the smaller script (None: its capped key is full)."""
+        args = [call[0], call[1], _cost_arg(call)] if len(call) > 2 else [call[0], call[1]]
+        send, wake_ms, status = self._run("bucket_enqueue_plain", args)
         if status == FULL:
             return None
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
-        result: Receipt = _QUIET_RESULTS[status]
-        return result
+        return _QUIET_RESULTS[int(status)]
 
     # Consuming
 
+    @sharding.swept(sharding.has_reservation, sharding.merge_dequeue)
     def dequeue(
         self,
         *,
@@ -357,6 +364,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         held, _send_drain = self._run("bucket_settle", args)
         return bool(held)
 
+    @sharding.on_reservation
     def commit(
         self, reservation: Reservation | str, *, seconds: float = 0.0, cost: float | None = None
     ) -> bool:
@@ -368,6 +376,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         call's actual cost when known only now, corrects its key's budget."""
         return self._settle(reservation, "commit", "", seconds, cost)
 
+    @sharding.on_reservation
     def backoff(
         self, reservation: Reservation | str, seconds: float, *, cost: float | None = None
     ) -> bool:
@@ -379,6 +388,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             raise ConfigurationError(f"backoff lasts >= 0 seconds, got {seconds!r}")
         return self._settle(reservation, "backoff", int(seconds * 1000), cost=cost)
 
+    @sharding.on_reservation
     def retry_later(self, reservation: Reservation | str, delay: float = 0.0) -> bool:
         """Put an item back at the head of its key's queue; the key waits ``delay`` seconds.
 
@@ -387,10 +397,12 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         """
         return self._settle(reservation, "retry", int(seconds("retry_later delay", delay) * 1000))
 
+    @sharding.on_reservation
     def dead_letter(self, reservation: Reservation | str, error: str) -> bool:
         """Move a held item to the dead-letter list with the text of its last error."""
         return self._settle(reservation, "dead", str(error)[:4000])
 
+    @sharding.on_owners
     def renew(self, reservation_ids: Sequence[str]) -> list[str]:
         """Push the deadline of reservations still held to now + ``visibility_timeout`` and
         renew the drain lease, in one round trip (the worker's heartbeat). Returns the ids that
@@ -408,6 +420,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
         third of the shorter of the two, so two renewals can fail before anything expires."""
         return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
+    @sharding.on_every(sharding.sum_results(ReapResult), register=True)
     def reap(self, limit: int = 1000) -> ReapResult:
         """Return expired reservations to their keys (or dead-letter them past max_receives)."""
         returned, dead, send = self._run("bucket_reap", [limit])
@@ -415,6 +428,7 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
 
     # Reading
 
+    @sharding.on_every(sharding.sum_results(BucketStats))
     def stats(self) -> BucketStats:
         """One consistent snapshot of the counters (one read-only script: works at maxmemory)."""
         from ..redis.lua import pairs, read_atomic
@@ -433,16 +447,4 @@ class LeakyBucket(Structure, BucketProducer, BucketLimits, Listening):
             keys_ready=int(ready),
             reaped=counters.get("reaped", 0),
             guard_skipped=counters.get("guard_skipped", 0),
-        )
-
-    def figures(self) -> Figures:
-        """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
-        and out over the last minute, oldest waiting item, time to drain, workers needed.
-        Per key, `key_stats()` adds the rate-bound drain time (depth x interval)."""
-        return structure_figures(
-            self.client,
-            self.keys,
-            depth="depth",
-            offered=("enqueued", "rejected", "duplicates"),
-            dropped=("rejected", "dropped", "duplicates"),
         )

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError
-from ..redis.client import redis_errors
+from ..redis.client import redis_errors, server_time
 from ..redis.keys import StructureKeys
 from ..redis.lua import read_atomic
+from . import sharding
 from .bucket_types import KeyStats, _check_burst, _check_key, parse_rate
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)")
@@ -199,6 +200,7 @@ class BucketLimits:
     def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
         raise NotImplementedError
 
+    @sharding.on_key
     def set_cost_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
         """Give a key a cost budget of its own (``"40000/m"``), seen by every process; the
         bucket needs a ``cost_rate`` of its own for costs to be metered at all."""
@@ -211,6 +213,7 @@ class BucketLimits:
         with redis_errors("setting a cost rate"):
             self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
 
+    @sharding.on_key
     def pause(self, key: str, seconds: float | None = None) -> bool:
         """Release nothing of ``key`` for ``seconds`` (None: until `resume()`), in every
         process; the key keeps accepting calls. A pause never shortens a longer one. Returns
@@ -223,6 +226,7 @@ class BucketLimits:
         changed, _ = self._run("bucket_pause", ["pause", _check_key(key), ms])
         return bool(changed)
 
+    @sharding.on_key
     def resume(self, key: str) -> bool:
         """End a key's pause (by hand or a backoff); False when it was not paused. Sends a drain
         job through `drain_sender` when the key has work and none is running."""
@@ -231,6 +235,7 @@ class BucketLimits:
             self.drain_sender()
         return bool(changed)
 
+    @sharding.ranked(lambda row: (row[1], row[0]))
     def paused(self, limit: int = 100) -> list[tuple[str, float]]:
         """Keys paused now and until when (server seconds; ``inf``: until resumed), soonest
         first, at most ``limit``."""
@@ -241,12 +246,14 @@ class BucketLimits:
             )
         return [(name.decode(), float(score) / 1000.0) for name, score in rows]
 
+    @sharding.on_every(sum)
     def paused_count(self) -> int:
         """How many keys are paused now (one number for metrics, whatever the keys)."""
         now = self._server_now()
         with redis_errors(f"reading pauses of {self.keys.base}"):
             return int(self.client.zcount(self.keys("paused"), now * 1000.0, "+inf"))
 
+    @sharding.ranked(lambda row: (-row.releases, row.key))  # a share is of its shard's releases
     def busiest(self, top: int = 10) -> list[KeyLoad]:
         """The keys with the most releases over about the last minute (this minute's count and
         the previous minute's, weighted by how much of it is still inside the last 60 s)."""
@@ -266,6 +273,7 @@ class BucketLimits:
         rows = sorted(loads.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
         return [KeyLoad(k, n, share) for k, (n, share) in rows]
 
+    @sharding.on_key
     def key_stats(self, key: str) -> KeyStats:
         """One key's figures in one read-only script (consistent, and works at maxmemory): its
         queue, rate and in-flight calls, its pause and backoffs, its cost budget, its oldest
@@ -321,6 +329,7 @@ class BucketLimits:
             cost_burst=cost_burst,
         )
 
+    @sharding.ranked(lambda row: (-(row.oldest_age or 0), row.key))
     def longest_waiting(self, top: int = 10) -> list[KeyLoad]:
         """The keys whose oldest waiting call has waited longest (the ages index: bounded)."""
         now = self._server_now()
@@ -331,6 +340,4 @@ class BucketLimits:
     def _server_now(self) -> float:
         """The Redis server's clock (seconds): every figure is measured against it."""
         with redis_errors("reading the server clock"):
-            clock = self.client.time()
-        sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock
-        return float(sec) + float(usec) / 1e6
+            return server_time(self.client)

@@ -1,6 +1,5 @@
-"""What a bucket offers producers: checking, encoding and enqueueing calls, one or many; shared
-by [`LeakyBucket`][celery_redqueue.LeakyBucket] and the sharded bucket, which differ only in where
-an item goes. Re-exported by `bucket`."""
+"""What a bucket offers producers: checking, encoding and enqueueing calls, one or many, over
+[`LeakyBucket`][celery_redqueue.LeakyBucket]'s `store_encoded`. Re-exported by `bucket`."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ def _cost_arg(call: EncodedCall) -> str:
 
 
 class BucketProducer(Producer[EncodedCall]):
-    """What a bucket offers producers on top of `Producer`: shared by
-    [`LeakyBucket`][celery_redqueue.LeakyBucket] and the sharded bucket, which differ only in where
-    an item goes."""
+    """What a bucket offers producers on top of `Producer` (a mixin of
+    [`LeakyBucket`][celery_redqueue.LeakyBucket])."""
 
     store_chunk = ENQUEUE_CHUNK
     limits: Limits

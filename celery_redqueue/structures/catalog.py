@@ -19,18 +19,9 @@ from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 KINDS: dict[str, type[Any]] = {}
 
 
-#: The sharded variant of a kind; an entry whose settings name ``shards`` opens as one.
-SHARDED: dict[str, type[Any]] = {}
-
-
 def add_kind(kind: str, cls: type[Any]) -> None:
     """Make ``kind`` reopenable from the registry (called by the structure base)."""
     KINDS[kind] = cls
-
-
-def add_sharded(kind: str, cls: type[Any]) -> None:
-    """Make sharded structures of ``kind`` reopenable (called by `sharded`)."""
-    SHARDED[kind] = cls
 
 
 def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None:
@@ -43,8 +34,8 @@ def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None
 
 
 class Registered:
-    """The one registration path of every structure (pools, buckets, streams, lease pools,
-    sharded ones): the first script call of a process records the structure and its settings,
+    """The one registration path of every structure (pools, buckets, streams, lease pools):
+    the first script call of a process records the structure and its settings,
     so the reaper and the operators' tools find it without importing user code.
 
     ``listed=True`` at construction means "never record it": a shard (the registry lists its
@@ -119,8 +110,9 @@ def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]
 def open_structure(
     client: Any, prefix: str, kind: str, name: str, settings: dict[str, Any]
 ) -> Any | None:
-    """Rebuild a registered structure from its recorded settings (None for an unknown kind)."""
-    cls = (SHARDED if settings.get("shards", 1) != 1 else KINDS).get(kind)
+    """Rebuild a registered structure from its recorded settings (a sharded one's name its
+    ``shards``); None for an unknown kind."""
+    cls = KINDS.get(kind)
     if cls is None:
         return None
     return cls(client, name, prefix=prefix, **settings)

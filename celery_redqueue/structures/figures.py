@@ -9,7 +9,8 @@ the last hour, minute by minute.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,18 +222,33 @@ def compute(
 
 def structure_figures(
     client: Any,
-    keys: Any,
+    keys: Sequence[Any],
     *,
     depth: str,
     offered: tuple[str, ...],
     dropped: tuple[str, ...],
 ) -> Figures:
-    """Figures of one structure; the arguments name the counters that mean depth, offered and
-    dropped in its stats hash (pools and buckets count those under different names)."""
-    with redis_errors(f"reading figures of {keys.base}"):
-        counters, flow, oldest, now = read_flow(
-            client, keys("stats"), keys("flow"), keys("ages"), depth
-        )
+    """Figures of one structure, read from each of its parts (``keys``: one, or a sharded
+    structure's shards: counters, rates and history summed, the oldest waiting call of any);
+    the arguments name the counters that mean depth, offered and dropped in its stats hash
+    (pools and buckets count those under different names)."""
+    counters: dict[str, int] = {}
+    sums: dict[str, float] = {}
+    oldest: list[float] = []
+    histories = []
+    now = 0.0
+    for part in keys:
+        with redis_errors(f"reading figures of {part.base}"):
+            got, flow, first, at = read_flow(
+                client, part("stats"), part("flow"), part("ages"), depth
+            )
+        for name, value in got.items():
+            counters[name] = counters.get(name, 0) + value
+        for kind, amount in ring_sums(flow, at).items():
+            sums[kind] = sums.get(kind, 0.0) + amount
+        oldest += [first] if first is not None else []
+        histories.append(ring_history(flow, at))
+        now = max(now, at)
 
     def total(names: tuple[str, ...]) -> int:
         return sum(counters.get(name, 0) for name in names)
@@ -245,10 +261,29 @@ def structure_figures(
         offered=total(offered),
         processed=counters.get("processed", 0),
         dropped=total(dropped),
-        sums=ring_sums(flow, now),
-        oldest_ms=oldest,
+        sums=sums,
+        oldest_ms=min(oldest) if oldest else None,
         now_ms=now,
         counters=counters,
-        history=ring_history(flow, now),
+        history=histories[0] if len(histories) == 1 else _sum_histories(histories),
         warnings=server_warnings(client),
+    )
+
+
+def _sum_histories(histories: list[History]) -> History:
+    def add(name: str) -> list[Any]:
+        series = [getattr(h, name) for h in histories]
+        return [sum(values) for values in zip(*series, strict=True)]
+
+    depths = [
+        None if all(v is None for v in values) else sum(v or 0 for v in values)
+        for values in zip(*(h.minutes_depth for h in histories), strict=True)
+    ]
+    return dataclasses.replace(
+        histories[0],
+        seconds_in=add("seconds_in"),
+        seconds_out=add("seconds_out"),
+        minutes_in=add("minutes_in"),
+        minutes_out=add("minutes_out"),
+        minutes_depth=depths,
     )

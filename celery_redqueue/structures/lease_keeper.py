@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import RedQueueError
 from ..validation import seconds
 
-if TYPE_CHECKING:  # leases.py imports this module (it re-exports LeaseKeeper)
+if TYPE_CHECKING:  # leases.py imports this module
     from .leases import Lease, ResourcePool
 
 logger = logging.getLogger("celery_redqueue.structures.leases")

@@ -18,12 +18,14 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError, ReservationError
+from ..errors import NoFreeResourceError, RedQueueError, ReservationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
+from ..validation import positive_int
 from . import catalog
 from .figures import parse_counters
+from .lease_keeper import LeaseKeeper, LostCallback
 from .lease_types import Lease as Lease
 from .lease_types import LeaseStats as LeaseStats
 from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
@@ -111,7 +113,7 @@ class ResourcePool(catalog.Registered):
         with self._declare_lock:
             names, self._undeclared = self._undeclared, []
         try:
-            self._add(names)
+            self._change("lease_add", names)
         except BaseException:
             with self._declare_lock:
                 self._undeclared[:0] = names
@@ -120,10 +122,7 @@ class ResourcePool(catalog.Registered):
     def add_resources(self, *resources: str) -> int:
         """Add resources now; returns how many were new. Waiting clients are woken."""
         self._apply_declared()
-        return self._add(_names(resources))
-
-    def _add(self, names: list[str]) -> int:
-        return self._change("lease_add", names)
+        return self._change("lease_add", _names(resources))
 
     def _change(self, script_name: str, names: list[str]) -> int:
         """Run ``script_name`` over ``names`` in chunks (each call short); the summed replies."""
@@ -184,10 +183,7 @@ class ResourcePool(catalog.Registered):
     def _try_acquire(self, ttl_ms: int) -> tuple[Lease | None, float | None]:
         token = uuid.uuid4().hex
         sent = time.monotonic()
-        reply = self._run(
-            "lease_acquire",
-            [ttl_ms, token, RECLAIM_BATCH],
-        )
+        reply = self._run("lease_acquire", [ttl_ms, token, RECLAIM_BATCH])
         if int(reply[0]) == 1:
             lease = Lease(
                 self.keys.base,
@@ -226,10 +222,7 @@ class ResourcePool(catalog.Registered):
         resource is then reclaimed (returned to the free set) by this call.
         """
         self._check(lease)
-        released = self._run(
-            "lease_release",
-            [lease.resource, lease.token],
-        )
+        released = self._run("lease_release", [lease.resource, lease.token])
         return bool(released)  # 2: released by an earlier send of this same call
 
     def renew(self, lease: Lease, ttl: float) -> Lease | None:
@@ -241,12 +234,7 @@ class ResourcePool(catalog.Registered):
         self._check(lease)
         ttl_ms = _ttl_ms(ttl)
         sent = time.monotonic()
-        expiry_ms = int(
-            self._run(
-                "lease_renew",
-                [lease.resource, lease.token, ttl_ms],
-            )
-        )
+        expiry_ms = int(self._run("lease_renew", [lease.resource, lease.token, ttl_ms]))
         if expiry_ms <= 0:
             return None
         return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)
@@ -303,17 +291,11 @@ class ResourcePool(catalog.Registered):
 
         Never required (every acquire reclaims first); useful to keep ``stats()`` current.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be a positive integer, got {limit!r}")
+        positive_int("limit", limit)
         total = 0
         while total < limit:
             batch = min(RECLAIM_BATCH, limit - total)
-            count = int(
-                self._run(
-                    "lease_reclaim",
-                    [batch],
-                )
-            )
+            count = int(self._run("lease_reclaim", [batch]))
             total += count
             if count < batch:
                 break
@@ -322,10 +304,7 @@ class ResourcePool(catalog.Registered):
     def stats(self) -> LeaseStats:
         """One consistent snapshot of the pool's figures."""
         self._apply_declared()
-        reply = self._run(
-            "lease_stats",
-            [],
-        )
+        reply = self._run("lease_stats", [])
         counters = parse_counters(
             self.keys("stats"), {reply[i]: reply[i + 1] for i in range(4, len(reply), 2)}
         )
@@ -347,8 +326,3 @@ class ResourcePool(catalog.Registered):
             self._undeclared.clear()
         with redis_errors(f"clearing {self.keys.base}"):
             self.client.delete(*self._keys)
-
-
-# The keeper builds on this module; imported last and re-exported so that older imports
-# (``from celery_redqueue.structures.leases import LeaseKeeper``) keep working.
-from .lease_keeper import LeaseKeeper, LostCallback  # noqa: E402

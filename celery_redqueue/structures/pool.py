@@ -29,7 +29,8 @@ renews, so a drain job that dies or was never sent frees the pool within seconds
 deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while its bodies
 run.
 An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
-(``dead``); the rest of its batch carries on.
+(``dead``); the rest of its batch carries on. ``shards=N`` spreads the pool over N hash tags
+(cluster nodes): see `sharding`.
 
 Example:
 
@@ -52,10 +53,12 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import MIXED, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
+from . import sharding
 from .base import DRAIN_LEASE, Structure, decode_ids
-from .figures import Figures, parse_counters, structure_figures, unfold
+from .figures import parse_counters, unfold
 from .pool_gather import PoolGathering
 from .pool_replies import ack_args, read_pop
 from .pool_types import (
@@ -69,6 +72,7 @@ from .pool_types import (
 )
 from .protocols import Producer, in_chunks
 from .receipts import ReapResult, Receipt
+from .sharded import Sharded
 from .wake import Listening, listen_ms, listener_id
 
 __all__ = [
@@ -85,7 +89,7 @@ __all__ = [
 ]
 
 
-#: The keys every pool script receives, in this order (see lua/pool_common.lua).
+#: The keys every pool script receives, in this order (see lua/pool_keys.lua).
 # fmt: off
 PARTS = (
     # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
@@ -101,41 +105,19 @@ ADD_CHUNK = 1000
 
 logger = logging.getLogger(__name__)
 
+#: What became of an offered call (lua/pool_status.lua names the same values).
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-class PoolProducer(Producer[bytes]):
-    """What a pool offers producers on top of `Producer`: shared by
-    [`CappedPool`][celery_redqueue.CappedPool] and the sharded pool, which differ only in where an
-    encoded call goes."""
-
-    store_chunk = ADD_CHUNK
-
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
-        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
-
-        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
-        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
-        """
-        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
-
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
-        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
-
-        Every payload is serialized before anything is stored, so one bad payload stores none.
-        At most one result has ``drain_needed`` set.
-        """
-        encoded = [self.encode(p) for p in payloads]
-        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
-
-
-class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
+class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
+    figure_names = ("depth", ("offered",), ("rejected", "evicted", "lost"))
     parts = PARTS
     dead_script = "pool_dead"
     unstored_counters = ("offered", "accepted", "dead")
+    store_chunk = ADD_CHUNK
 
     def __init__(
         self,
@@ -155,6 +137,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
         listed: bool = False,
+        shards: int = 1,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
         seconds("drain_lease", drain_lease, positive=True)
@@ -179,6 +162,11 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         self.max_receives = max_receives
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.processed_guard_ms = int(processed_guard * 1000)
+        # With shards > 1, each holds its share of the capacity.
+        self._build_shards(shards, sharding.split_capacity, capacity)
+
+    #: A sharded pool has no one oldest call to count a gathering wait from.
+    gather = sharding.unsharded(PoolGathering.gather)
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
@@ -188,6 +176,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
     def _script_head(self) -> list[Any]:
         return [self.capacity, self.policy, int(self.coalesce), self.drain_lease_ms]
 
+    @sharding.recorded
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this pool (the registry keeps it)."""
         return {
@@ -201,6 +190,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
             "drain_lease": self.drain_lease_ms / 1000,
         }
 
+    @sharding.spread(sharding.pool_shard)
     def store_encoded(
         self,
         encoded: Sequence[bytes],
@@ -230,6 +220,23 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return results
 
+    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
+        """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
+
+        ``delay`` holds the call in the delayed set for that many seconds before it is offered;
+        ``dedupe_id`` refuses the call if the same id was seen within ``dedupe_window``.
+        """
+        return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
+        """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
+
+        Every payload is serialized before anything is stored, so one bad payload stores none.
+        At most one result has ``drain_needed`` set.
+        """
+        encoded = [self.encode(p) for p in payloads]
+        return in_chunks(lambda chunk: self.store_encoded(chunk, delay=delay), encoded, ADD_CHUNK)
+
     def _add_plain(self, encoded: Sequence[bytes]) -> list[Receipt]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
         flush): the smaller script, two arguments per call, sent as one script call."""
@@ -250,6 +257,8 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
 
     # Consuming
 
+    # From the next shard with work; a batch's id names its shard (ack, the heartbeat).
+    @sharding.swept(sharding.batch_has_work, sharding.merge_pop)
     def pop(
         self,
         n: int = 100,
@@ -260,7 +269,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         batch_id: str | None = None,
     ) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
-        enter the pool).
+        enter the pool, in a step of their own: ``pool_due``).
 
         An entry received before (returned by the reaper or by a failed ack) is popped alone: a
         batch of one, so a call that kills its process takes no good call with it again.
@@ -283,22 +292,31 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
         batch_id = batch_id or uuid.uuid4().hex
-        reply = self._run(
-            "pool_pop",
-            [
-                n,
-                batch_id,
-                self.visibility_timeout_ms,
-                self.max_drains,
-                int(self.processed_guard_ms > 0),
-                int(linger),
-                listen_ms(listen),
-                listener or listener_id(),
-                int(self.at_least_once),
-            ],
-        )
+        args: list[Any] = [
+            n,
+            batch_id,
+            self.visibility_timeout_ms,
+            self.max_drains,
+            int(self.processed_guard_ms > 0),
+            int(linger),
+            listen_ms(listen),
+            listener or listener_id(),
+            int(self.at_least_once),
+            1,  # due delayed calls first
+        ]
+        # The common pop; what it leaves to other scripts its status names (lua/pool_pop.lua).
+        reply = self._run("pool_pop", args)
+        malformed = 0
+        if reply[0] == UPKEEP:
+            malformed = int(self._run("pool_due", [n]))
+            args[-1] = 0
+            reply = self._run("pool_pop", args)
+        if reply[0] == MIXED:
+            reply = self._run("pool_pop_mixed", args)
+        reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
+    @sharding.on_owner(sharding.own_batch)
     def ack(
         self,
         batch: PoolBatch,
@@ -328,6 +346,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         batch.drain_needed = bool(send_drain)
         return bool(held)
 
+    @sharding.on_owners
     def renew(self, batch_ids: Sequence[str]) -> list[str]:
         """Push the deadline of batches still in flight to now + ``visibility_timeout`` and renew
         the drain lease, in one round trip (the worker's heartbeat). Returns the ids that were
@@ -345,6 +364,7 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
         of the shorter of the two, so two renewals can fail before anything expires."""
         return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
+    @sharding.on_every(sharding.sum_results(ReapResult), register=True)
     def reap(self, limit: int = 1000) -> ReapResult:
         """Take back batches past their deadline: lost (at most once) or returned to the pool
         / dead-lettered (at least once)."""
@@ -357,8 +377,10 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
 
     # Reading
 
+    @sharding.on_every(sharding.sum_results(PoolStats))
     def stats(self) -> PoolStats:
-        """One consistent snapshot of the counters (one read-only script: works at maxmemory)."""
+        """One consistent snapshot of the counters (one read-only script: works at maxmemory;
+        summed over the shards, whose identities add up)."""
         from ..redis.lua import pairs, read_atomic
 
         with redis_errors(f"reading stats of {self.keys.base}"):
@@ -377,17 +399,6 @@ class CappedPool(Structure, PoolProducer, PoolGathering, Listening):
             entries=int(entries),
             capacity=self.capacity,
             drains_pending=int(drains or 0),
-        )
-
-    def figures(self) -> Figures:
-        """Backpressure figures in one bounded read: depth, in flight, dead, delayed, rates in
-        and out over the last minute, oldest waiting call, time to drain, workers needed."""
-        return structure_figures(
-            self.client,
-            self.keys,
-            depth="depth",
-            offered=("offered",),
-            dropped=("rejected", "evicted", "lost"),
         )
 
     def __len__(self) -> int:

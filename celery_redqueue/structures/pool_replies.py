@@ -3,7 +3,7 @@ the arguments of its ``pool_ack``.
 
 A drain runs this for every call it takes, so it is written for that: the reply lists each
 entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
-lua/pool_batch.lua); an ack names only the calls that did not succeed. Used by `pool`.
+lua/pool_reply_entries.lua); an ack names only the calls that did not succeed. Used by `pool`.
 """
 
 from __future__ import annotations
@@ -70,19 +70,26 @@ def read_pop(
     special = {extras[j] - 1: (extras[j + 1], extras[j + 2]) for j in range(0, len(extras), 3)}
     for index, (head, _, raw) in enumerate(parts):
         count, receives = special.get(index, (1, 1))
-        entry_id = head.decode(errors="replace")
+        # Lossless: a coalescing pool's id is its payload, binary with msgpack or pickle, and
+        # ack_args encodes it back to the very member the ack must find.
+        entry_id = head.decode(errors="surrogateescape")
         try:
             payload = loads(raw)
         except Exception as exc:
             # It can never succeed: ack() dead-letters it at once, with the reason.
             logger.warning(
-                "%s: entry %s is undecodable (%s); it will be dead-lettered", name, entry_id, exc
+                "%s: entry %r is undecodable (%s); it will be dead-lettered", name, entry_id, exc
             )
             batch.undecodable.append((entry_id, int(count), raw))
             batch.errors[entry_id] = f"undecodable payload: {type(exc).__name__}: {exc}"
         else:
             batch.items.append(_item(payload, int(count), int(receives), entry_id))
     return batch
+
+
+def _member_id(entry_id: str) -> bytes:
+    """The id's bytes as stored (read_pop decoded them with ``surrogateescape``)."""
+    return entry_id.encode("utf-8", "surrogateescape")
 
 
 def ack_args(batch: PoolBatch, failures: Mapping[int, str], guard: bool) -> list[Any]:
@@ -93,10 +100,10 @@ def ack_args(batch: PoolBatch, failures: Mapping[int, str], guard: bool) -> list
     args: list[Any] = [batch.calls, len(failures) + len(batch.undecodable)]
     for index, error in failures.items():
         item = items[index]
-        args += (item.id, item.count, str(error)[:4000] or "failed", "")
+        args += (_member_id(item.id), item.count, str(error)[:4000] or "failed", "")
     for entry_id, count, raw in batch.undecodable:
         reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
-        args += (entry_id, count, reason, b"!" + raw)
+        args += (_member_id(entry_id), count, reason, b"!" + raw)
     if guard:
         args += [item.id for index, item in enumerate(items) if index not in failures]
     return args

@@ -1,308 +1,225 @@
-"""Sharded pools and buckets: one logical structure spread over N hash tags (so over the nodes
-of a Redis Cluster), for the user whose one hot pool or bucket outgrows a node.
-
-A [`ShardedPool`][celery_redqueue.ShardedPool] holds N [`CappedPool`][celery_redqueue.CappedPool]
-shards and a [`ShardedBucket`][celery_redqueue.ShardedBucket] N
-[`LeakyBucket`][celery_redqueue.LeakyBucket] shards; each shard is a complete structure under its
-own hash tag, ``<prefix>:{pool:<name>#<i>.<j>}:<part>``, so every script still touches one slot.
-``j`` is the smallest number that puts shard ``i``'s slot in the ``i``-th N-th of the slot space:
-with N equal to the number of masters and the slots split evenly (as ``redis-cli --cluster create``
-does), the shards land on distinct masters.
-
-Pools: each call goes to one shard, chosen with probability proportional to the shard's
-capacity (the capacity is split as evenly as it divides): at random; by a hash of the payload
-when the pool coalesces (equal payloads must meet on one shard to merge); by a hash of its
-dedupe id when it has one (a duplicate must meet its original). Each shard applies the policy
-to what it received. Buckets: a key lives on one shard (a hash of the key), so its rate,
-burst, order and in-flight limit are those of one bucket: exact.
-
-Drains sweep the shards round-robin, starting after the shard that last gave work, so no shard
-starves. The drain flag is one per shard: it must live in the slot of the items it guards, or
-"clear the flag only if still empty" could not be one atomic step. A running drain holds every
-shard's lease (the heartbeat renews each) and an empty sweep clears each shard's flag in that
-shard's own pop, so nothing that arrives on any shard is stranded. Stats, figures, reaping and
-dead letters are summed or merged over the shards; the registry lists the logical structure
-once (``shards`` in its settings), never its shards.
-
-Example:
-
-    pool = ShardedPool(cluster_client, "events", capacity=30_000, shards=3)
-    pool.add({"user": 7})
-    batch = pool.pop(100)          # from the next shard with work
-    pool.ack(batch)                # back to the shard it came from
-"""
+"""What a pool or a bucket does over its shards (see `sharding`): building them, the sweep and
+receipts the verbs use, the heartbeat's parts, wake signals, dead letters, figures and clearing.
+`Sharded` is a base of `CappedPool` and `LeakyBucket`, before their other bases; on a structure
+with one shard each of its methods is the plain one."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import random
-from bisect import bisect_right
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ReservationError
-from . import catalog
-from .bucket import (
-    BucketProducer,
-    BucketStats,
-    Dequeued,
-    KeyLoad,
-    LeakyBucket,
-    Limits,
-    Reservation,
-)
-from .bucket_types import EncodedCall, _check_key
-from .pool import CappedPool, PoolBatch, PoolProducer, PoolStats
-from .receipts import ReapResult
-from .sharding import (
-    Sharded,
-    by_key,
-    on_every,
-    on_owner,
-    split_id,
-    spread,
-    stable_hash,
-    sum_results,
-    swept,
-    validate_shards,
-)
-
-__all__ = [
-    "AnyBucket",
-    "AnyPool",
-    "ShardedBucket",
-    "ShardedPool",
-    "make_bucket",
-    "make_pool",
-    "validate_shards",
-]
+from .deadletters import DeadLetter
+from .figures import Figures, structure_figures
+from .receipts import Receipt
+from .sharding import SAME_WAKE, on_every, on_owner, shard_names, split_id, validate_shards
+from .wake import WakeSignal, listen_any
 
 
-def _own_batch(self: ShardedPool, batch: PoolBatch) -> tuple[CappedPool, PoolBatch]:
-    """The shard a batch came from (its id names it), and the batch as that shard knows it."""
-    i, inner = split_id(batch.id, len(self.shards))
-    return self.shards[i], dataclasses.replace(batch, id=inner)
+def joined(parts: Sequence[list[Any]]) -> list[Any]:
+    return [x for part in parts for x in part]
 
 
-def _merge_pop(
-    self: ShardedPool, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
-) -> PoolBatch:
-    """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
-    every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
-    are the earliest shard's."""
-    malformed = sum(b.malformed for _, b in empties)
-    if batch is not None:
-        batch.id = f"{i}:{batch.id}"
-        batch.malformed += malformed
-        return batch
-    result = PoolBatch(id="", items=[], malformed=malformed)
-    result.lingering = any(b.lingering for _, b in empties)
-    earliest = None if result.lingering else self._earliest(empties)
-    self._release_claims(empties, keep=None if earliest is None else earliest[0])
-    if earliest is not None:
-        result.wait, result.schedule = earliest[1].wait, earliest[1].schedule
-    return result
+def nothing(parts: Sequence[Any]) -> None:
+    return None
 
 
-class ShardedPool(Sharded, PoolProducer):
-    """A capped pool spread over ``shards`` CappedPools; see the module docstring.
+class Sharded:
+    """What a pool or a bucket does over its shards (`shards` None: it is its own only part):
+    building them, the sweep, receipts, heartbeat parts, wake signals, dead letters, figures
+    and clearing. A base of both kinds, before their other bases."""
 
-    Args:
-        capacity: the logical capacity, split between the shards as evenly as it divides.
-        shards: how many shards (at most ``capacity``).
-        options: every other CappedPool option, applied to each shard.
-    """
+    kind: ClassVar[str]
+    name: str
+    client: Any
+    keys: Any
+    serializer: Any
+    #: The plain structures of this logical one (None: one shard, itself).
+    shards: list[Any] | None = None
+    #: The counter names meaning depth, offered and dropped in the kind's stats hash.
+    figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
+    _cursor = 0
 
-    kind = "pool"
-    _figure_names = ("depth", ("offered",), ("rejected", "evicted", "lost"))
-    _shared = ("policy", "coalesce")
-    policy: str
-    coalesce: bool
+    if TYPE_CHECKING:  # of the structure (declared only: this base comes first in its MRO)
 
-    def __init__(
-        self, client: Any, name: str, capacity: int, *, shards: int, **options: Any
+        def register_once(self) -> None: ...
+        def _parse_letter(self, raw: bytes) -> DeadLetter: ...
+
+    def _build_shards(
+        self, count: int, adjust: Callable[[Any, Any, int], None] | None, capacity: Any = None
     ) -> None:
-        validate_shards("shards", shards, capacity)
-        self.capacity = capacity
-        #: Each shard's capacity: the logical one split as evenly as it divides.
-        self._caps = [
-            capacity // shards + (1 if i < capacity % shards else 0) for i in range(shards)
-        ]
-        #: Upper bounds of each shard's share of [0, capacity): a point picks its shard.
-        self._bounds = [sum(self._caps[: i + 1]) for i in range(shards)]
-        super().__init__(client, name, shards=shards, **options)
+        """Make ``count`` shards (none for one; at most ``capacity``): copies of this structure
+        under their own names, never registered themselves (the registry lists this logical
+        structure); ``adjust(self, shard, i)`` sets what differs per shard. Called last by
+        __init__."""
+        if validate_shards("shards", count, capacity) == 1:
+            self.shards = None
+            return
+        shards = []
+        for name in shard_names(self.kind, self.name, count):
+            shard: Any = copy.copy(self)  # before self.shards is set: a shard has none
+            shard._setup(self.client, name, self.keys.prefix, self.serializer, listed=True)
+            shards.append(shard)
+        self.shards = shards
+        for i, shard in enumerate(shards):
+            if adjust is not None:
+                adjust(self, shard, i)
+        self._cursor = random.randrange(count)
 
-    def _make_shard(
-        self, client: Any, name: str, index: int, of: int, options: dict[str, Any]
-    ) -> Any:
-        return CappedPool(client, name, self._caps[index], **options)
+    # Routing helpers of the verbs
 
-    def settings(self) -> dict[str, Any]:
-        return dict(super().settings(), capacity=self.capacity)
-
-    def shard_of(self, data: bytes, dedupe_id: str | None = None) -> int:
-        """The shard a call goes to, with probability proportional to its capacity."""
-        if self.coalesce:
-            point = stable_hash(data) % self.capacity
-        elif dedupe_id:
-            point = stable_hash(dedupe_id.encode()) % self.capacity
-        else:
-            point = random.randrange(self.capacity)
-        return bisect_right(self._bounds, point)
-
-    def _shard_of_call(self, call: bytes, dedupe_id: str | None) -> int:
-        return self.shard_of(call, dedupe_id)
-
-    store_encoded = spread(CappedPool.store_encoded)
-    #: From the next shard with work; the batch's id names its shard (`ack`, the heartbeat).
-    pop = swept(CappedPool.pop, lambda b: bool(b) or b.pop_again, _merge_pop)
-    ack = on_owner(CappedPool.ack, _own_batch)
-    reap = on_every(CappedPool.reap, lambda parts: sum_results(ReapResult, parts), register=True)
-    #: Counters summed over the shards. Each shard's snapshot is consistent, and the
-    #: accounting identities are sums of per-shard ones, so they hold on the sum.
-    stats = on_every(CappedPool.stats, lambda parts: sum_results(PoolStats, parts))
-
-    def __len__(self) -> int:
-        """Calls waiting in every shard."""
-        return self.stats().depth
-
-
-def _own_reservation(
-    self: ShardedBucket, reservation: Reservation | str
-) -> tuple[LeakyBucket, Reservation | str]:
-    """The shard a reservation belongs to, and the reservation as that shard knows it."""
-    if isinstance(reservation, Reservation):
-        if reservation.bucket not in ("", self.keys.base):
-            raise ReservationError(
-                f"reservation {reservation.id} belongs to {reservation.bucket}, "
-                f"not {self.keys.base}"
+    def _pass_receipts(self, results: list[Receipt], groups: Mapping[int, list[Receipt]]) -> Any:
+        """Calls stored on several shards ask for at most one drain job now and one at the
+        earliest wake-up, as one structure's would: one drain job sweeps every shard. Shards
+        whose later wake-up claim is not passed on release it (the earliest job re-plans them)."""
+        if len(groups) == 1:
+            return results
+        assert self.shards is not None
+        wakes = [(r.wake_in, i) for i, rs in groups.items() for r in rs if r.wake_in is not None]
+        for _, i in sorted(wakes)[1:]:
+            self.shards[i].release_drain(flag=False, wake=True)
+        drain = any(r.drain_needed for r in results)
+        soonest = [r.wake_in for r in results if r.wake_in is not None]
+        cleared = [dataclasses.replace(r, drain_needed=False, wake_in=None) for r in results]
+        if cleared:
+            cleared[0] = dataclasses.replace(
+                cleared[0], drain_needed=drain, wake_in=min(soonest) if soonest else None
             )
-        i, inner = split_id(reservation.id, len(self.shards))
-        return self.shards[i], dataclasses.replace(
-            reservation, id=inner, bucket=self.shards[i].keys.base
-        )
-    i, inner = split_id(str(reservation), len(self.shards))
-    return self.shards[i], inner
+        return cleared
+
+    def _sweep(self, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
+        """Ask shards in turn, from the one after the last that gave work, until one has work;
+        returns (shard index, its answer, the empty answers of the shards asked before)."""
+        assert self.shards is not None
+        self.register_once()
+        start, n = self._cursor, len(self.shards)
+        empties: list[tuple[int, Any]] = []
+        for step in range(n):
+            i = (start + step) % n
+            answer = take(self.shards[i])
+            if has_work(answer):
+                self._cursor = (i + 1) % n
+                self._release_claims(empties, keep=None)
+                return i, answer, empties
+            empties.append((i, answer))
+        self._cursor = (start + 1) % n
+        return None, None, empties
+
+    def _release_claims(self, empties: list[tuple[int, Any]], keep: int | None) -> None:
+        """A shard whose empty answer claimed a scheduled drain job (``schedule``) that the
+        caller is not told to send gets its claim released, so the next sweep plans it again."""
+        assert self.shards is not None
+        for i, answer in empties:
+            if answer.schedule and i != keep:
+                self.shards[i].release_drain(flag=False, wake=True)
+
+    @staticmethod
+    def _earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
+        waiting = [(a.wait, i, a) for i, a in empties if a.wait is not None]
+        if not waiting:
+            return None
+        # A shard whose drain job is already scheduled (it did not claim a new one) wins over
+        # one due within the same few ms: calls added to several shards in one burst fall due
+        # a millisecond apart, and a second job for that millisecond would only duplicate it.
+        first = min(w[0] for w in waiting)
+        scheduled = [w for w in waiting if not w[2].schedule and w[0] <= first + SAME_WAKE]
+        _, i, answer = min(scheduled or waiting, key=lambda w: (w[0], w[1]))
+        return i, answer
+
+    # What every pool and bucket offers over its shards
+
+    def heartbeat_parts(self, item_id: str | None) -> list[tuple[Any, str | None]]:
+        """What the heartbeat holds for ``item_id`` (None: the drain lease): the drain lease of
+        every shard (a drain sweeps them all), or the one shard an id belongs to."""
+        if not self.shards:
+            return [(self, item_id)]
+        if item_id is None:
+            return [(shard, None) for shard in self.shards]
+        i, inner = split_id(item_id, len(self.shards))
+        return [(self.shards[i], inner)]
+
+    @on_every(joined)
+    def wake_signals(self) -> list[WakeSignal]:
+        """The signals a store pushes to: one per shard (an empty sweep with ``listen=`` armed
+        them all)."""
+        return super().wake_signals()  # type: ignore[misc,no-any-return]
+
+    def listen(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a store to wake a consumer that an empty pop or
+        poll armed (``listen=``), on every shard's signal at once; True when woken (a hint)."""
+        if not self.shards:
+            return super().listen(timeout)  # type: ignore[misc,no-any-return]
+        return bool(listen_any(self.wake_signals(), timeout))
+
+    @on_every(nothing)
+    def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
+        """Clear the drain flag (and/or the scheduled wake-up) of every shard when the drain job
+        it announced could not be sent (releasing a flag a running job holds costs one job)."""
+        super().release_drain(flag=flag, wake=wake)  # type: ignore[misc]
+
+    def dead_page(self, start: int, count: int) -> tuple[int, list[bytes]]:
+        """Dead letters ``start`` .. ``start + count - 1`` (of all shards, merged by when they
+        died) and their total, in one round trip (reads ``start + count`` per shard)."""
+        first = 0 if self.shards else start  # one list is read from start itself
+        pipe = self.client.pipeline(transaction=False)
+        for part in self.shards or [self]:
+            pipe.llen(part.keys("dead"))
+            pipe.lrange(part.keys("dead"), first, start + count - 1)
+        replies = pipe.execute()
+        raws = [raw for page in replies[1::2] for raw in page]
+        if self.shards:
+            raws.sort(key=_died_at)
+        return sum(int(n) for n in replies[0::2]), raws[start - first : start - first + count]
+
+    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
+        """Dead letters from the oldest (of every shard, merged): payload, receives, last error
+        (and key, count)."""
+        if not self.shards:
+            return super().dead_letters(start, stop)  # type: ignore[misc,no-any-return]
+        _, raws = self.dead_page(start, stop - start + 1)
+        return [self._parse_letter(raw) for raw in raws]
+
+    def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
+        if not self.shards:
+            return super()._act_on_dead(action, letters, limit)  # type: ignore[misc,no-any-return]
+        if letters is not None:
+            letters = list(letters)  # each shard acts on the ones it holds
+            return sum(shard._act_on_dead(action, letters, limit) for shard in self.shards)
+        total = 0
+        for shard in self.shards:
+            if limit == 0:
+                break
+            done = int(shard._act_on_dead(action, None, limit))
+            total += done
+            limit = limit - done if limit > 0 else limit
+        return total
+
+    @on_owner(lambda self, payload: (self.shards[0], payload))
+    def bury_unstored(self, payload: bytes, error: str) -> None:
+        """Dead-letter a call that never entered the structure, with ``error`` as its reason
+        (in the first shard, which the merged figures include); counted so the identities
+        hold."""
+        super().bury_unstored(payload, error)  # type: ignore[misc]
+
+    def figures(self) -> Figures:
+        """Backpressure figures in one bounded read per shard: depth, in flight, dead, delayed,
+        rates in and out over the last minute, oldest waiting call, time to drain, workers
+        needed (counters, rates and history summed over the shards)."""
+        depth, offered, dropped = self.figure_names
+        keys = [part.keys for part in self.shards or [self]]
+        return structure_figures(self.client, keys, depth=depth, offered=offered, dropped=dropped)
+
+    @on_every(nothing)
+    def clear(self) -> None:
+        """Delete everything of this structure (of every shard; their own keys only)."""
+        super().clear()  # type: ignore[misc]
 
 
-def _merge_dequeue(
-    self: ShardedBucket, i: int | None, poll: Dequeued | None, empties: list[tuple[int, Dequeued]]
-) -> Dequeued:
-    """The reservation of the shard that had an eligible key, its id naming the shard;
-    otherwise the earliest shard's wait."""
-    malformed = sum(p.malformed for _, p in empties)
-    if poll is not None and poll.reservation is not None:
-        reservation = dataclasses.replace(
-            poll.reservation, id=f"{i}:{poll.reservation.id}", bucket=self.keys.base
-        )
-        return Dequeued(reservation, malformed=malformed + poll.malformed)
-    earliest = self._earliest(empties)
-    self._release_claims(empties, keep=None if earliest is None else earliest[0])
-    if earliest is None:
-        return Dequeued(malformed=malformed)
-    return Dequeued(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
-
-
-class ShardedBucket(Sharded, BucketProducer):
-    """A leaky bucket spread over ``shards`` LeakyBuckets, each key on one shard; see the
-    module docstring. ``options`` are LeakyBucket's, applied to each shard."""
-
-    kind = "bucket"
-    #: Called when resume() needs a drain job (the task glue sets it; see BucketLimits).
-    drain_sender: Callable[[], object] | None = None
-    _figure_names = (
-        "depth",
-        ("enqueued", "rejected", "duplicates"),
-        ("rejected", "dropped", "duplicates"),
-    )
-
-    _shared = ("ordered", "limits", "default_interval_ms", "default_burst")
-    ordered: bool
-    limits: Limits
-    default_interval_ms: float
-    default_burst: float
-
-    def _make_shard(
-        self, client: Any, name: str, index: int, of: int, options: dict[str, Any]
-    ) -> Any:
-        # A total rate is split evenly: each shard meters its share in its own scripts, so a
-        # release costs no extra round trip (see docs/metered-apis.md). Recorded settings name
-        # total_shares; the shard count decides.
-        return LeakyBucket(client, name, **dict(options, total_shares=of))
-
-    def shard_of(self, key: str) -> int:
-        """The shard of a key: the same in every process, so a key's rate is one bucket's."""
-        return stable_hash(_check_key(key).encode()) % len(self.shards)
-
-    def _shard_of_call(self, call: EncodedCall, dedupe_id: str | None) -> int:
-        return self.shard_of(call[0])
-
-    def shard(self, key: str) -> LeakyBucket:
-        """The LeakyBucket that holds ``key``."""
-        bucket: LeakyBucket = self.shards[self.shard_of(key)]
-        return bucket
-
-    # A key's rates, pause and figures live on its shard.
-    set_rate = on_owner(LeakyBucket.set_rate, by_key)
-    clear_rate = on_owner(LeakyBucket.clear_rate, by_key)
-    set_cost_rate = on_owner(LeakyBucket.set_cost_rate, by_key)
-    pause = on_owner(LeakyBucket.pause, by_key)
-    key_stats = on_owner(LeakyBucket.key_stats, by_key)
-
-    def resume(self, key: str) -> bool:
-        """Resume a key on its shard; its drain job goes through `drain_sender`."""
-        shard = self.shard(key)
-        shard.drain_sender = self.drain_sender
-        return shard.resume(key)
-
-    def paused(self, limit: int = 100) -> list[tuple[str, float]]:
-        """Paused keys of every shard, soonest end first."""
-        rows = [row for shard in self.shards for row in shard.paused(limit)]
-        return sorted(rows, key=lambda row: (row[1], row[0]))[:limit]
-
-    paused_count = on_every(LeakyBucket.paused_count, sum)
-
-    def busiest(self, top: int = 10) -> list[KeyLoad]:
-        """The busiest keys of every shard; a share is of its own shard's releases."""
-        rows = [row for shard in self.shards for row in shard.busiest(top)]
-        return sorted(rows, key=lambda row: (-row.releases, row.key))[:top]
-
-    def longest_waiting(self, top: int = 10) -> list[KeyLoad]:
-        rows = [row for shard in self.shards for row in shard.longest_waiting(top)]
-        return sorted(rows, key=lambda row: (-(row.oldest_age or 0), row.key))[:top]
-
-    store_encoded = spread(LeakyBucket.store_encoded)
-    #: From the next shard with an eligible key; the reservation's id names its shard.
-    dequeue = swept(LeakyBucket.dequeue, lambda p: p.reservation, _merge_dequeue)
-    # A reservation is finished, put back, paused or buried on the shard that holds it.
-    commit = on_owner(LeakyBucket.commit, _own_reservation)
-    retry_later = on_owner(LeakyBucket.retry_later, _own_reservation)
-    backoff = on_owner(LeakyBucket.backoff, _own_reservation)
-    dead_letter = on_owner(LeakyBucket.dead_letter, _own_reservation)
-    reap = on_every(LeakyBucket.reap, lambda parts: sum_results(ReapResult, parts), register=True)
-    #: Counters summed over the shards (the identities hold on the sum, as for pools).
-    stats = on_every(LeakyBucket.stats, lambda parts: sum_results(BucketStats, parts))
-
-
-#: What a pooled task's ``pool`` is: one CappedPool, or a ShardedPool.
-AnyPool = CappedPool | ShardedPool
-#: What a bucket task's ``bucket`` is: one LeakyBucket, or a ShardedBucket.
-AnyBucket = LeakyBucket | ShardedBucket
-
-
-def make_pool(shards: int, client: Any, name: str, capacity: int, **options: Any) -> AnyPool:
-    """A CappedPool, or a ShardedPool when ``shards`` > 1 (the tasks' hook)."""
-    if shards > 1:
-        return ShardedPool(client, name, capacity, shards=shards, **options)
-    return CappedPool(client, name, capacity, **options)
-
-
-def make_bucket(shards: int, client: Any, name: str, **options: Any) -> AnyBucket:
-    """A LeakyBucket, or a ShardedBucket when ``shards`` > 1 (the tasks' hook)."""
-    if shards > 1:
-        return ShardedBucket(client, name, shards=shards, **options)
-    return LeakyBucket(client, name, **options)
-
-
-catalog.add_sharded(ShardedPool.kind, ShardedPool)
-catalog.add_sharded(ShardedBucket.kind, ShardedBucket)
+def _died_at(raw: bytes) -> float:
+    try:
+        return float(json.loads(raw.partition(b"\n")[0]).get("at", 0))
+    except (ValueError, AttributeError):
+        return 0.0

@@ -16,7 +16,7 @@ from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.serializers import Serializer
-from ..validation import positive_int, seconds
+from ..validation import boolean, positive_int, seconds
 from .base import DRAIN_LEASE, Structure
 from .figures import Figures, compute, parse_counters
 from .protocols import in_chunks
@@ -79,8 +79,7 @@ class EventStream(Structure):
         positive_int("max_receives", max_receives)
         self.processed_guard_ms = int(seconds("processed_guard", processed_guard) * 1000)
         self.drain_lease_ms = int(seconds("drain_lease", drain_lease, positive=True) * 1000)
-        if not isinstance(ordered, bool):
-            raise ConfigurationError(f"ordered must be True or False, got {ordered!r}")
+        boolean("ordered", ordered)
         if key is not None and not callable(key):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]

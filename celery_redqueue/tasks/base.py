@@ -25,7 +25,7 @@ from .composition import CallComposition, entry_point
 from .config import get_config
 from .handover import handed_over
 from .heartbeat import heartbeat
-from .options import check_option_names, warn_if_task_cls_dropped
+from .options import check_drain_options, check_option_names, warn_if_task_cls_dropped
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,9 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     #: the call is stored (`by_name`); a drain job's when the drain ended.
     acks_late = True
 
+    #: The task kind (``"pool"``, ``"bucket"``, ``"stream"``), its options' prefix: set by each
+    #: kind's class (annotated only here, so the classes that set it are a class's kinds).
+    redqueue_kind: str
     #: The kind's ``*_results`` option (set per class: it is read on every call).
     _results_option = ""
 
@@ -72,11 +75,18 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._results_option = f"{getattr(cls, 'redqueue_kind', '')}_results"
+        kind = getattr(cls, "redqueue_kind", "")
+        cls._results_option = f"{kind}_results"
         check_option_names(cls)
+        if kind:
+            check_drain_options(cls, kind)
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
             cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
+
+    def kind_option(self, name: str, default: Any = None) -> Any:
+        """The kind's option ``name``: ``"drain_lease"`` is a pooled task's ``pool_drain_lease``."""
+        return getattr(self, f"{self.redqueue_kind}_{name}", default)
 
     def drain(self) -> DrainSummary:
         """Run stored calls until the structure has none ready or the time budget is spent (the
@@ -174,8 +184,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         run out over the structure's calls, and its work in flight to expire: have this
         process's heartbeat reap the structure every second until both have (plus a margin),
         so that the drain the work needs is sent even with beat off."""
-        kind = type(self).redqueue_kind  # type: ignore[attr-defined]
-        window = getattr(self, f"{kind}_visibility_timeout") + getattr(self, f"{kind}_drain_lease")
+        window = self.kind_option("visibility_timeout") + self.kind_option("drain_lease")
         heartbeat().watch(self.structure, self.reap, window + 5.0)
 
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -211,7 +220,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def structure(self) -> Drained:
         """The Redis structure behind this task, whatever its kind: its ``pool``, ``bucket`` or
         ``stream`` (what the reaper, the figures and the heartbeat look at)."""
-        structure: Drained = getattr(self, type(self).redqueue_kind)  # type: ignore[attr-defined]
+        structure: Drained = getattr(self, self.redqueue_kind)
         return structure
 
     def send_drain_or_release(

@@ -45,7 +45,7 @@ def register_beat(
 FAILED_KEY = "redqueue: failed"
 
 
-def _reaped_count(result: Any) -> int:
+def reaped_count(result: Any) -> int:
     """Items a structure's reap result says it took back, and stream groups it woke."""
     if isinstance(result, int):
         return result
@@ -100,7 +100,7 @@ def reap(self: Task) -> dict[str, int]:
             other = open_entry(config.client(), config.key_prefix, entry)
             if other is None or other.keys.base in covered:
                 continue
-            count = _reaped_count(other.reap())
+            count = reaped_count(other.reap())
         except SoftTimeLimitExceeded:
             raise
         except Exception as exc:

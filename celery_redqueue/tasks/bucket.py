@@ -14,10 +14,9 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
-from ..structures.bucket import Reservation, validate_bucket_options
+from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
-from ..structures.sharded import AnyBucket, make_bucket, validate_shards
-from ..validation import boolean, function_option, optional_seconds, seconds
+from ..structures.sharding import validate_shards
 from . import tracing
 from .base import error_text
 from .beat import DrainSummary
@@ -26,7 +25,7 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, check_metered_options, limit_options
-from .options import check_key_parameter, check_structure_name, function_or_name
+from .options import check_key_parameter, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
 
@@ -92,7 +91,6 @@ class BucketTask(ProducerTask, MeteredOptions):
     #: round trip per wait costs throughput at burst 0; a scheduled job is still sent), and
     #: on an empty bucket after its last item, woken by the next call (the wake signal). 0: off.
     bucket_drain_linger: float = 0.05
-    dedupe_option = "bucket_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within bucket_dedupe_window seconds is refused. ``apply_async(...,
     #: dedupe_id=...)`` gives an id explicitly.
@@ -124,20 +122,11 @@ class BucketTask(ProducerTask, MeteredOptions):
             max_drains=cls.bucket_drain_concurrency,
             names=TASK_OPTION_NAMES,
         )
-        optional_seconds("bucket_drain_interval", cls.bucket_drain_interval)
-        seconds("bucket_drain_time_budget", cls.bucket_drain_time_budget, positive=True)
-        seconds("bucket_drain_linger", cls.bucket_drain_linger)
-        seconds("bucket_drain_lease", cls.bucket_drain_lease, positive=True)
-        seconds("bucket_dedupe_window", cls.bucket_dedupe_window, positive=True)
-        function_option(cls, "bucket_dedupe_key")
-        seconds("bucket_processed_guard", cls.bucket_processed_guard)
         function_or_name(cls, "bucket_key")
         if "run" in cls.__dict__ and cls.bucket_key is None:
             raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
-        check_structure_name(cls, "bucket_name")
-        boolean("bucket_results", cls.bucket_results)
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
 
@@ -148,16 +137,16 @@ class BucketTask(ProducerTask, MeteredOptions):
         return getattr(self._local, "reservation", None)
 
     @property
-    def bucket(self) -> AnyBucket:
+    def bucket(self) -> LeakyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
         return self._per_process("_redqueue_bucket", self._make_bucket)
 
-    def _make_bucket(self) -> AnyBucket:
+    def _make_bucket(self) -> LeakyBucket:
         config = get_config(self.app)
-        bucket = make_bucket(
-            self.bucket_shards,
+        bucket = LeakyBucket(
             config.client(),
             self.bucket_name or self.name,
+            shards=self.bucket_shards,
             default_rate=self.bucket_rate,
             default_burst=self.bucket_burst,
             ordered=self.bucket_ordered,
@@ -391,12 +380,6 @@ class BucketTask(ProducerTask, MeteredOptions):
                 )
             )
         return float(self.default_retry_delay or 0)
-
-    def reap(self) -> int:
-        result = self.bucket.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.returned + result.dead_lettered
 
 
 def bucket_task(*args: Any, **options: Any) -> Any:

@@ -1,35 +1,10 @@
 """Buffered producers: calls made inside a ``with buffer():`` block are stored on exit, in one
 round trip per task and thousand calls.
 
-A web request, a loop over rows or a signal handler that fires many calls pays one round trip
-per pooled or bucket task instead of one per call:
-
-    with celery_redqueue.buffer():          # every redqueue task called in this block
-        for row in rows:
-            receipts.append(record.delay(row))
-    receipts[0].kept                        # filled in when the block exited
-
-    with record.buffer():                   # only this task; others go straight to Redis
-        ...
-
-Rules (each is tested):
-
-* A call is checked where it is made: bad arguments, a failing key or dedupe function raise at
-  ``delay()`` and are not buffered.
-* ``delay()`` returns a [`BufferedReceipt`][celery_redqueue.BufferedReceipt]. Its fields (``kept``,
-``duplicate``, ...) are
-  those of the stored call's receipt and can be read once the block has exited; before,
-  reading one raises [`ReceiptNotReadyError`][celery_redqueue.ReceiptNotReadyError].
-* Buffers belong to the thread (and asyncio task) that opened them: a call made in another
-  thread is stored at once. Blocks nest; a call goes to the innermost open block that covers
-  its task, and each block stores its own calls when it exits.
-* When an exception leaves the block, its calls are discarded (like a transaction: a request
-  that fails half-way does not leave half of its work queued) and their receipts say so;
-  ``buffer(flush_on_error=True)`` stores them instead. Nothing is discarded silently: the
-  exception goes on.
-* If storing fails (Redis down), the calls stored before the failure have receipts, the rest
-  have receipts that raise the failure's error, and the error leaves the block.
-* In eager mode (``task_always_eager``) calls run at once, as without a buffer.
+The rules (a call is checked at ``delay()``; its receipt is read after the block; buffers
+belong to the thread and asyncio task that opened them, and nest; an exception leaving the
+block discards its calls unless ``flush_on_error``; a failed store's receipts raise its error;
+eager mode runs calls at once) are in docs/guides/pool.md, "Buffered producers", each tested.
 """
 
 from __future__ import annotations
@@ -40,7 +15,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
-from ..structures.receipts import Receipt
 from .results import named_receipt
 
 if TYPE_CHECKING:
@@ -173,7 +147,11 @@ class CallBuffer:
                     size = task.structure.store_chunk
                     for start in range(0, len(entries), size):
                         chunk = entries[start : start + size]
-                        results = _store_many(task, chunk, delay)
+                        results = task.structure.store_encoded(
+                            [p for p, _, _ in chunk],
+                            delay=delay,
+                            dedupe_ids=[d for _, d, _ in chunk],
+                        )
                         for (_, _, receipt), result in zip(chunk, results, strict=True):
                             if receipt.id:
                                 result = named_receipt(task, result, receipt.id)
@@ -245,13 +223,6 @@ def buffered_call(
         if held.covers(task):
             return held.add(task, prepared, delay, dedupe_id, call_id)
     return None
-
-
-def _store_many(task: ProducerTask, chunk: _Held, delay: float) -> list[Receipt]:
-    """Store one chunk of prepared calls in one round trip (the structures' batched adds)."""
-    prepared = [p for p, _, _ in chunk]
-    dedupe_ids = [d for _, d, _ in chunk]
-    return task.structure.store_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids)
 
 
 def _mark(groups: dict[float, _Held], state: str, error: Any) -> int:

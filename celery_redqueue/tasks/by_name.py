@@ -1,31 +1,9 @@
 """By-name calls: a message with arguments for a pooled or bucket task is stored, not run.
 
-A producer that does not import the task (another service or language, ``app.send_task``,
-``celery call``, Flower's send-task, a beat row with arguments in a process without the task)
-sends an ordinary Celery message. The worker that receives it puts the call into the structure
-exactly as ``.delay()`` would (the same checks, key function, dedupe, counters and drain job)
-and acknowledges the message only after the store returned: the task is ``acks_late``.
-
-- A call the structure refuses (a full ``reject`` pool, a full bucket key, a duplicate) is
-  counted there like any refused call, and the message is acknowledged: resending it would be
-  refused again, forever.
-- A call that cannot be stored as it is (arguments the body cannot take, a key function that
-  fails, a bad eta) is dead-lettered with its reason (counted as offered and dead) and the
-  message acknowledged.
-- Redis unreachable or full: the message is sent again with a growing countdown
-  (`STORE_ATTEMPTS_HEADER` counts the attempts) and this one acknowledged, so the call
-  waits in the broker, not in a worker. Any other refusal of the write (a script error, a key
-  of the wrong type) would fail every time: the call is dead-lettered with its reason instead.
-- Stored once per message: a call with no dedupe id of its own (no key function, no
-  `DEDUPE_HEADER`) is stored under the message's id as its dedupe id, so a copy of the
-  same message (redelivered because the worker died between the store and the ack, or sent
-  again after a lost reply that was applied) is refused by the structure's dedupe within its
-  dedupe window, counted in ``duplicates``, and acknowledged as already stored.
-
-The message's id becomes the call's id. With per-call results on, the body's outcome is stored
-under it, so ``app.send_task(...).get()`` returns the body's result; off, the message's own
-result (if the app stores results) is the receipt, as a dict.
-
+The worker that receives it stores the call exactly as ``.delay()`` would and acknowledges the
+message only after the store returned (the task is ``acks_late``). What is counted,
+dead-lettered or sent again (`STORE_ATTEMPTS_HEADER`), why a copy of a message is stored once
+(`MESSAGE_DEDUPE_PREFIX`) and what the message's result is: docs/call-paths.md, "By-name calls".
 An argument-less message is a drain job, as before.
 """
 
@@ -73,14 +51,13 @@ class ByNameCalls:
         name: str
         app: Any
         backend: Any
-        dedupe_option: str
 
         @property
         def redqueue_results(self) -> bool: ...
 
-        def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any: ...
-        def _delay_of(self, options: dict[str, Any]) -> float: ...
-        def _dedupe_id(self, key: Any, args: Any, kwargs: Any, options: Any) -> str | None: ...
+        def _prepare(
+            self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+        ) -> tuple[Any, float, str | None]: ...
         def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any: ...
         def _after_add(self, receipt: Any, routing: Any = None, call_id: str = "") -> Any: ...
         def _get_exec_options(self) -> dict[str, Any]: ...
@@ -99,21 +76,13 @@ class ByNameCalls:
         """Store the call a message carries; what the message's task returns (see module)."""
         request = self.request
         call_id = request.id
-        results = self.redqueue_results
         options: dict[str, Any] = {}
         if request.eta:  # the worker held the message until then; a skewed clock still waits
             options["eta"] = request.eta
         if getattr(request, DEDUPE_HEADER, None) is not None:
             options["dedupe_id"] = getattr(request, DEDUPE_HEADER)
         try:
-            prepared = self._prepare_call(args, kwargs, call_id if results else None)
-            delay = self._delay_of(options) if "eta" in options else 0.0
-            key_function = getattr(self, self.dedupe_option)
-            dedupe_id = (
-                self._dedupe_id(key_function, args, kwargs, options)
-                if key_function is not None or "dedupe_id" in options
-                else None
-            )
+            prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
         except (TypeError, ValueError, RedQueueError) as exc:
             return self._bury_message(args, kwargs, exc)
         message_dedupe = f"{MESSAGE_DEDUPE_PREFIX}{call_id}"
@@ -127,7 +96,7 @@ class ByNameCalls:
             return self._bury_message(args, kwargs, exc)  # it would fail again every time
         if stored.duplicate and dedupe_id is None:
             logger.info("%s: by-name call %s was stored already (a copy)", self.name, call_id)
-            if results:
+            if self.redqueue_results:
                 raise Ignore()  # the first copy's call stores its outcome under the id
             return dict(receipt_dict(stored), id=call_id)
         # A refused call's result is stored by _after_add when results are on.
@@ -136,7 +105,7 @@ class ByNameCalls:
             logger.info(
                 "%s: by-name call %s refused by the structure (counted)", self.name, call_id
             )
-        if results:
+        if self.redqueue_results:
             raise Ignore()  # the body's outcome, not this message's, is stored under the id
         return receipt_dict(receipt)
 

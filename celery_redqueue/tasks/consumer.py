@@ -1,15 +1,9 @@
-"""The continuous consumer (opt-in): a worker bootstep that serves the app's redqueue structures
-without drain jobs.
-
-Turn it on with the setting ``redqueue_consumer = True`` (Django: ``CELERY_REDQUEUE_CONSUMER``)
-or ``celery worker --redqueue-consumer``. The worker then waits for work on the structures of
-its pooled, bucket and stream tasks routed to a queue it consumes from (or the task names the
-setting lists), and runs their drains in its own pool (`consumer_loop`): no broker
-message while it keeps up. Drain jobs, beat and the reaper go on as before; the drain lease
-keeps a consumer and drain jobs from running more drains of one structure than it allows.
+"""The continuous consumer (opt-in, docs/consumer.md): a worker bootstep that serves the app's
+redqueue structures without drain jobs.
 
 The step is added to every ``celery worker`` of an app (``celeryd_init``, before the worker
-builds its steps) and includes itself only when the setting or the option asks for it.
+builds its steps) and includes itself only when the setting ``redqueue_consumer`` or the option
+``--redqueue-consumer`` asks for it; `consumer_loop` dispatches the drains.
 """
 
 from __future__ import annotations
@@ -73,15 +67,11 @@ def served_tasks(app: Any, names: tuple[str, ...] | None, queues: set[str] | Non
 
 def max_drains_of(task: RedQueueTask) -> int:
     """Most drains of the task's structure at once (a stream group: one)."""
-    kind = type(task).redqueue_kind  # type: ignore[attr-defined]
-    return max(1, int(getattr(task, f"{kind}_drain_concurrency", 1) or 1))
+    return max(1, int(task.kind_option("drain_concurrency", 1) or 1))
 
 
 def reap_interval(app: Any, served: list[Served]) -> float:
-    timeouts = [
-        float(getattr(s.task, f"{type(s.task).redqueue_kind}_visibility_timeout", 60.0))  # type: ignore[attr-defined]
-        for s in served
-    ]
+    timeouts = [float(s.task.kind_option("visibility_timeout")) for s in served]
     low, high = REAP_BOUNDS
     high = min(high, get_config(app).reaper_interval)
     return max(low, min([t / 2 for t in timeouts] + [high]))

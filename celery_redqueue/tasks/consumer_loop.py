@@ -1,23 +1,12 @@
 """The continuous consumer's dispatcher: one thread in the worker's main process that waits for
 work on the structures it serves and runs their drains in the worker's own pool.
 
-A drain it runs is the drain a drain job runs (``task.drain()``: the same pops, heartbeat,
-drain lease, visibility timeout and acks); only the follow-up drain jobs that drain asks for
-(a hand-over at the end of its time budget, a fan-out, a wake-up for delayed calls or the next
-eligible bucket key) are handed back here (`handover`) instead of sent to the broker.
-
-The consumer keeps itself listed as a listener on the wake signal of every structure it serves
-(one listener id per worker, re-armed every third of the listing's length, taken off on a warm
-shutdown): while it is listed, a store pushes a token instead of asking for a drain job, so in
-steady state the broker carries nothing, whatever the drains' own last looks did. A consumer
-killed outright stays listed until its listing runs out (one drain lease); calls stored
-meanwhile are found by the next consumer's first drain or the watchdog of any worker.
-
-Per structure at most its drain concurrency (``*_drain_concurrency``, 1 for streams) runs at
-once, and over all structures at most the worker's concurrency. The pool is asked through its
-public ``apply_async(target, args, callback=...)`` with `run_drain`, a module-level
-function (prefork pickles it); under prefork with the event loop the call is made from the
-loop's own thread (woken through a pipe), elsewhere from the dispatcher's thread.
+What it serves, its listing on the wake signals, shutdown and costs: docs/consumer.md. A drain
+it runs is a drain job's drain (``task.drain()``); only the follow-up drain jobs it asks for are
+handed back here (`handover`). The pool is asked through its public ``apply_async(target, args,
+callback=...)`` with `run_drain`, a module-level function (prefork pickles it); under prefork
+with the event loop the call is made from the loop's own thread (woken through a pipe),
+elsewhere from the dispatcher's thread.
 """
 
 from __future__ import annotations
@@ -29,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
@@ -72,27 +61,21 @@ def listen_seconds(task: Any) -> float:
             return 0.0
     except RedQueueError:
         return 0.0
-    kind = type(task).redqueue_kind
-    return float(getattr(task, f"{kind}_drain_lease", 10.0))
+    return float(task.kind_option("drain_lease"))
 
 
 def run_drain(task_name: str) -> dict[str, Any]:
     """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
-    pool gives a raised error to no callback). Returns what it did and what it asked for."""
+    pool gives a raised error to no callback). Returns what it asked for (or the error)."""
     app = _APP if _APP is not None else current_app
     try:
         task = app.tasks[task_name]
         with capturing(task_name) as handover:
-            summary = task.drain()
+            task.drain()
     except Exception as exc:
         logger.warning("redqueue consumer: drain of %s failed: %s", task_name, exc, exc_info=True)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return {
-        "now": handover.now,
-        "later": handover.later,
-        "processed": summary.processed,
-        "pid": os.getpid(),
-    }
+    return {"now": handover.now, "later": handover.later}
 
 
 @dataclass
@@ -111,11 +94,6 @@ class Served:
     #: is looked at instead), and the monotonic time to renew that listing.
     listen: float = 0.0
     rearm_at: float = 0.0
-    #: Drains run and drains that failed (for logs, tests and the bench).
-    runs: int = 0
-    errors: int = 0
-    processed: int = 0
-    pids: set[int] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -225,10 +203,6 @@ class Dispatcher:
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None
-
-    def busy(self) -> int:
-        with self._lock:
-            return sum(s.running for s in self.served.values())
 
     # The dispatcher's thread
 
@@ -394,17 +368,12 @@ class Dispatcher:
             result = {"error": repr(result)}
         with self._lock:
             served.running -= 1
-            served.runs += 1
             # Idle now: the listener must wait on it too (it waits on others, or on nothing).
             self._kick_wanted = self._kick_wanted or (
                 bool(self._waiting) and name not in self._waiting
             )
             if "error" in result:
-                served.errors += 1
                 served.paused_until = time.monotonic() + RETRY_PAUSE
-            else:
-                served.processed += int(result.get("processed") or 0)
-                served.pids.add(int(result.get("pid") or 0))
         if "error" not in result:
             self._want(served, int(result.get("now") or 0), result.get("later"))
         self._idle.set()

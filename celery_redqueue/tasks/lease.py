@@ -1,27 +1,5 @@
-"""Celery glue for leased resources: tasks that run only while holding one resource of a pool.
-
-Declare the pool's resources once, where the app is defined, and give tasks ``LeaseTask`` as
-base (or use the [`lease_task()`][celery_redqueue.lease_task] decorator):
-
-    api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
-
-    @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
-    def fetch(self, url):
-        return call_api(url, credentials=CREDENTIALS[self.resource])
-
-Before the body runs, the worker leases a free resource; ``self.resource`` (or
-``fetch.resource`` in a body without ``bind=True``) names it for the duration of the call, in
-that thread only. While the body runs, a background thread renews the lease every
-``lease_ttl / 3`` seconds; when it ends, whatever the outcome, the lease is released. A worker
-that dies loses its lease ``lease_ttl`` seconds later at most.
-
-When every resource is leased, the call does not block the worker: it is retried with
-exponential backoff (``self.retry(countdown=...)``), up to ``lease_max_retries`` times, and then
-fails with [`NoFreeResourceError`][celery_redqueue.NoFreeResourceError]. Those retries count in
-``self.request.retries`` like any other, so they also use up the body's own ``max_retries``.
-Called directly or in eager mode, a call that finds no
-free resource raises NoFreeResourceError at once (an eager retry would spin).
-"""
+"""Celery glue for leased resources: tasks that run only while holding one resource of a pool
+(`LeaseTask`, `lease_task`, `resource_pool`; docs/guides/leases.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +10,7 @@ import os
 import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task
@@ -54,22 +32,12 @@ _registry_lock = threading.Lock()
 _LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing", default=None)
 
 
+@dataclass
 class _LeaseRegistry:
     """Per app: resources declared for each pool name, and each process's pool objects."""
 
-    def __init__(self) -> None:
-        self.declared: dict[str, list[str]] = {}
-        self.pools: dict[tuple[int, str], ResourcePool] = {}
-
-
-def _registry(app: Any) -> _LeaseRegistry:
-    registry: _LeaseRegistry | None = getattr(app, "_redqueue_leases", None)
-    if registry is None:
-        with _registry_lock:
-            registry = getattr(app, "_redqueue_leases", None)
-            if registry is None:
-                registry = app._redqueue_leases = _LeaseRegistry()
-    return registry
+    declared: dict[str, list[str]] = field(default_factory=dict)
+    pools: dict[tuple[int, str], ResourcePool] = field(default_factory=dict)
 
 
 def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -> ResourcePool:
@@ -88,9 +56,11 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
     """
     validate_name(name, "lease_pool")
     names = list(resources or ())
-    registry = _registry(app)
     key = (os.getpid(), name)
     with _registry_lock:
+        registry = getattr(app, "_redqueue_leases", None)
+        if registry is None:
+            registry = app._redqueue_leases = _LeaseRegistry()
         pool = registry.pools.get(key)
         if pool is None:
             config = get_config(app)
@@ -107,21 +77,26 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
     return pool
 
 
-@dataclass
-class _Holding:
-    keeper: LeaseKeeper
-
-    @property
-    def current(self) -> Lease:
-        return self.keeper.lease
-
-
 class LeaseTask(Task):  # type: ignore[misc]
     """Base class of tasks that hold one resource of a
     [`ResourcePool`][celery_redqueue.ResourcePool] while they run.
 
-    See the module docstring for the lifecycle. Options are class attributes, so both
-    ``@app.task(base=LeaseTask, lease_pool="api-keys")`` and ``@lease_task(...)`` work.
+    Before the body runs the worker leases a free resource; ``self.resource`` names it, in that
+    thread, for the call. A background thread renews the lease every ``lease_ttl / 3`` seconds
+    and the lease is released when the body ends, whatever the outcome (a dead worker's runs out
+    within ``lease_ttl``). With every resource leased, the call is retried with exponential
+    backoff (``self.retry(countdown=...)``, counted in ``self.request.retries`` and so in the
+    body's ``max_retries`` too), up to ``lease_max_retries`` times, then fails with
+    [`NoFreeResourceError`][celery_redqueue.NoFreeResourceError]; called directly or in eager
+    mode it raises that at once (an eager retry would spin).
+
+    Example:
+
+        api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
+
+        @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
+        def fetch(self, url):
+            return call_api(url, credentials=CREDENTIALS[self.resource])
     """
 
     #: Name of the resource pool to lease from (declare it with ``resource_pool``); defaults to
@@ -186,9 +161,10 @@ class LeaseTask(Task):  # type: ignore[misc]
         """The pool this task leases from (this process's object)."""
         return resource_pool(self.app, self.lease_pool or self.name)
 
-    def _holdings(self) -> list[_Holding]:
+    def _holdings(self) -> list[LeaseKeeper]:
+        """The keepers of the leases held in this thread, innermost last."""
         local: threading.local = self.__dict__.setdefault("_redqueue_leases", threading.local())
-        stack: list[_Holding] | None = getattr(local, "stack", None)
+        stack: list[LeaseKeeper] | None = getattr(local, "stack", None)
         if stack is None:
             stack = local.stack = []
         return stack
@@ -197,7 +173,7 @@ class LeaseTask(Task):  # type: ignore[misc]
     def lease(self) -> Lease | None:
         """The lease held by the call running in this thread (as last renewed), if any."""
         stack = self._holdings()
-        return stack[-1].current if stack else None
+        return stack[-1].lease if stack else None
 
     @property
     def resource(self) -> str:
@@ -216,7 +192,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         before its deadline): stop using the resource. Check it before each use; give writes
         ``self.lease.fence`` so a store can refuse a stale holder."""
         stack = self._holdings()
-        return bool(stack) and stack[-1].keeper.lost
+        return bool(stack) and stack[-1].lost
 
     def on_lease_lost(self, lease: Lease, reason: str) -> None:
         """Called once, from the renewing thread or at release, when the running call's lease
@@ -248,7 +224,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         # Not started without lease_renew: it then only reports a loss found at release.
         keeper = LeaseKeeper(pool, lease, self.lease_ttl, on_lost=self.on_lease_lost)
         stack = self._holdings()
-        stack.append(_Holding(keeper))
+        stack.append(keeper)
         try:
             if self.lease_renew:
                 keeper.start()

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.keys import validate_name
+from ..validation import optional_seconds, seconds
 
 #: The option prefixes that belong to redqueue task kinds.
 PREFIXES = ("pool_", "bucket_", "lease_")
@@ -183,6 +184,23 @@ def check_option_names(cls: type) -> None:
         )
 
 
+#: The seconds options every kind with a drain has (``<kind>_<name>``), and whether 0 is refused.
+DRAIN_SECONDS = {
+    "drain_time_budget": True,
+    "drain_lease": True,
+    "visibility_timeout": True,
+    "drain_linger": False,
+    "processed_guard": False,
+}
+
+
+def check_drain_options(cls: type, kind: str) -> None:
+    """Refuse bad values of the options every kind with a drain has, named as the user wrote."""
+    optional_seconds(f"{kind}_drain_interval", getattr(cls, f"{kind}_drain_interval"))
+    for name, positive in DRAIN_SECONDS.items():
+        seconds(f"{kind}_{name}", getattr(cls, f"{kind}_{name}"), positive=positive)
+
+
 def check_structure_name(cls: type, option: str) -> None:
     """The structure's name (``option``, or the task name it defaults to) is a valid key part."""
     value = getattr(cls, option, None)
@@ -194,15 +212,16 @@ def check_structure_name(cls: type, option: str) -> None:
         validate_name(task_name, f"{option} (the task name, when {option} is not given)")
 
 
-def function_or_name(cls: Any, option: str) -> Any:
-    """Check an option given as a callable or one of the body's argument names (``bucket_key``,
-    ``bucket_cost``), set on ``cls`` itself; a callable is stored as a staticmethod (a plain
-    function on the class would become a bound method). Returns the value, None if unset."""
+def function_or_name(cls: Any, option: str, what: str = "a callable or an argument name") -> Any:
+    """Check an option given as a callable or a name (``bucket_key``, ``bucket_cost``: one of
+    the body's arguments; ``stream_key``: a field of the event), set on ``cls`` itself; a
+    callable is stored as a staticmethod (a plain function on the class would become a bound
+    method). Returns the value, None if unset."""
     value = cls.__dict__.get(option)
     if value is None:
         return None
     if not (isinstance(value, str) or callable(value)):
-        raise ConfigurationError(f"{option} must be a callable or an argument name, got {value!r}")
+        raise ConfigurationError(f"{option} must be {what}, got {value!r}")
     if callable(value) and not isinstance(value, staticmethod):
         setattr(cls, option, staticmethod(value))
     return value

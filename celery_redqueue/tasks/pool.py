@@ -20,12 +20,9 @@ from ..structures.pool import (
     validate_pool_options,
 )
 from ..structures.protocols import in_chunks
-from ..structures.sharded import AnyPool, make_pool, validate_shards
+from ..structures.sharding import validate_shards
 from ..validation import (
-    boolean,
-    function_option,
     one_of,
-    optional_seconds,
     positive_int,
     seconds,
 )
@@ -36,7 +33,6 @@ from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
-from .options import check_structure_name
 from .producing import ProducerTask
 from .results import (
     call_id_of,
@@ -115,7 +111,6 @@ class PoolTask(ProducerTask):
     pool_delivery: str = "at_most_once"
     #: Receives before an at-least-once call is dead-lettered.
     pool_max_receives: int = 5
-    dedupe_option = "pool_dedupe_key"
     #: Producer-side deduplication: a callable on the call's arguments returning an id; a call
     #: whose id was seen within pool_dedupe_window seconds is refused. ``apply_async(...,
     #: dedupe_id=...)`` gives an id explicitly.
@@ -149,16 +144,8 @@ class PoolTask(ProducerTask):
             names=TASK_OPTION_NAMES,
         )
         positive_int("pool_batch_size", cls.pool_batch_size)
-        optional_seconds("pool_drain_interval", cls.pool_drain_interval)
-        seconds("pool_drain_time_budget", cls.pool_drain_time_budget, positive=True)
-        seconds("pool_visibility_timeout", cls.pool_visibility_timeout, positive=True)
-        seconds("pool_drain_lease", cls.pool_drain_lease, positive=True)
-        seconds("pool_dedupe_window", cls.pool_dedupe_window, positive=True)
-        seconds("pool_drain_linger", cls.pool_drain_linger)
-        function_option(cls, "pool_dedupe_key")
         one_of("pool_delivery", cls.pool_delivery, DELIVERIES)
         positive_int("pool_max_receives", cls.pool_max_receives)
-        seconds("pool_processed_guard", cls.pool_processed_guard)
         if cls.pool_coalesce and cls.pool_processed_guard:
             raise ConfigurationError(
                 "pool_processed_guard is not available with pool_coalesce: equal calls merge "
@@ -168,9 +155,7 @@ class PoolTask(ProducerTask):
             raise ConfigurationError(
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
             )
-        check_structure_name(cls, "pool_name")
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
-        boolean("pool_results", cls.pool_results)
         seconds("pool_batch_wait", cls.pool_batch_wait)
         positive_int("pool_batch_min", cls.pool_batch_min, optional=True)
         if cls.pool_batch_wait and cls.pool_shards > 1:
@@ -190,17 +175,17 @@ class PoolTask(ProducerTask):
             )
 
     @property
-    def pool(self) -> AnyPool:
+    def pool(self) -> CappedPool:
         """This task's pool (stats, pop, clear), built once per process."""
         return self._per_process("_redqueue_pool", self._make_pool)
 
-    def _make_pool(self) -> AnyPool:
+    def _make_pool(self) -> CappedPool:
         config = get_config(self.app)
-        return make_pool(
-            self.pool_shards,
+        return CappedPool(
             config.client(),
             self.pool_name or self.name,
             self.pool_size,
+            shards=self.pool_shards,
             policy=self.pool_policy,
             coalesce=self.pool_coalesce,
             prefix=config.key_prefix,
@@ -274,7 +259,7 @@ class PoolTask(ProducerTask):
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
         gather_min = self.pool_batch_min or self.pool_batch_size
         while True:
-            if self.pool_batch_wait and isinstance(pool, CappedPool):  # (shards: refused)
+            if self.pool_batch_wait:  # (refused with shards)
                 # Let a batch gather: look again later (a scheduled job), never sleep here.
                 gather = pool.gather(gather_min, self.pool_batch_wait)
                 if gather.wait:
@@ -391,12 +376,6 @@ class PoolTask(ProducerTask):
             receives=max(item.receives for item in items),
             message_id=None if batch else items[0].id or None,
         )
-
-    def reap(self) -> int:
-        result = self.pool.reap()
-        if result.drain_needed:
-            self.send_drain_or_release()
-        return result.lost + result.returned + result.dead_lettered
 
 
 def pool_task(*args: Any, **options: Any) -> Any:

@@ -21,9 +21,11 @@ from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
 from ..structures.receipts import Receipt
+from ..validation import boolean, function_option, seconds
 from .base import RedQueueTask
+from .beat import reaped_count
 from .buffer import CallBuffer, buffered_call
-from .options import drain_options, is_trigger
+from .options import check_structure_name, drain_options, is_trigger
 from .results import named_receipt, new_call_id
 from .wire import DRAIN_HEADER
 
@@ -31,8 +33,18 @@ from .wire import DRAIN_HEADER
 class ProducerTask(RedQueueTask):
     """A task whose calls are stored in a structure that takes calls (a pool, a bucket)."""
 
-    #: The option naming a key function for producer-side dedupe (set by subclasses).
+    #: The option naming a key function for producer-side dedupe (``<kind>_dedupe_key``).
     dedupe_option = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = getattr(cls, "redqueue_kind", "")
+        if kind:  # the options pools and buckets share
+            cls.dedupe_option = f"{kind}_dedupe_key"
+            seconds(f"{kind}_dedupe_window", getattr(cls, f"{kind}_dedupe_window"), positive=True)
+            function_option(cls, cls.dedupe_option)
+            check_structure_name(cls, f"{kind}_name")
+            boolean(f"{kind}_results", getattr(cls, f"{kind}_results"))
 
     if TYPE_CHECKING:
 
@@ -94,17 +106,9 @@ class ProducerTask(RedQueueTask):
                 routing["producer"] = producer
             if task_id is not None and (not isinstance(task_id, str) or not task_id):
                 raise InvalidArgumentError(f"{self.name}: task_id must be a non-empty string")
-        # 2. Prepare: checked as the body will take it and serialized once, then its delay and
-        # dedupe id; anything wrong raises here, with nothing stored.
+        # 2. Prepare: checked, serialized, its delay and dedupe id (raises, storing nothing).
         call_id = task_id or new_call_id()
-        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
-        delay = self._delay_of(options) if options else 0.0
-        key_function = getattr(self, self.dedupe_option)
-        dedupe_id = (
-            self._dedupe_id(key_function, args, kwargs, options)
-            if key_function is not None or options
-            else None
-        )
+        prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
         # 3. Store: at once in eager mode, in an open ``buffer()`` block, or in the structure.
         if self._always_eager():
             return self._run_eagerly(prepared)
@@ -157,6 +161,22 @@ class ProducerTask(RedQueueTask):
         `buffer`)."""
         return CallBuffer((self,), flush_on_error=flush_on_error)
 
+    def reap(self) -> int:
+        result = self.structure.reap()
+        if result.drain_needed:
+            self.send_drain_or_release()
+        return reaped_count(result)
+
+    def _prepare(
+        self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+    ) -> tuple[Any, float, str | None]:
+        """A call checked as the body will take it and serialized once (carrying ``call_id``
+        when per-call results are on), its delay and its dedupe id; raises, storing nothing."""
+        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
+        if not options and getattr(self, self.dedupe_option) is None:
+            return prepared, 0.0, None  # the lean path: no delay, no dedupe id
+        return prepared, self._delay_of(options), self._dedupe_id(args, kwargs, options)
+
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
         """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""
         raise NotImplementedError
@@ -197,10 +217,9 @@ class ProducerTask(RedQueueTask):
             return validation.delay(f"{self.name}: eta", (eta - now).total_seconds())
         return 0.0
 
-    def _dedupe_id(
-        self, key_function: Any, args: Any, kwargs: Any, options: dict[str, Any]
-    ) -> str | None:
+    def _dedupe_id(self, args: Any, kwargs: Any, options: dict[str, Any]) -> str | None:
         """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
+        key_function = getattr(self, self.dedupe_option)
         dedupe_id = options.get("dedupe_id")
         if dedupe_id is None and key_function is not None:
             try:

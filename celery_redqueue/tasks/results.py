@@ -1,16 +1,10 @@
-"""Call ids and per-call results: what a receipt's id leads to.
+"""Call ids and per-call results: what a receipt's id leads to (docs/call-paths.md, "Receipts,
+ids and per-call results").
 
-Every call a pooled or bucket task stores gets an id, on its receipt (``receipt.id``, and
-``receipt.task_id`` for tools written for an AsyncResult, such as Flower). With the kind's
-``*_results`` option on (``pool_results=True``, ``bucket_results=True``) the id travels with
-the stored call and the body's return value or exception is stored in the app's result backend
-under it, so ``receipt.get()`` and ``AsyncResult(receipt.id).get()`` work; a call the structure
-refuses gets [`CallRefusedError`][celery_redqueue.CallRefusedError] as its result at once.
-
-Off (the default), nothing is stored per call: a pool exists to take calls at a fraction of a
-message's cost, and a result is one more backend write per call (and a read per wait). The
-receipt then still has its id, but ``get()`` returns None at once: nothing will ever be stored
-to wait for.
+With the kind's ``*_results`` option on, the id travels with the stored call and the body's
+outcome is stored in the app's result backend under it; a refused call gets
+[`CallRefusedError`][celery_redqueue.CallRefusedError] at once. Off (the default), nothing is
+stored per call (a result is one more backend write per call) and ``get()`` returns None.
 """
 
 from __future__ import annotations
@@ -129,12 +123,18 @@ def with_id(call: list[Any], call_id: str | None) -> list[Any]:
     return call
 
 
+def call_meta(payload: Any) -> dict[str, Any] | None:
+    """The metadata of a stored call ``[args, kwargs, meta]`` (its id, its caller's trace
+    context), None for ``[args, kwargs]``."""
+    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
+        return payload[2]
+    return None
+
+
 def call_id_of(payload: Any) -> str | None:
     """The id a stored call carries (None without one: results were off when it was stored)."""
-    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
-        value = payload[2].get(ID_FIELD)
-        return value if isinstance(value, str) else None
-    return None
+    value = (call_meta(payload) or {}).get(ID_FIELD)
+    return value if isinstance(value, str) else None
 
 
 def store_success(task: ResultTask, call_id: str | None, value: Any) -> None:

@@ -26,11 +26,12 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
-from ..validation import optional_seconds, positive_int, seconds
+from ..validation import positive_int, seconds
 from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary
 from .decorators import decorate_task
+from .options import function_or_name
 from .stream_app import make_stream
 from .wire import DRAIN_HEADER
 
@@ -93,21 +94,8 @@ class StreamTask(RedQueueTask):
         positive_int("stream_maxlen", cls.stream_maxlen, optional=True)
         positive_int("stream_batch_size", cls.stream_batch_size)
         positive_int("stream_max_receives", cls.stream_max_receives)
-        seconds("stream_visibility_timeout", cls.stream_visibility_timeout, positive=True)
         seconds("stream_retry_delay", cls.stream_retry_delay)
-        seconds("stream_processed_guard", cls.stream_processed_guard)
-        seconds("stream_drain_lease", cls.stream_drain_lease, positive=True)
-        optional_seconds("stream_drain_interval", cls.stream_drain_interval)
-        seconds("stream_drain_time_budget", cls.stream_drain_time_budget, positive=True)
-        seconds("stream_drain_linger", cls.stream_drain_linger)
-        key = cls.__dict__.get("stream_key")
-        if key is not None and not isinstance(key, staticmethod):
-            if not (isinstance(key, str) or callable(key)):
-                raise ConfigurationError(
-                    f"stream_key must be a callable on the event or a field name, got {key!r}"
-                )
-            if callable(key):
-                cls.stream_key = staticmethod(key)
+        function_or_name(cls, "stream_key", "a callable on the event or a field name")
         if "run" in cls.__dict__ and cls.stream_name is None:
             raise ConfigurationError(f"stream_name is required for stream task {cls.__name__}")
         if "run" in cls.__dict__ and cls.stream_group is None and isinstance(cls.name, str):
@@ -153,8 +141,7 @@ class StreamTask(RedQueueTask):
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
         """Put dead letters back in the stream, addressed to their groups, and wake them."""
-        count: int = self.stream.requeue_dead(letters, limit)
-        return count
+        return self.stream.requeue_dead(letters, limit)
 
     # Consuming
 

@@ -1,26 +1,12 @@
-"""OpenTelemetry across the store-then-drain boundary (``redqueue_tracing = True``).
+"""OpenTelemetry across the store-then-drain boundary (``redqueue_tracing = True``; what a
+trace looks like, what is stored and what it costs: docs/tracing.md).
 
-A pooled, bucket or stream call is stored in Redis and its body runs later, in a drain job that
-many calls share, so the caller's trace would end at ``.delay()``. With tracing on:
-
-* **Producer.** A call made while a span is active keeps that span's W3C trace context
-  (``traceparent``, and ``tracestate`` if any) with its payload, in the same round trip: a pool
-  or bucket call is stored as ``[args, kwargs, {"traceparent": ...}]`` instead of
-  ``[args, kwargs]`` (the dict is shared with the call id of per-call results, see
-  `results`); a stream event as ``{"redqueue.trace": {...}, "event": event}``. With no
-  active span (or tracing off) the payload is byte for byte what it was. No PRODUCER span is
-  made per call: it would cost more than the call itself (``bench/tracing_bench.py``).
-  Coalescing pools store no context: equal calls merge into one entry by their bytes.
-* **Consumer.** The body runs inside a CONSUMER span ``process <structure>`` (one per batch for
-  ``pool_batch`` bodies, one per call otherwise), a child of whatever span runs the drain job
-  (``opentelemetry-instrumentation-celery``'s ``run/<task>``, if instrumented), with a link to
-  each processed call's context (at most `MAX_LINKS`; the rest are counted in
-  ``redqueue.links_dropped``) and OpenTelemetry's messaging attributes. A body that raises sets
-  the span's status to ERROR and records the exception. ``messaging.process.duration`` is
-  recorded through the OpenTelemetry meter (a no-op unless an SDK meter provider is set).
-
-Nothing here imports OpenTelemetry until tracing is switched on: with it off, or not installed,
-the producer path costs one attribute test.
+A call made while a span is active keeps that span's W3C trace context with its payload, in the
+same round trip: a pool or bucket call as ``[args, kwargs, {"traceparent": ...}]`` (the dict is
+shared with the call id of per-call results, see `results`), a stream event in an envelope
+(`STREAM_FIELD`); with no active span the payload is byte for byte what it was. The body runs
+in a CONSUMER span ``process <structure>`` linked to each call's context (`processing`).
+Nothing here imports OpenTelemetry until tracing is switched on.
 """
 
 from __future__ import annotations
@@ -35,6 +21,7 @@ from typing import Any
 from celery import Task
 
 from .config import get_config
+from .results import call_meta
 
 logger = logging.getLogger(__name__)
 
@@ -141,12 +128,10 @@ def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
 
 
 def call_context(payload: Any) -> dict[str, str] | None:
-    """The caller's context a stored pool or bucket call carries (its third element, which
+    """The caller's context a stored pool or bucket call carries (`results.call_meta`, which
     may hold the call id too: the propagator reads only its own fields). Read only: the
     producer hands one carrier to many calls."""
-    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
-        return payload[2]
-    return None
+    return call_meta(payload)
 
 
 # Consuming

@@ -8,7 +8,6 @@ instead (its depth, every `POLL` seconds).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 from ..errors import RedQueueError
 from ..redis.blocking import is_cluster
 from ..redis.keys import StructureKeys
+from ..structures.wake import WakeSignal, listen_any
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +44,10 @@ def has_work(task: Any) -> bool:
     return bool(structure.stats().depth)
 
 
-def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> Any:
+def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> WakeSignal | None:
     """A waiter's own list for `wait_for_work`'s ``kick``, on the one client of the tasks'
     signals (None when they are on several clients or a cluster, where it would need a
     blocking read of its own: the waiter then relies on its timeout)."""
-    wake = importlib.import_module("celery_redqueue.structures.wake")
     clients: dict[int, Any] = {}
     for task in tasks:
         try:
@@ -60,17 +59,11 @@ def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> Any:
     client = next(iter(clients.values()))
     if is_cluster(client):
         return None
-    return wake.WakeSignal(client, StructureKeys(prefix, "consumer", listener)("kick"))
-
-
-def _listen_any(signals: Sequence[Any], timeout: float) -> list[Any]:
-    wake = importlib.import_module("celery_redqueue.structures.wake")
-    woken: list[Any] = wake.listen_any(signals, timeout)
-    return woken
+    return WakeSignal(client, StructureKeys(prefix, "consumer", listener)("kick"))
 
 
 def wait_for_work(
-    tasks: Sequence[Any], stop: threading.Event, timeout: float, kick: Any = None
+    tasks: Sequence[Any], stop: threading.Event, timeout: float, kick: WakeSignal | None = None
 ) -> list[Any]:
     """The tasks among ``tasks`` whose structures have (or were just woken for) work, waiting
     up to ``timeout`` seconds for one; returns early, maybe empty, once ``stop`` is set, or
@@ -102,7 +95,7 @@ def wait_for_work(
             wait = deadline - time.monotonic()
             wait = min(wait, POLL) if looked else wait
             signals = [signal for signal, _ in by_key.values()]
-            woken = _listen_any(signals + ([kick] if kick else []), max(wait, 0.01))  # 0 blocks
+            woken = listen_any(signals + ([kick] if kick else []), max(wait, 0.01))  # 0 blocks
             if kick is not None and any(signal.key == kick.key for signal in woken):
                 return []
             ready += [by_key[signal.key][1] for signal in woken]

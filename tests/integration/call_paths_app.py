@@ -18,9 +18,7 @@ def record(i):
     client().rpush(f"{PREFIX}:ran", f"record:{i}")
 
 
-@app.task(
-    name="call_paths_app.square", base=PoolTask, pool_results=True, pool_drain_interval=None
-)
+@app.task(name="call_paths_app.square", base=PoolTask, pool_results=True, pool_drain_interval=None)
 def square(i):
     client().rpush(f"{PREFIX}:ran", f"square:{i}")
     if i < 0:

@@ -122,8 +122,10 @@ def test_by_name_calls_are_deduplicated_by_the_tasks_key_and_by_header(app, wait
     with running_worker(app):
         for order in (1, 1, 2):
             app.send_task(pack.name, args=[order])
-        wait_for(lambda: pack.pool.stats().offered + pack.pool.stats().duplicates >= 3,
-                 message="three calls seen")
+        wait_for(
+            lambda: pack.pool.stats().offered + pack.pool.stats().duplicates >= 3,
+            message="three calls seen",
+        )
         wait_for(lambda: sorted(ran) == [1, 2], message="two distinct calls ran")
     assert pack.pool.stats().duplicates == 1
 

@@ -103,9 +103,7 @@ def test_apply_without_results_answers_200_at_once(flower, redqueue_redis, redqu
 def test_send_task_is_stored_by_the_worker_and_its_result_read_by_id(
     flower, worker, redqueue_redis, redqueue_prefix, wait_for
 ):
-    status, body = post(
-        flower, "/api/task/send-task/call_paths_app.notify", {"args": ["acme", 9]}
-    )
+    status, body = post(flower, "/api/task/send-task/call_paths_app.notify", {"args": ["acme", 9]})
     assert status == 200, body
     task_id = body["task-id"]
 

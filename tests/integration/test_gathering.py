@@ -26,9 +26,7 @@ def gathered(app):
     return write
 
 
-def test_five_calls_a_fifth_of_a_second_apart_reach_the_body_as_one_batch(
-    app, gathered, wait_for
-):
+def test_five_calls_a_fifth_of_a_second_apart_reach_the_body_as_one_batch(app, gathered, wait_for):
     import time
 
     with running_worker(app):

@@ -92,6 +92,34 @@ def test_coalescing_task_gets_counts(app, wait_for):
         count_error.delay("fp", count=3)
 
 
+@pytest.mark.filterwarnings("ignore::celery_redqueue.PickleWarning")
+def test_a_failed_coalesced_call_with_a_binary_serializer_is_retried(app, wait_for):
+    """A coalescing pool's entry id is its stored payload: with a binary serializer (pickle
+    here; msgpack alike) those bytes are not UTF-8, and the id must still name the entry when
+    the ack reports its failure, or at least once the call is counted failed, not retried."""
+    app.conf.redqueue_serializer = "pickle"
+    runs = []
+
+    @app.task(base=PoolTask, pool_size=100, pool_coalesce=True, pool_delivery="at_least_once")
+    def count_error(fingerprint, count=1):
+        runs.append((fingerprint, count))
+        if runs.count((fingerprint, count)) == 1:
+            raise ValueError("first run fails")
+
+    for i in range(30):
+        count_error.delay(f"fp{i % 3}")
+
+    def settled():
+        stats = count_error.pool.stats()
+        return stats.processed + stats.failed + stats.dead == 30
+
+    with running_worker(app):
+        wait_for(settled)
+    stats = count_error.pool.stats()
+    assert (stats.processed, stats.failed, stats.retried, stats.dead) == (30, 0, 30, 0)
+    assert sorted(runs) == sorted([(f"fp{i}", 10) for i in range(3)] * 2)
+
+
 def test_batch_task_gets_lists_of_calls(app, wait_for):
     batches = []
 

@@ -7,7 +7,9 @@ from collections import defaultdict
 import pytest
 
 from celery_redqueue import BucketTask, ConfigurationError, PoolTask, bucket_task, pool_task
-from celery_redqueue.structures.sharded import ShardedBucket, ShardedPool
+from celery_redqueue.structures.bucket import LeakyBucket
+from celery_redqueue.structures.pool import CappedPool
+from celery_redqueue.structures.sharding import key_shard
 
 from .conftest import running_worker
 
@@ -22,7 +24,7 @@ def test_sharded_pool_task_drains_every_shard(app, redqueue_redis, wait_for):
     receipts = [record.delay(i) for i in range(300)]
     assert all(r.kept for r in receipts)
     pool = record.pool
-    assert isinstance(pool, ShardedPool)
+    assert isinstance(pool, CappedPool) and pool.shards
     assert all(s.stats().offered > 0 for s in pool.shards)
     with running_worker(app):
         wait_for(lambda: pool.stats().processed == 300, message="300 processed")
@@ -43,9 +45,9 @@ def test_sharded_bucket_task_keeps_each_key_rate_exact(app, redqueue_redis, wait
         released[site].append(self.reservation.released_at)
 
     bucket = fetch.bucket
-    assert isinstance(bucket, ShardedBucket)
+    assert isinstance(bucket, LeakyBucket) and bucket.shards
     sites = [f"site{i}.example" for i in range(6)]
-    assert len({bucket.shard_of(s) for s in sites}) == 3
+    assert len({key_shard(bucket, s) for s in sites}) == 3
     fetch.bucket.set_rate("site0.example", "10/s")
     for n in range(8):
         for site in sites:
@@ -75,7 +77,7 @@ def test_reaper_reaps_sharded_structures_once(app, redqueue_redis, redqueue_pref
     job.add_many([((i,), {}) for i in range(9)])
     batches = [job.pool.pop(100) for _ in range(3)]
     assert sum(b.calls for b in batches) == 9
-    other = ShardedBucket(
+    other = LeakyBucket(
         redqueue_redis,
         "used-elsewhere",
         shards=2,
@@ -113,7 +115,7 @@ def test_bad_shard_options_fail_at_decoration(decorator, options, name):
 def test_cli_lists_and_tends_the_logical_structures(proc_env, redqueue_redis, redqueue_prefix):
     from .test_cli import redqueue
 
-    pool = ShardedPool(
+    pool = CappedPool(
         redqueue_redis,
         "events",
         300,
@@ -127,7 +129,7 @@ def test_cli_lists_and_tends_the_logical_structures(proc_env, redqueue_redis, re
     while batch := pool.pop(4):
         pool.ack(batch, failures={0: f"ValueError: bad {failed}"})
         failed += 1
-    bucket = ShardedBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
+    bucket = LeakyBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
     bucket.enqueue_many([(f"k{i}", i) for i in range(9)] + [("k4", 10), ("k4", 11)])
 
     listing = redqueue(proc_env, "list").stdout

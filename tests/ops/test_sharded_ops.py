@@ -2,7 +2,8 @@
 
 from celery_redqueue.ops.metrics import render
 from celery_redqueue.ops.reading import Operations
-from celery_redqueue.structures.sharded import ShardedBucket, ShardedPool
+from celery_redqueue.structures.bucket import LeakyBucket
+from celery_redqueue.structures.pool import CappedPool
 
 from .conftest import TOKEN
 from .test_web import page_headers, request
@@ -10,7 +11,7 @@ from .test_web import page_headers, request
 
 def test_dashboard_shows_and_tends_sharded_structures(dashboard, redqueue_redis, redqueue_prefix):
     base, _ = dashboard
-    pool = ShardedPool(
+    pool = CappedPool(
         redqueue_redis,
         "jobs",
         300,
@@ -24,7 +25,7 @@ def test_dashboard_shows_and_tends_sharded_structures(dashboard, redqueue_redis,
     while batch := pool.pop(5):
         pool.ack(batch, failures={0: "ValueError: bad"})
         batches += 1
-    bucket = ShardedBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
+    bucket = LeakyBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
     bucket.enqueue_many([(f"k{i}.example", i) for i in range(9)] + [("k7.example", 9)])
 
     _, _, overview = request(base + "api/overview")
@@ -54,7 +55,7 @@ def test_dashboard_shows_and_tends_sharded_structures(dashboard, redqueue_redis,
 
 
 def test_metrics_count_each_sharded_structure_once(redqueue_redis, redqueue_prefix):
-    pool = ShardedPool(redqueue_redis, "jobs", 30, shards=3, prefix=redqueue_prefix)
+    pool = CappedPool(redqueue_redis, "jobs", 30, shards=3, prefix=redqueue_prefix)
     pool.add_many(range(12))
     text = render(Operations(redqueue_redis, redqueue_prefix))[0].decode()
     depth = [line for line in text.splitlines() if line.startswith("redqueue_depth{")]

@@ -25,7 +25,7 @@ BLOCK = re.compile(
     r"(?:<!-- docs-test: (skip \(.+?\)|verbatim from \S+) -->\n[ \t]*)?```python\n(.*?)```", re.S
 )
 
-PRELUDE = '''
+PRELUDE = """
 import functools, redis
 _init = redis.Redis.__init__
 @functools.wraps(_init)
@@ -34,7 +34,7 @@ def _local(self, *args, **kwargs):
         kwargs.update(host="127.0.0.1", port=PORT)
     _init(self, *args, **kwargs)
 redis.Redis.__init__ = _local
-'''
+"""
 
 
 def blocks():

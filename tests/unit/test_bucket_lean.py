@@ -222,9 +222,9 @@ def test_a_new_key_with_a_malformed_rate_is_refused_and_nothing_is_stored(
 
 
 def test_a_sharded_bucket_takes_the_plain_path_on_each_shard(make_bucket, redqueue_redis):
-    from celery_redqueue.structures.sharded import ShardedBucket
+    from celery_redqueue.structures.bucket import LeakyBucket
 
-    bucket = ShardedBucket(redqueue_redis, "sharded", shards=3, prefix=make_bucket().keys.prefix)
+    bucket = LeakyBucket(redqueue_redis, "sharded", shards=3, prefix=make_bucket().keys.prefix)
     for i in range(30):
         assert bucket.enqueue(f"k{i}", i).kept
     folded = sum(

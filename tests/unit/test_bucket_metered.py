@@ -8,7 +8,7 @@ import time
 import pytest
 
 from celery_redqueue import ConfigurationError, InvalidArgumentError, KeyBackoff, retry_after
-from celery_redqueue.structures.sharded import ShardedBucket
+from celery_redqueue.structures.bucket import LeakyBucket
 
 
 def drain_for(bucket, seconds, commit=True):
@@ -93,7 +93,7 @@ def test_total_rate_holds_across_keys_and_keeps_them_fair(make_bucket):
 
 
 def test_sharded_total_rate_is_split_between_shards(redqueue_redis, redqueue_prefix):
-    bucket = ShardedBucket(redqueue_redis, "t", shards=2, prefix=redqueue_prefix, total_rate="10/s")
+    bucket = LeakyBucket(redqueue_redis, "t", shards=2, prefix=redqueue_prefix, total_rate="10/s")
     assert [s.limits.total_interval_ms for s in bucket.shards] == [200.0, 200.0]
     assert bucket.settings()["total_rate"] == "10/s"
 

@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from celery_redqueue.structures.sharded import ShardedPool
+from celery_redqueue.structures.pool import CappedPool
 
 
 @pytest.fixture(params=["pool", "sharded"])
 def pool(request, make_pool, redqueue_redis, redqueue_prefix):
     options = {"delivery": "at_least_once", "visibility_timeout": 0.05, "max_receives": 3}
     if request.param == "sharded":
-        return ShardedPool(
+        return CappedPool(
             redqueue_redis, "events", 100, shards=2, prefix=redqueue_prefix, **options
         )
     return make_pool(capacity=100, **options)

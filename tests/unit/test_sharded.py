@@ -8,14 +8,15 @@ from redis.crc import key_slot
 
 from celery_redqueue.errors import ConfigurationError, ReservationError
 from celery_redqueue.ops.reading import Operations
+from celery_redqueue.structures.bucket import LeakyBucket
 from celery_redqueue.structures.catalog import open_structure, registered
-from celery_redqueue.structures.sharded import ShardedBucket, ShardedPool
-from celery_redqueue.structures.sharding import SLOTS, shard_names
+from celery_redqueue.structures.pool import CappedPool
+from celery_redqueue.structures.sharding import SLOTS, key_shard, shard_names
 from celery_redqueue.tasks.heartbeat import Heartbeat
 
 
 def make_pool(client, prefix, capacity=30, shards=3, **options):
-    return ShardedPool(client, "events", capacity, shards=shards, prefix=prefix, **options)
+    return CappedPool(client, "events", capacity, shards=shards, prefix=prefix, **options)
 
 
 def test_shard_names_spread_over_the_slot_space_and_are_stable():
@@ -28,11 +29,11 @@ def test_shard_names_spread_over_the_slot_space_and_are_stable():
 
 def test_shards_are_checked():
     with pytest.raises(ConfigurationError, match="shards"):
-        ShardedPool(None, "events", 2, shards=3)
+        CappedPool(None, "events", 2, shards=3)
     with pytest.raises(ConfigurationError, match="shards"):
-        ShardedBucket(None, "crawl", shards=0)
+        LeakyBucket(None, "crawl", shards=0)
     with pytest.raises(ConfigurationError):
-        ShardedPool(None, "ev{x}", 10, shards=2)
+        CappedPool(None, "ev{x}", 10, shards=2)
 
 
 def test_capacity_splits_and_each_shard_keeps_a_bottom_k_sample(redqueue_redis, redqueue_prefix):
@@ -65,7 +66,7 @@ def test_the_registry_lists_the_logical_pool_once_and_reopens_it(redqueue_redis,
     settings = found[0][2]
     assert settings["shards"] == 3 and settings["capacity"] == 30
     again = open_structure(redqueue_redis, redqueue_prefix, "pool", "events", settings)
-    assert isinstance(again, ShardedPool)
+    assert isinstance(again, CappedPool) and again.shards
     assert [s.keys.base for s in again.shards] == [s.keys.base for s in pool.shards]
     assert again.shards[0].at_least_once and again.policy == "newest"
     assert len(again) == 1
@@ -81,7 +82,7 @@ def test_coalescing_and_dedupe_meet_on_one_shard(redqueue_redis, redqueue_prefix
         pool.ack(batch)
     assert counts == {"a": 50, "b": 20}
 
-    plain = ShardedPool(
+    plain = CappedPool(
         redqueue_redis, "dedupe", 30, shards=3, prefix=redqueue_prefix, dedupe_window=60
     )
     results = [plain.add(i, dedupe_id="same") for i in range(20)]
@@ -193,13 +194,13 @@ def test_figures_sum_the_shards(redqueue_redis, redqueue_prefix):
 
 
 def test_bucket_keys_live_on_one_shard_and_keep_their_rate(redqueue_redis, redqueue_prefix):
-    bucket = ShardedBucket(
+    bucket = LeakyBucket(
         redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix, default_rate="1000/s"
     )
     keys = [f"site{i}.example" for i in range(12)]
-    assert len({bucket.shard_of(k) for k in keys}) == 3
+    assert len({key_shard(bucket, k) for k in keys}) == 3
     bucket.set_rate("site0.example", "10/s")
-    home = bucket.shard("site0.example")
+    home = bucket.shards[key_shard(bucket, "site0.example")]
     for shard in bucket.shards:
         assert bool(redqueue_redis.hexists(shard.keys("rates"), "site0.example")) == (shard is home)
     assert bucket.key_stats("site0.example").interval == pytest.approx(0.1)
@@ -230,7 +231,7 @@ def test_bucket_keys_live_on_one_shard_and_keep_their_rate(redqueue_redis, redqu
 
 
 def test_bucket_reservations_route_to_their_shard(redqueue_redis, redqueue_prefix):
-    bucket = ShardedBucket(
+    bucket = LeakyBucket(
         redqueue_redis,
         "jobs",
         shards=2,
@@ -261,7 +262,7 @@ def test_operations_see_the_logical_structures(redqueue_redis, redqueue_prefix):
     pool.add_many(range(9))
     batch = pool.pop(3)
     pool.ack(batch, failures={0: "ValueError: x"})
-    bucket = ShardedBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
+    bucket = LeakyBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
     bucket.enqueue_many([(f"k{i}", i) for i in range(6)] + [("k0", 99)])
     ops = Operations(redqueue_redis, redqueue_prefix)
     assert [t.id for t in ops.targets(fresh=True)] == ["bucket:crawl", "pool:events"]
@@ -281,7 +282,7 @@ def test_shards_land_on_distinct_cluster_masters(cluster_url, redqueue_prefix):
 
     client = make_client(cluster_url)
     try:
-        pool = ShardedPool(client, "events", 3000, shards=3, prefix=redqueue_prefix)
+        pool = CappedPool(client, "events", 3000, shards=3, prefix=redqueue_prefix)
         nodes = {client.get_node_from_key(s.keys("items")).name for s in pool.shards}
         assert len(nodes) == 3
         pool.add_many(range(300))
@@ -293,7 +294,7 @@ def test_shards_land_on_distinct_cluster_masters(cluster_url, redqueue_prefix):
         assert taken == 301 and pool.stats().processed == 301
         assert pool.figures().offered == 301
 
-        bucket = ShardedBucket(
+        bucket = LeakyBucket(
             client, "crawl", shards=3, prefix=redqueue_prefix, default_rate="1000/s"
         )
         bucket.enqueue_many([(f"k{i}", i) for i in range(30)])
@@ -311,3 +312,48 @@ def test_shards_land_on_distinct_cluster_masters(cluster_url, redqueue_prefix):
         assert found == {("pool", "events"), ("bucket", "crawl")}
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("cls", [CappedPool, LeakyBucket])
+def test_every_public_method_says_how_it_runs_on_shards(cls):
+    # A new method is written once; its decorator (a sharding verb) says how it runs on the
+    # shards. One without would run on the logical structure's own keys, which hold nothing.
+    shard_free = {
+        # No Redis, or nothing of a shard's own: the same on the logical structure.
+        "add", "add_many", "enqueue", "enqueue_many", "encode", "encoded_call",
+        "heartbeat_interval", "renew_call", "register_once", "requeue_dead", "purge_dead",
+        # Routed by hand in sharding.Sharded.
+        "heartbeat_parts", "listen", "dead_page", "dead_letters", "figures",
+    }  # fmt: skip
+    unrouted = [
+        name
+        for name in dir(cls)
+        if not name.startswith("_")
+        and callable(getattr(cls, name))
+        and not isinstance(getattr(cls, name), type)
+        and not hasattr(getattr(cls, name), "__sharding__")
+        and name not in shard_free
+    ]
+    assert unrouted == []
+
+
+def test_one_shard_is_the_plain_structure_and_records_no_shards(redqueue_redis, redqueue_prefix):
+    pool = CappedPool(redqueue_redis, "plain", 10, shards=1, prefix=redqueue_prefix)
+    bucket = LeakyBucket(redqueue_redis, "plain", prefix=redqueue_prefix)
+    assert pool.shards is None and bucket.shards is None
+    pool.add(1)
+    bucket.enqueue("k", 1)
+    assert all(
+        "shards" not in settings for _, _, settings in registered(redqueue_redis, redqueue_prefix)
+    )
+    assert pool.keys.base.endswith("{pool:plain}")
+
+
+def test_resuming_a_key_of_a_sharded_bucket_sends_its_drain_job(redqueue_redis, redqueue_prefix):
+    bucket = LeakyBucket(redqueue_redis, "crawl", shards=3, prefix=redqueue_prefix)
+    sent = []
+    bucket.drain_sender = lambda: sent.append(1)
+    bucket.enqueue("site.example", 1)
+    bucket.pause("site.example")
+    bucket.release_drain()  # the drain job the enqueue asked for was never sent
+    assert bucket.resume("site.example") and sent == [1]
