@@ -16,7 +16,7 @@ local now = now_ms()
 -- requeue, has no key: an unreadable delayed item) stays listed when requeued and is deleted
 -- (counted as one item) when purged.
 local parsed = {}
-for _, entry in ipairs(dead_candidates(K_DEAD, 10, oldest)) do
+for _, entry in ipairs(dead_candidates(K_DEAD, ARGV, 10, oldest)) do
   local info, payload = parse_letter(entry)
   if info and type(info['key']) == 'string' and (action ~= 'requeue' or info['key'] ~= '') then
     parsed[#parsed + 1] = {entry = entry, key = info['key'], payload = payload,

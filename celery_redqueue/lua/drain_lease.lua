@@ -19,11 +19,9 @@ local function claim_drain(drains, ttl, max_drains, work)
   else
     redis.call('PEXPIRE', drains, ttl)
   end
-  if running < max_drains and work > running then
-    redis.call('INCR', drains)
-    return 1
-  end
-  return 0
+  if running >= max_drains or work <= running then return 0 end
+  redis.call('INCR', drains)
+  return 1
 end
 
 -- The one wake mechanism of pools and buckets: the structure next has work at `next_at` (ms;

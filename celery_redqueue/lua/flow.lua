@@ -14,29 +14,27 @@ local FLOW_MINUTES = 60
 -- Roll second fields of minutes before `before_minute` into their minute fields; drop minute
 -- fields (and stray fields) older than the hour. O(fields), about once a minute.
 local function roll_flow(flow, before_minute)
-  local sums, order, old = {}, {}, {}
+  local sums, old = {}, {}
   local fields = redis.call('HGETALL', flow)
   for i = 1, #fields, 2 do
     local field = fields[i]
     local kind, is_minute, stamp = string.match(field, '^([^:]*):(m?)(%d+)$')
     stamp = tonumber(stamp)
     if field == 'rolled' then  -- the marker of the last roll stays
-    elseif not stamp then
+    elseif not stamp or (is_minute == 'm' and stamp <= before_minute - FLOW_MINUTES) then
       old[#old + 1] = field
-    elseif is_minute == 'm' then
-      if stamp <= before_minute - FLOW_MINUTES then old[#old + 1] = field end
-    elseif math.floor(stamp / 60) < before_minute then
-      local target = kind .. ':m' .. math.floor(stamp / 60)
-      if not sums[target] then order[#order + 1] = target end
-      sums[target] = (sums[target] or 0) + (tonumber(fields[i + 1]) or 0)
+    elseif is_minute == '' and math.floor(stamp / 60) < before_minute then
+      -- A second of an ended minute: into its minute field, unless that minute is too old.
+      local minute = math.floor(stamp / 60)
+      if minute > before_minute - FLOW_MINUTES then
+        local target = kind .. ':m' .. minute
+        sums[target] = (sums[target] or 0) + (tonumber(fields[i + 1]) or 0)
+      end
       old[#old + 1] = field
     end
   end
-  for _, target in ipairs(order) do
-    if math.floor(tonumber(string.match(target, '(%d+)$'))) > before_minute - FLOW_MINUTES then
-      redis.call('HINCRBYFLOAT', flow, target, sums[target])
-    end
-  end
+  -- (The order of the sums does not matter: each lands in a field of its own.)
+  for target, sum in pairs(sums) do redis.call('HINCRBYFLOAT', flow, target, sum) end
   for i = 1, #old, 1000 do
     redis.call('HDEL', flow, unpack(old, i, math.min(i + 999, #old)))
   end
@@ -49,22 +47,17 @@ local function tick(flow, kind, n, now)
   local sec = math.floor(now / 1000)
   local field = kind .. ':' .. sec
   local value
-  if n == math.floor(n) then
-    -- A whole 'busy' tick can follow a fractional one in the same second: HINCRBY refuses a
-    -- field that holds a fraction, and failing here would fail the caller's script half-way.
-    value = redis.pcall('HINCRBY', flow, field, n)
-    if type(value) == 'table' then value = redis.call('HINCRBYFLOAT', flow, field, n) end
-  else
-    value = redis.call('HINCRBYFLOAT', flow, field, n)
-  end
-  -- The field holds exactly n only after the kind's first tick in this second.
-  if tonumber(value) == n then
-    -- Rolling reads the whole hash, so it runs once a minute (the field "rolled" says when it
-    -- last ran), not on every kind's first tick of every second.
-    local minute = math.floor(sec / 60)
-    if tonumber(redis.call('HGET', flow, 'rolled')) ~= minute then
-      redis.call('HSET', flow, 'rolled', minute)
-      roll_flow(flow, minute - 1)
-    end
+  -- A whole 'busy' tick can follow a fractional one in the same second: HINCRBY refuses a
+  -- field that holds a fraction (an error reply, a table here), and failing here would fail
+  -- the caller's script half-way.
+  if n == math.floor(n) then value = redis.pcall('HINCRBY', flow, field, n) end
+  if type(value) ~= 'number' then value = redis.call('HINCRBYFLOAT', flow, field, n) end
+  -- The field holds exactly n only after the kind's first tick in this second. Rolling reads
+  -- the whole hash, so it runs once a minute (the field "rolled" says when it last ran), not
+  -- on every kind's first tick of every second.
+  local minute = math.floor(sec / 60)
+  if tonumber(value) == n and tonumber(redis.call('HGET', flow, 'rolled')) ~= minute then
+    redis.call('HSET', flow, 'rolled', minute)
+    roll_flow(flow, minute - 1)
   end
 end

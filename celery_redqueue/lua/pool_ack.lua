@@ -1,6 +1,6 @@
 -- Finish an in-flight batch: count what succeeded; retry (at least once) or count what failed;
 -- dead-letter at once what can never succeed (a payload the worker could not decode).
--- KEYS[1..20]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id, ARGV[6] at least once (1|0), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,
@@ -13,12 +13,18 @@
 -- calls need a drain job the caller should send.
 -- Lost reply: safe to run twice: the ack is recorded (call_records.lua) under its batch id, and
 -- a second run replies "already done" (held 2) and changes nothing.
---#include pool_common
---#include pool_batch
+--#include clock
+--#include common
+--#include pool_keys
+--#include pool_status
+--#include pool_unpack_batch
+--#include pool_admit
+--#include pool_bury
+local pool = pool_keys(KEYS, ARGV)
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
 local max_receives, processed_guard_ms, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local named, groups = tonumber(ARGV[10]), tonumber(ARGV[11])
-local now = pool_now()
+local now = math.floor(now_ms())
 
 -- Check every argument before writing anything.
 if not (named and groups) or #ARGV < 11 + 4 * groups then
@@ -36,17 +42,17 @@ end
 -- Ids that succeeded are recorded by the guard either way (a late ack too), so their returned
 -- copies are skipped.
 if processed_guard_ms > 0 and #ARGV > last then
-  forget_expired(K_DONE, now)
-  for i = last + 1, #ARGV do redis.call('ZADD', K_DONE, now + processed_guard_ms, ARGV[i]) end
+  forget_expired(pool.done, now)
+  for i = last + 1, #ARGV do redis.call('ZADD', pool.done, now + processed_guard_ms, ARGV[i]) end
 end
-local calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, batch_id) or '-1') or -1
+local calls = tonumber(redis.call('HGET', pool.inflight_calls, batch_id) or '-1') or -1
 if calls < 0 then
   -- A late ack is recorded too, so that its re-send is not counted late twice.
-  local done = recorded(K_CALLS, 'ack:' .. batch_id)
+  local done = recorded(pool.calls, 'ack:' .. batch_id)
   if done == 'late' then return {0, 0} end
   if done then return {2, 0} end
-  if named > 0 then redis.call('HINCRBY', K_STATS, 'late', named) end
-  record_call(K_CALLS, K_CALLS_AT, 'ack:' .. batch_id, 'late', now)
+  if named > 0 then redis.call('HINCRBY', pool.stats, 'late', named) end
+  record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 'late', now)
   return {0, 0}
 end
 if named ~= calls or unsettled > calls then
@@ -57,40 +63,41 @@ end
 -- as failed.
 local entries = {}
 if at_least_once and unsettled > 0 then
-  for _, entry in ipairs(unpack_batch(redis.call('HGET', K_INFLIGHT_ITEMS, batch_id) or '') or {}) do
+  local packed = redis.call('HGET', pool.inflight_items, batch_id) or ''
+  for _, entry in ipairs(pool_unpack_batch(packed, nil, pool.coalesce) or {}) do
     entries[entry[6]] = entry
   end
 end
-redis.call('HDEL', K_INFLIGHT_CALLS, batch_id)
-redis.call('HDEL', K_INFLIGHT_ITEMS, batch_id)
-redis.call('ZREM', K_INFLIGHT, batch_id)
-record_call(K_CALLS, K_CALLS_AT, 'ack:' .. batch_id, 1, now)
+redis.call('HDEL', pool.inflight_calls, batch_id)
+redis.call('HDEL', pool.inflight_items, batch_id)
+redis.call('ZREM', pool.inflight, batch_id)
+record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 1, now)
 
 local failed, retried, buried, evicted = 0, 0, 0, 0
 for i = 12, last, 4 do
   local id, count, err, bad = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local entry = entries[id]
-  if bad ~= '' then
-    bury(string.sub(bad, 2), count, entry and entry[4] or 1, err, now)
-    buried = buried + count
-  elseif at_least_once and entry and entry[4] >= max_receives then
-    bury(payload_of(entry[1]), count, entry[4], err, now)
+  if bad ~= '' or (at_least_once and entry and entry[4] >= max_receives) then
+    -- ('!' and the raw payload: one the worker could not decode, which can never succeed.)
+    local payload = bad ~= '' and string.sub(bad, 2) or entry[7]
+    pool_bury(pool, payload, count, entry and entry[4] or 1, err, now)
     buried = buried + count
   elseif at_least_once and entry then
-    local status, out = admit(entry[1], entry[2], count, entry[4], entry[5])
+    local status, out = pool_admit(pool, entry[1], entry[2], count, entry[4], entry[5])
     evicted = evicted + out
     -- What admit pushed out was waiting in the pool: it leaves the depth too.
-    if out > 0 then redis.call('HINCRBY', K_STATS, 'depth', -out) end
-    if status > 0 then retried = retried + count else evicted = evicted + count end
+    if out > 0 then redis.call('HINCRBY', pool.stats, 'depth', -out) end
+    if status ~= REFUSED then retried = retried + count else evicted = evicted + count end
   else
     failed = failed + count
   end
 end
 local processed = calls - unsettled
-add_counts(K_STATS, {in_flight = -calls, processed = processed, failed = failed,
+add_counts(pool.stats, {in_flight = -calls, processed = processed, failed = failed,
                      retried = retried, depth = retried, evicted = evicted})
-pool_tick('out', processed + failed + buried, now)
-pool_tick('busy', busy, now)
-pool_tick('done', processed + failed + buried, now)
-if retried > 0 and plan_pool_drain(now) == 1 then return {1, 1} end
+tick(pool.flow, 'out', processed + failed + buried, now)
+tick(pool.flow, 'busy', busy, now)
+tick(pool.flow, 'done', processed + failed + buried, now)
+-- Retried calls wait in the pool: they need a drain job unless one holds the flag.
+if retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease) then return {1, 1} end
 return {1, 0}

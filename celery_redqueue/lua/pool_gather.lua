@@ -1,6 +1,6 @@
 -- Should a drain pop now, or let calls gather first (pool_batch_wait)? Read-mostly: writes only
 -- the drain flag and the wake-up when it says "wait".
--- KEYS: these of pool_common.lua's, as this line names them:
+-- KEYS: these of pool_keys.lua's, as this line names them:
 -- Parts: items ages drains wake
 -- ARGV[1..4]: common (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] calls that make a batch worth popping at once (pool_batch_min)

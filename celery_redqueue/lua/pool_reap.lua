@@ -3,24 +3,30 @@
 -- (competing for room like any entry; what does not fit counts as evicted), or to the
 -- dead-letter list once it has been received max_receives times; a batch record that cannot
 -- be decoded is dead-lettered whole, as it is, with the reason.
--- KEYS[1..20]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
 -- Reply: {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
 -- Lost reply: safe to run twice (a second run takes back only what expired since; a drain job
 -- the lost reply asked for is sent by the next reaper run)
---#include pool_common
---#include pool_batch
+--#include clock
+--#include drain_lease
+--#include pool_keys
+--#include pool_status
+--#include pool_unpack_batch
+--#include pool_admit
+--#include pool_bury
+local pool = pool_keys(KEYS, ARGV)
 local limit, at_least_once, max_receives = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
-local now = pool_now()
+local now = math.floor(now_ms())
 
 -- Read and decode every expired batch before writing anything.
 local batches = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, limit)) do
-  local b = {id = id, calls = tonumber(redis.call('HGET', K_INFLIGHT_CALLS, id) or '0') or 0}
-  b.packed = redis.call('HGET', K_INFLIGHT_ITEMS, id)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', pool.inflight, '-inf', now, 'LIMIT', 0, limit)) do
+  local b = {id = id, calls = tonumber(redis.call('HGET', pool.inflight_calls, id) or '0') or 0}
+  b.packed = redis.call('HGET', pool.inflight_items, id)
   if at_least_once and b.packed then
-    b.entries = unpack_batch(b.packed, b.calls)
+    b.entries = pool_unpack_batch(b.packed, b.calls, pool.coalesce)
     b.bad = b.entries == nil
   end
   batches[#batches + 1] = b
@@ -28,40 +34,40 @@ end
 
 local lost, returned, buried, evicted, pushed_out = 0, 0, 0, 0, 0
 for _, b in ipairs(batches) do
-  redis.call('HDEL', K_INFLIGHT_CALLS, b.id)
-  redis.call('HDEL', K_INFLIGHT_ITEMS, b.id)
-  redis.call('ZREM', K_INFLIGHT, b.id)
-  if b.calls > 0 then redis.call('HINCRBY', K_STATS, 'in_flight', -b.calls) end
+  redis.call('HDEL', pool.inflight_calls, b.id)
+  redis.call('HDEL', pool.inflight_items, b.id)
+  redis.call('ZREM', pool.inflight, b.id)
+  if b.calls > 0 then redis.call('HINCRBY', pool.stats, 'in_flight', -b.calls) end
   if b.bad then
-    bury(b.packed, b.calls, 0, 'undecodable batch record (cannot return its calls)', now)
+    pool_bury(pool, b.packed, b.calls, 0, 'undecodable batch record (cannot return its calls)', now)
     buried = buried + b.calls
   elseif b.entries then
     for _, entry in ipairs(b.entries) do
-      local member, score, count, receives, offered_at = unpack(entry, 1, 5)
+      local member, score, count, receives, offered_at, _, payload = unpack(entry, 1, 7)
       if receives >= max_receives then
-        bury(payload_of(member), count, receives,
+        pool_bury(pool, payload, count, receives,
           'batch not acknowledged before its deadline (' .. receives .. ' receives)', now)
         buried = buried + count
       else
-        local status, out = admit(member, score, count, receives, offered_at)
+        local status, out = pool_admit(pool, member, score, count, receives, offered_at)
         evicted = evicted + out
         pushed_out = pushed_out + out  -- what admit pushed out leaves the depth
-        if status > 0 then returned = returned + count else evicted = evicted + count end
+        if status ~= REFUSED then returned = returned + count else evicted = evicted + count end
       end
     end
   else
     lost = lost + b.calls
   end
 end
-if lost > 0 then redis.call('HINCRBY', K_STATS, 'lost', lost) end
-if returned - pushed_out ~= 0 then redis.call('HINCRBY', K_STATS, 'depth', returned - pushed_out) end
-if returned > 0 then redis.call('HINCRBY', K_STATS, 'redelivered', returned) end
-if evicted > 0 then redis.call('HINCRBY', K_STATS, 'evicted', evicted) end
+if lost > 0 then redis.call('HINCRBY', pool.stats, 'lost', lost) end
+if returned - pushed_out ~= 0 then redis.call('HINCRBY', pool.stats, 'depth', returned - pushed_out) end
+if returned > 0 then redis.call('HINCRBY', pool.stats, 'redelivered', returned) end
+if evicted > 0 then redis.call('HINCRBY', pool.stats, 'evicted', evicted) end
 -- Returned calls need a drain job even if the dead drain's lease has not run out yet; calls
 -- under no lease need one too (drain_lease.lua's rearm_drain), and delayed calls due now, or
 -- later with no drain job scheduled for them (the sent drain schedules one).
-local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
-local due = redis.call('ZCARD', K_ITEMS) > 0 or (#first > 0
-  and (tonumber(first[2]) <= now or redis.call('EXISTS', K_WAKE) == 0))
-local send = rearm_drain(K_DRAINS, DRAIN_LEASE_MS, #batches > 0, due)
+local first = redis.call('ZRANGE', pool.scheduled, 0, 0, 'WITHSCORES')
+local due = redis.call('ZCARD', pool.items) > 0 or (#first > 0
+  and (tonumber(first[2]) <= now or redis.call('EXISTS', pool.wake) == 0))
+local send = rearm_drain(pool.drains, pool.lease, #batches > 0, due)
 return {lost, returned, buried, send}

@@ -1,13 +1,16 @@
 -- The worker's heartbeat for one pool: push the deadline of batches still in flight and renew
 -- the drain lease (drain_lease.lua's renew_inflight).
--- KEYS[1..20]: the pool's keys (pool_common.lua names each).
+-- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch timeout ms, ARGV[6], ... batch ids held by the worker's process.
 -- Reply: the ids no longer in flight (the reaper took them back). Bounded: O(ids * log N).
 -- Lost reply: safe to run twice (pushes deadlines of ids still held; a second run pushes them
 -- again)
---#include pool_common
+--#include clock
+--#include drain_lease
+--#include pool_keys
+local pool = pool_keys(KEYS, ARGV)
 local timeout = tonumber(ARGV[5])
 local ids = {}
 for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
-return renew_inflight(K_INFLIGHT, K_DRAINS, DRAIN_LEASE_MS, ids, timeout, pool_now())
+return renew_inflight(pool.inflight, pool.drains, pool.lease, ids, timeout, math.floor(now_ms()))

@@ -281,14 +281,8 @@ def dashboard_app(
     refresh: float = 2.0,
     allowed_hosts: Iterable[str] | None = None,
 ) -> Dashboard:
-    """The dashboard of a Celery app's structures as a WSGI callable.
-
-    Args:
-        celery_app: the app; its ``redqueue_*`` settings say where the structures are.
-        token: unlocks actions; defaults to ``redqueue_dashboard_token`` (None: read-only).
-        refresh: seconds between the page's refreshes.
-        allowed_hosts: host names accepted in the ``Host`` header (None: any).
-    """
+    """The dashboard of a Celery app's structures (its ``redqueue_*`` settings) as a WSGI
+    callable; ``token`` defaults to ``redqueue_dashboard_token``, the rest is `Dashboard`'s."""
     if token is None:
         token = celery_app.conf.get("redqueue_dashboard_token") or None
     return Dashboard(

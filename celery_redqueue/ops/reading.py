@@ -55,8 +55,6 @@ DROP_REASONS = {
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
 
-Structure = CappedPool | LeakyBucket | ResourcePool | EventStream
-
 
 @dataclass(frozen=True)
 class Target:
@@ -249,14 +247,11 @@ class Operations:
         """A bucket's busiest keys (deepest among the next `KEY_WINDOW` eligible), or the
         keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
         are those of every shard, merged."""
-        bucket = target.structure
-        if isinstance(bucket, LeakyBucket) and bucket.shards:
-            rows = [row for shard in bucket.shards for row in self._key_rows(shard, top, query)]
-            rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
-            return rows[:top]
-        if not isinstance(bucket, LeakyBucket):
-            raise ConfigurationError(f"{target.id} is not a bucket: it has no keys")
-        return self._key_rows(bucket, top, query)
+        bucket = self._bucket(target)
+        parts = bucket.shards or [bucket]
+        rows = [row for part in parts for row in self._key_rows(part, top, query)]
+        rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
+        return rows[:top]
 
     def _key_rows(self, bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
         with redis_errors(f"reading keys of {bucket.keys.base}"):

@@ -8,19 +8,12 @@ the reply, and decides what a lost reply means from the script's header (``-- Lo
 see `lua`): a script that is safe to run twice is sent again on a fresh connection; any
 other raises [`ReplyLostError`][celery_redqueue.ReplyLostError] ("may have been applied").
 
-It is also the producer's hot path. A pooled ``.delay()`` is one round trip, so what surrounds
-it shows: a thread keeps one connection of the client's pool for its calls (taking and giving
-back a pooled connection costs several microseconds in redis-py 8), and the fixed part of a
-call (EVALSHA, SHA, keys) is packed once per script and key list. ``bench/pool_bench.py``'s
-producer table measures it against redis-py's own path.
-
-What redis-py's path did for us is kept: the connections belong to the client's pool (a fork
-gets fresh ones, Sentinel rediscovers the master on reconnect), errors are translated the same
-way, NOSCRIPT loads the script. A kept connection the server closed while idle (a restart, a
-``CLIENT KILL``, an idle timeout) is found before sending and reconnected, so it costs no
-"may have been applied". On Redis Cluster the call goes to the master serving the keys' slot
-(every script's keys share one hash tag); MOVED and ASK are followed here, TRYAGAIN and
-CLUSTERDOWN waited out (none of them ran the script).
+It is also the producer's hot path: a thread keeps one connection of the client's pool, and
+the fixed part of a call (EVALSHA, SHA, keys) is packed once; docs/performance.md says what
+that buys and what of redis-py's path is kept (the pool, error translation, NOSCRIPT loading).
+A kept connection the server closed while idle is reconnected before sending. On Redis Cluster
+the call goes to the master serving the keys' slot; MOVED and ASK are followed here, TRYAGAIN
+and CLUSTERDOWN waited out (none of them ran the script).
 """
 
 from __future__ import annotations

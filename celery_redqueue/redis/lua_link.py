@@ -11,6 +11,8 @@ Lua's limit of 200, so the loader drops what a script never calls, as a linker d
   every script into a real Redis);
 * it is kept when its name is used by a line outside every function, or by a kept function;
   names inside strings count as used, so the rule errs on keeping;
+* a top-level line of named values, ``local NAME, OTHER = ...`` (capitals, one line), goes when
+  nothing kept uses any of its names (a family of values included for one of its helpers);
 * comment-only and blank lines go: the files are the documentation, the headers are read from
   the file before this step.
 """
@@ -21,6 +23,7 @@ import re
 
 _FUNCTION = re.compile(r"local function ([A-Za-z_]\w*)\s*\(")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_VALUES = re.compile(r"local ([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*) = (.*)$")
 
 
 def code_of(line: str) -> str:
@@ -85,4 +88,18 @@ def link(lines: list[str]) -> list[str]:
         kept |= new
         reached = set().union(*(calls[name] for name in new))
     dropped = {n for name, numbers in functions.items() if name not in kept for n in numbers}
+    values: dict[int, set[str]] = {}
+    used: set[str] = set()
+    for n, line in enumerate(lines):
+        match = _VALUES.match(code_of(line))
+        if n not in inside and match and _balanced(match.group(2)):
+            values[n] = set(match.group(1).split(", "))
+            used |= set(_NAME.findall(match.group(2)))
+    used |= _names(lines, [n for n in range(len(lines)) if n not in dropped and n not in values])
+    dropped |= {n for n, names in values.items() if not names & used}
     return [line for n, line in enumerate(lines) if n not in dropped and code_of(line).strip()]
+
+
+def _balanced(code: str) -> bool:
+    """Whether ``code`` closes every bracket it opens (a statement on one line)."""
+    return all(code.count(o) == code.count(c) for o, c in ("()", "{}", "[]"))

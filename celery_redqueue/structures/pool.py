@@ -53,6 +53,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import MIXED, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from . import sharding
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 
-#: The keys every pool script receives, in this order (see lua/pool_common.lua).
+#: The keys every pool script receives, in this order (see lua/pool_keys.lua).
 # fmt: off
 PARTS = (
     # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
@@ -104,6 +105,7 @@ ADD_CHUNK = 1000
 
 logger = logging.getLogger(__name__)
 
+#: What became of an offered call (lua/pool_status.lua names the same values).
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
@@ -267,7 +269,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         batch_id: str | None = None,
     ) -> PoolBatch:
         """Atomically pop up to ``n`` entries as one in-flight batch (due delayed calls first
-        enter the pool).
+        enter the pool, in a step of their own: ``pool_due``).
 
         An entry received before (returned by the reaper or by a failed ack) is popped alone: a
         batch of one, so a call that kills its process takes no good call with it again.
@@ -290,20 +292,28 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
         batch_id = batch_id or uuid.uuid4().hex
-        reply = self._run(
-            "pool_pop",
-            [
-                n,
-                batch_id,
-                self.visibility_timeout_ms,
-                self.max_drains,
-                int(self.processed_guard_ms > 0),
-                int(linger),
-                listen_ms(listen),
-                listener or listener_id(),
-                int(self.at_least_once),
-            ],
-        )
+        args: list[Any] = [
+            n,
+            batch_id,
+            self.visibility_timeout_ms,
+            self.max_drains,
+            int(self.processed_guard_ms > 0),
+            int(linger),
+            listen_ms(listen),
+            listener or listener_id(),
+            int(self.at_least_once),
+            1,  # due delayed calls first
+        ]
+        # The common pop; what it leaves to other scripts its status names (lua/pool_pop.lua).
+        reply = self._run("pool_pop", args)
+        malformed = 0
+        if reply[0] == UPKEEP:
+            malformed = int(self._run("pool_due", [n]))
+            args[-1] = 0
+            reply = self._run("pool_pop", args)
+        if reply[0] == MIXED:
+            reply = self._run("pool_pop_mixed", args)
+        reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
     @sharding.on_owner(sharding.own_batch)

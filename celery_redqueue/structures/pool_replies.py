@@ -3,7 +3,7 @@ the arguments of its ``pool_ack``.
 
 A drain runs this for every call it takes, so it is written for that: the reply lists each
 entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
-lua/pool_batch.lua); an ack names only the calls that did not succeed. Used by `pool`.
+lua/pool_reply_entries.lua); an ack names only the calls that did not succeed. Used by `pool`.
 """
 
 from __future__ import annotations

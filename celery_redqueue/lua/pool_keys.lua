@@ -1,10 +1,11 @@
--- Shared by the pool scripts (spliced in by the loader at "--#include pool_common"): the keys
--- and settings as named locals, then the helpers of pool_members and pool_admit.
--- Every pool script receives the same KEYS (see pool.PARTS in pool.py), except pool_add, which
--- receives only the first thirteen (what it touches), and pool_add_plain, only the parts its header names:
+-- A pool's keys by name and its settings, as one table the pool helpers take (spliced in at
+-- "--#include pool_keys"): `keys` is a script's KEYS, `argv` its ARGV, whose first four are the
+-- settings every pool script receives. Every pool script receives these KEYS in this order (see
+-- PARTS in pool.py), except pool_add (the first thirteen) and the scripts whose `-- Parts:` line
+-- names their own (they name their keys themselves):
 -- KEYS[1] items           zset: member -> score (lowest popped first; sample evicts the highest)
 -- KEYS[2] counts          hash: member -> merged calls (coalescing pools; absent: 1)
--- KEYS[3] stats           hash: counters; `seq` the last entry id taken (pool_ids.lua)
+-- KEYS[3] stats           hash: counters; `seq` the last entry id taken (pool_take_ids.lua)
 -- KEYS[4] drains          string: number of drain jobs pending; absent when none is
 -- KEYS[5] receives        hash: member -> times handed out so far (returned entries only)
 -- KEYS[6] ages            zset: lowest score = when (ms) the oldest waiting entry arrived:
@@ -19,21 +20,20 @@
 -- KEYS[13] listening      zset: listener id -> until when (ms) it waits on the signal
 -- KEYS[14] inflight       zset: batch id -> deadline (ms)
 -- KEYS[15] inflight_calls hash: batch id -> calls in the batch
--- KEYS[16] inflight_items hash: batch id -> its entries, cmsgpack of a flat list (pool_batch.lua)
+-- KEYS[16] inflight_items hash: batch id -> its entries (pool_unpack_batch.lua)
 -- KEYS[17] dead           list: dead letters, "json NL payload"
 -- KEYS[18] done           zset: entry id -> end of its processed-guard window (ms)
 -- KEYS[19] calls          hash: call id -> what it did (call_records.lua: re-sent acks)
 -- KEYS[20] calls_at       zset: call id -> when its record expires (ms)
--- Common ARGV: [1] capacity, [2] policy (sample|newest|reject), [3] coalesce (1|0),
--- [4] drain lease ms (see drain_lease.lua).
-local K_ITEMS, K_COUNTS, K_STATS, K_DRAINS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_RECEIVES, K_AGES, K_ARRIVALS, K_FLOW = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_SCHEDULED, K_DEDUPE, K_WAKE = KEYS[9], KEYS[10], KEYS[11]
-local K_SIGNAL, K_LISTENING = KEYS[12], KEYS[13]
-local K_INFLIGHT, K_INFLIGHT_CALLS, K_INFLIGHT_ITEMS = KEYS[14], KEYS[15], KEYS[16]
-local K_DEAD, K_DONE, K_CALLS, K_CALLS_AT = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
-local CAPACITY, POLICY, COALESCE, DRAIN_LEASE_MS = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4]
---#include common
---#include pool_ids
---#include pool_members
---#include pool_admit
+-- ARGV[1] capacity, ARGV[2] policy (sample|newest|reject), ARGV[3] coalesce (1|0),
+-- ARGV[4] drain lease ms (see drain_lease.lua).
+local function pool_keys(keys, argv)
+  return {
+    items = keys[1], counts = keys[2], stats = keys[3], drains = keys[4], receives = keys[5],
+    ages = keys[6], arrivals = keys[7], flow = keys[8], scheduled = keys[9], dedupe = keys[10],
+    wake = keys[11], signal = keys[12], listening = keys[13], inflight = keys[14],
+    inflight_calls = keys[15], inflight_items = keys[16], dead = keys[17], done = keys[18],
+    calls = keys[19], calls_at = keys[20],
+    capacity = tonumber(argv[1]), policy = argv[2], coalesce = argv[3] == '1', lease = argv[4],
+  }
+end
