@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
-from ..structures.receipts import Receipt
 from .results import named_receipt
 
 if TYPE_CHECKING:
@@ -148,7 +147,11 @@ class CallBuffer:
                     size = task.structure.store_chunk
                     for start in range(0, len(entries), size):
                         chunk = entries[start : start + size]
-                        results = _store_many(task, chunk, delay)
+                        results = task.structure.store_encoded(
+                            [p for p, _, _ in chunk],
+                            delay=delay,
+                            dedupe_ids=[d for _, d, _ in chunk],
+                        )
                         for (_, _, receipt), result in zip(chunk, results, strict=True):
                             if receipt.id:
                                 result = named_receipt(task, result, receipt.id)
@@ -220,13 +223,6 @@ def buffered_call(
         if held.covers(task):
             return held.add(task, prepared, delay, dedupe_id, call_id)
     return None
-
-
-def _store_many(task: ProducerTask, chunk: _Held, delay: float) -> list[Receipt]:
-    """Store one chunk of prepared calls in one round trip (the structures' batched adds)."""
-    prepared = [p for p, _, _ in chunk]
-    dedupe_ids = [d for _, d, _ in chunk]
-    return task.structure.store_encoded(prepared, delay=delay, dedupe_ids=dedupe_ids)
 
 
 def _mark(groups: dict[float, _Held], state: str, error: Any) -> int:

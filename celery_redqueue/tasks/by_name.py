@@ -51,14 +51,13 @@ class ByNameCalls:
         name: str
         app: Any
         backend: Any
-        dedupe_option: str
 
         @property
         def redqueue_results(self) -> bool: ...
 
-        def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any: ...
-        def _delay_of(self, options: dict[str, Any]) -> float: ...
-        def _dedupe_id(self, key: Any, args: Any, kwargs: Any, options: Any) -> str | None: ...
+        def _prepare(
+            self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+        ) -> tuple[Any, float, str | None]: ...
         def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any: ...
         def _after_add(self, receipt: Any, routing: Any = None, call_id: str = "") -> Any: ...
         def _get_exec_options(self) -> dict[str, Any]: ...
@@ -77,21 +76,13 @@ class ByNameCalls:
         """Store the call a message carries; what the message's task returns (see module)."""
         request = self.request
         call_id = request.id
-        results = self.redqueue_results
         options: dict[str, Any] = {}
         if request.eta:  # the worker held the message until then; a skewed clock still waits
             options["eta"] = request.eta
         if getattr(request, DEDUPE_HEADER, None) is not None:
             options["dedupe_id"] = getattr(request, DEDUPE_HEADER)
         try:
-            prepared = self._prepare_call(args, kwargs, call_id if results else None)
-            delay = self._delay_of(options) if "eta" in options else 0.0
-            key_function = getattr(self, self.dedupe_option)
-            dedupe_id = (
-                self._dedupe_id(key_function, args, kwargs, options)
-                if key_function is not None or "dedupe_id" in options
-                else None
-            )
+            prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
         except (TypeError, ValueError, RedQueueError) as exc:
             return self._bury_message(args, kwargs, exc)
         message_dedupe = f"{MESSAGE_DEDUPE_PREFIX}{call_id}"
@@ -105,7 +96,7 @@ class ByNameCalls:
             return self._bury_message(args, kwargs, exc)  # it would fail again every time
         if stored.duplicate and dedupe_id is None:
             logger.info("%s: by-name call %s was stored already (a copy)", self.name, call_id)
-            if results:
+            if self.redqueue_results:
                 raise Ignore()  # the first copy's call stores its outcome under the id
             return dict(receipt_dict(stored), id=call_id)
         # A refused call's result is stored by _after_add when results are on.
@@ -114,7 +105,7 @@ class ByNameCalls:
             logger.info(
                 "%s: by-name call %s refused by the structure (counted)", self.name, call_id
             )
-        if results:
+        if self.redqueue_results:
             raise Ignore()  # the body's outcome, not this message's, is stored under the id
         return receipt_dict(receipt)
 

@@ -133,13 +133,11 @@ def _ends_at_task_call(cls: type) -> bool:
     ``Task.__call__`` (no inner ``__call__``, no other base's in between); kept per class."""
     known = _ENDS_AT_TASK_CALL.get(cls)
     if known is None:
-        known = _ENDS_AT_TASK_CALL[cls] = _chain_is_plain(cls)
+        call = cls.__call__
+        owner = getattr(call, "_redqueue_owner", None)
+        known = _ENDS_AT_TASK_CALL[cls] = (
+            owner is not None
+            and getattr(call, "_redqueue_inner", None) is None
+            and super(owner, cls).__call__ is Task.__call__  # type: ignore[misc]
+        )
     return known
-
-
-def _chain_is_plain(cls: type) -> bool:
-    call = cls.__call__
-    owner = getattr(call, "_redqueue_owner", None)
-    if owner is None or getattr(call, "_redqueue_inner", None) is not None:
-        return False
-    return super(owner, cls).__call__ is Task.__call__  # type: ignore[misc]

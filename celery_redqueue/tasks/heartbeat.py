@@ -72,6 +72,16 @@ def _parts(structure: Drained, item_id: str | None) -> list[tuple[Renewable, str
     return list(parts(item_id))
 
 
+def _running(
+    thread: threading.Thread | None, target: Callable[[], None], name: str
+) -> threading.Thread:
+    """``thread`` if it is alive, else a daemon thread started on ``target``."""
+    if thread is None or not thread.is_alive():
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+    return thread
+
+
 class Heartbeat:
     """Renews held reservations, batches and drain leases from one background thread."""
 
@@ -107,14 +117,7 @@ class Heartbeat:
                     held.drains += 1
                 else:
                     held.ids[part_id] += 1
-            self._start()
-
-    def _start(self) -> None:
-        """Start the thread if it is not running (the caller holds the lock)."""
-        if self._thread is None or not self._thread.is_alive():
-            thread = threading.Thread(target=self._run, name="redqueue-heartbeat", daemon=True)
-            self._thread = thread
-            thread.start()
+            self._thread = _running(self._thread, self._run, "redqueue-heartbeat")
 
     def watch(self, structure: Drained, check: Callable[[], object], window: float) -> None:
         """After a drain of ``structure`` failed, run ``check`` (the task's reap: it takes back
@@ -124,10 +127,7 @@ class Heartbeat:
         A check that fails (Redis still down) is retried; watching again restarts the window."""
         with self._lock:
             self._watches[id(structure)] = _Watch(check, window, time.monotonic() + WATCH_INTERVAL)
-            if self._watcher is None or not self._watcher.is_alive():
-                watcher = threading.Thread(target=self._watch, name="redqueue-watch", daemon=True)
-                self._watcher = watcher
-                watcher.start()
+            self._watcher = _running(self._watcher, self._watch, "redqueue-watch")
 
     def drop(self, structure: Drained, item_id: str | None = None) -> None:
         with self._lock:

@@ -106,17 +106,9 @@ class ProducerTask(RedQueueTask):
                 routing["producer"] = producer
             if task_id is not None and (not isinstance(task_id, str) or not task_id):
                 raise InvalidArgumentError(f"{self.name}: task_id must be a non-empty string")
-        # 2. Prepare: checked as the body will take it and serialized once, then its delay and
-        # dedupe id; anything wrong raises here, with nothing stored.
+        # 2. Prepare: checked, serialized, its delay and dedupe id (raises, storing nothing).
         call_id = task_id or new_call_id()
-        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
-        delay = self._delay_of(options) if options else 0.0
-        key_function = getattr(self, self.dedupe_option)
-        dedupe_id = (
-            self._dedupe_id(key_function, args, kwargs, options)
-            if key_function is not None or options
-            else None
-        )
+        prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
         # 3. Store: at once in eager mode, in an open ``buffer()`` block, or in the structure.
         if self._always_eager():
             return self._run_eagerly(prepared)
@@ -175,6 +167,16 @@ class ProducerTask(RedQueueTask):
             self.send_drain_or_release()
         return reaped_count(result)
 
+    def _prepare(
+        self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+    ) -> tuple[Any, float, str | None]:
+        """A call checked as the body will take it and serialized once (carrying ``call_id``
+        when per-call results are on), its delay and its dedupe id; raises, storing nothing."""
+        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
+        if not options and getattr(self, self.dedupe_option) is None:
+            return prepared, 0.0, None  # the lean path: no delay, no dedupe id
+        return prepared, self._delay_of(options), self._dedupe_id(args, kwargs, options)
+
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
         """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""
         raise NotImplementedError
@@ -215,10 +217,9 @@ class ProducerTask(RedQueueTask):
             return validation.delay(f"{self.name}: eta", (eta - now).total_seconds())
         return 0.0
 
-    def _dedupe_id(
-        self, key_function: Any, args: Any, kwargs: Any, options: dict[str, Any]
-    ) -> str | None:
+    def _dedupe_id(self, args: Any, kwargs: Any, options: dict[str, Any]) -> str | None:
         """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
+        key_function = getattr(self, self.dedupe_option)
         dedupe_id = options.get("dedupe_id")
         if dedupe_id is None and key_function is not None:
             try:

@@ -123,12 +123,18 @@ def with_id(call: list[Any], call_id: str | None) -> list[Any]:
     return call
 
 
+def call_meta(payload: Any) -> dict[str, Any] | None:
+    """The metadata of a stored call ``[args, kwargs, meta]`` (its id, its caller's trace
+    context), None for ``[args, kwargs]``."""
+    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
+        return payload[2]
+    return None
+
+
 def call_id_of(payload: Any) -> str | None:
     """The id a stored call carries (None without one: results were off when it was stored)."""
-    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
-        value = payload[2].get(ID_FIELD)
-        return value if isinstance(value, str) else None
-    return None
+    value = (call_meta(payload) or {}).get(ID_FIELD)
+    return value if isinstance(value, str) else None
 
 
 def store_success(task: ResultTask, call_id: str | None, value: Any) -> None:

@@ -141,8 +141,7 @@ class StreamTask(RedQueueTask):
 
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
         """Put dead letters back in the stream, addressed to their groups, and wake them."""
-        count: int = self.stream.requeue_dead(letters, limit)
-        return count
+        return self.stream.requeue_dead(letters, limit)
 
     # Consuming
 

@@ -21,6 +21,7 @@ from typing import Any
 from celery import Task
 
 from .config import get_config
+from .results import call_meta
 
 logger = logging.getLogger(__name__)
 
@@ -127,12 +128,10 @@ def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
 
 
 def call_context(payload: Any) -> dict[str, str] | None:
-    """The caller's context a stored pool or bucket call carries (its third element, which
+    """The caller's context a stored pool or bucket call carries (`results.call_meta`, which
     may hold the call id too: the propagator reads only its own fields). Read only: the
     producer hands one carrier to many calls."""
-    if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
-        return payload[2]
-    return None
+    return call_meta(payload)
 
 
 # Consuming
