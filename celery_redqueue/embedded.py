@@ -11,7 +11,6 @@ import argparse
 import signal
 import sys
 import threading
-from types import FrameType
 
 from .errors import RedisServerNotFound
 from .testing.embedded import EmbeddedRedis, EmbeddedRedisCluster, find_server_binary
@@ -37,12 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=6379, help="port on 127.0.0.1 (0: any free)")
     args = parser.parse_args(argv)
     stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
     try:
         with EmbeddedRedis(port=args.port or None) as server:
             print(f"Redis at {server.url} (server {server.binary})")

@@ -69,10 +69,6 @@ class Target:
     problem: str | None = None
 
 
-def _seconds(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 def payload_text(payload: Any) -> str:
     """A dead letter's payload as text for display (JSON where it can be, else repr)."""
     if isinstance(payload, bytes):
@@ -188,7 +184,7 @@ class Operations:
             return base
         values = figures.as_dict()
         for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
-            values[name] = _seconds(values[name])
+            values[name] = None if values[name] is None else round(values[name], 3)
         base.update(
             figures=values,
             counters=dict(figures.counters),

