@@ -343,10 +343,18 @@ def split_capacity(pool: Any, shard: Any, index: int) -> None:
     shard.capacity = pool.capacity // n + (1 if index < pool.capacity % n else 0)
 
 
-def own_batch(pool: Any, batch: PoolBatch) -> tuple[Any, PoolBatch]:
-    """The shard a batch came from (its id names it), and the batch as that shard knows it."""
-    i, inner = split_id(batch.id, len(pool.shards))
-    return pool.shards[i], dataclasses.replace(batch, id=inner)
+def _on_batch(
+    method: Callable[..., Any], self: Any, batch: PoolBatch, *args: Any, **kw: Any
+) -> Any:
+    i, inner = split_id(batch.id, len(self.shards))  # the shard its id names
+    own = dataclasses.replace(batch, id=inner)
+    held = method(self.shards[i], own, *args, **kw)
+    batch.drain_needed = own.drain_needed  # what ack tells the batch, the caller's batch tells
+    return held
+
+
+#: Run on the shard a batch came from, the batch under its id there (`ack`).
+on_batch = _routing("on_owner", _on_batch)
 
 
 def batch_has_work(batch: PoolBatch) -> bool:
