@@ -9,11 +9,12 @@
 -- gone)
 --#include bucket_keys
 --#include clock
---#include drain_lease
+--#include plan_drain
 --#include bucket_statuses
 --#include bucket_make_slot
 --#include bucket_append
---#include dead_letters
+--#include dead_candidates
+--#include parse_letter
 local b = bucket_keys(KEYS, ARGV)
 local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()

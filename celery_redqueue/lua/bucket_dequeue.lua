@@ -28,9 +28,12 @@
 -- reservation again (no fan-out) and takes nothing.
 --#include bucket_keys
 --#include clock
---#include drain_lease
---#include call_records
---#include wake_signal
+--#include claim_drain
+--#include plan_drain
+--#include take_status
+--#include record_call
+--#include recorded
+--#include listen_for
 --#include bucket_parse_slot
 --#include bucket_cost_window
 --#include bucket_limits_at
@@ -43,10 +46,10 @@ local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
 local listener, linger, ahead = ARGV[13] or '', ARGV[14] == '1', tonumber(ARGV[15]) or 0
 local now = now_ms()
 
-local function f(ms) return string.format('%.17g', ms) end
-local function taken(key, reservation, payload, receives, deadline, at_ms, fan_out, cost)
-  return {TAKEN, key, reservation, payload, receives, f(deadline), f(at_ms), fan_out,
-          cost and f(cost) or '', f(math.max(at_ms - now, 0))}
+local function fmt_ms(ms) return string.format('%.17g', ms) end
+local function reply_taken(key, reservation, payload, receives, deadline, at_ms, fan_out, cost)
+  return {TAKEN, key, reservation, payload, receives, fmt_ms(deadline), fmt_ms(at_ms), fan_out,
+          cost and fmt_ms(cost) or '', fmt_ms(math.max(at_ms - now, 0))}
 end
 
 local held = recorded(b.calls, poll_id)
@@ -57,7 +60,7 @@ if held_key then
   -- not seen), so a call reserved ahead still waits out what is left of its lead.
   local receives, _, _, payload, cost = bucket_parse_slot(redis.call('HGET', b.res_items, held))
   local deadline = tonumber(redis.call('ZSCORE', b.inflight, held) or '') or now + timeout_ms
-  return taken(held_key, held, payload, receives, deadline, deadline - timeout_ms, 0, cost)
+  return reply_taken(held_key, held, payload, receives, deadline, deadline - timeout_ms, 0, cost)
 end
 -- Due delayed items join their keys' queues first (bucket_upkeep.lua, a rare step).
 local first_due = redis.call('ZRANGE', b.scheduled, 0, 0, 'WITHSCORES')
@@ -75,7 +78,7 @@ local function sleep_until(when)
   if when - ahead > now then when = when - ahead end
   redis.call('DEL', b.drains)
   local _, wait = plan_drain(b.drains, b.wake, b.lease, now, when)
-  return {LATER, f(when - now), wait >= 0 and 1 or 0}
+  return {LATER, fmt_ms(when - now), wait >= 0 and 1 or 0}
 end
 
 for _ = 1, 100 do
@@ -125,7 +128,7 @@ for _ = 1, 100 do
     local eligible = redis.call('ZCOUNT', b.ready, '-inf', now)
       + (in_flight and math.max(b.concurrency - in_flight, 0) + 1 or 0)
     local fan_out = claim_drain(b.drains, b.lease, max_drains, eligible)
-    return taken(key, reservation, payload, receives + 1, deadline, at_ms, fan_out, cost)
+    return reply_taken(key, reservation, payload, receives + 1, deadline, at_ms, fan_out, cost)
   end
 end
 listen_for(b.listening, b.signal, listener, listen, now)

@@ -12,9 +12,9 @@
 -- calling again safe)
 --#include bucket_keys
 --#include clock
---#include common
---#include flow
---#include wake_signal
+--#include tick
+--#include forget_expired
+--#include wake_listener
 --#include bucket_statuses
 --#include bucket_cost_rate
 --#include bucket_rate

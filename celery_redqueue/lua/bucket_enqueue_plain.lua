@@ -15,9 +15,9 @@
 -- Lost reply: raises (a store: a second run would queue the item twice)
 --#include bucket_keys
 --#include clock
---#include flow
---#include drain_lease
---#include wake_signal
+--#include tick
+--#include plan_drain
+--#include wake_listener
 --#include bucket_statuses
 --#include bucket_rate
 --#include bucket_cost_rate

@@ -7,8 +7,8 @@
 -- reports changed 0)
 --#include bucket_keys
 --#include clock
---#include common
---#include drain_lease
+--#include plan_drain
+--#include forget_expired
 --#include bucket_eligible_at
 --#include bucket_make_eligible
 local b = bucket_keys(KEYS, ARGV)

@@ -7,7 +7,7 @@
 -- the lost reply asked for is sent by the next reaper run)
 --#include bucket_keys
 --#include clock
---#include drain_lease
+--#include rearm_drain
 --#include bucket_parse_slot
 --#include bucket_take_reservation
 --#include bucket_bury

@@ -8,7 +8,7 @@
 -- again)
 --#include bucket_keys
 --#include clock
---#include drain_lease
+--#include renew_inflight
 local b = bucket_keys(KEYS, ARGV)
 local timeout = tonumber(ARGV[8])
 local ids = {}

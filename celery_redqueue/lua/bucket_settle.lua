@@ -18,10 +18,11 @@
 -- id, and a second run replies "already done" (held 2) and changes nothing.
 --#include bucket_keys
 --#include clock
---#include common
---#include flow
---#include call_records
---#include drain_lease
+--#include tick
+--#include plan_drain
+--#include record_call
+--#include recorded
+--#include forget_expired
 --#include bucket_parse_slot
 --#include bucket_make_slot
 --#include bucket_take_reservation

@@ -14,7 +14,11 @@
 -- Lost reply: safe to run twice: the ack is recorded (call_records.lua) under its batch id, and
 -- a second run replies "already done" (held 2) and changes nothing.
 --#include clock
---#include common
+--#include tick
+--#include add_counts
+--#include forget_expired
+--#include record_call
+--#include recorded
 --#include pool_keys
 --#include pool_status
 --#include pool_unpack_batch

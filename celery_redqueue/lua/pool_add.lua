@@ -14,8 +14,11 @@
 -- Lost reply: raises (a store: a second run would keep the calls twice; pass dedupe ids to make
 -- calling again safe)
 --#include clock
---#include common
---#include wake_signal
+--#include tick
+--#include add_counts
+--#include forget_expired
+--#include plan_drain
+--#include wake_listener
 --#include pool_keys
 --#include pool_status
 --#include pool_take_ids

@@ -14,8 +14,8 @@
 -- MERGED). Bounded: O(calls * log N).
 -- Lost reply: raises (a store: a second run would keep the calls twice)
 --#include clock
---#include flow
---#include wake_signal
+--#include tick
+--#include wake_listener
 --#include pool_status
 --#include pool_take_ids
 --#include pool_arrival
@@ -63,7 +63,7 @@ if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
 end
 
 -- Full, or coalescing: the policy decides for each call, as in pool_add.
---#include common
+--#include add_counts
 --#include pool_admit
 local pool = {items = K_ITEMS, counts = KEYS[2], receives = KEYS[5], ages = K_AGES,
   arrivals = K_ARRIVALS, capacity = capacity, policy = ARGV[2], coalesce = coalesce}

@@ -10,7 +10,8 @@
 -- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
 -- gone)
 --#include clock
---#include dead_letters
+--#include dead_candidates
+--#include parse_letter
 --#include pool_keys
 --#include pool_status
 --#include pool_take_ids

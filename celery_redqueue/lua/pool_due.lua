@@ -8,7 +8,8 @@
 -- Lost reply: safe to run twice (each call offered leaves the delayed set in the same step, so
 -- a second run offers only calls still due: the next ones, or none)
 --#include clock
---#include common
+--#include tick
+--#include add_counts
 --#include pool_keys
 --#include pool_status
 --#include pool_take_ids

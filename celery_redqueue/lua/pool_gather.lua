@@ -12,7 +12,7 @@
 -- job with that countdown (0: one is scheduled no later). O(log N).
 -- Lost reply: safe to run twice (reads, and re-arms the same flag and wake-up)
 --#include clock
---#include drain_lease
+--#include plan_drain
 local K_ITEMS, K_AGES, K_DRAINS, K_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, min_calls, wait, check =
   tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])

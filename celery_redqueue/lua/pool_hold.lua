@@ -3,7 +3,7 @@
 -- (kept at most once too, so that a re-sent pop can reply it; only the reaper of an
 -- at-least-once pool returns its entries). Returns the fan-out (1: send one more drain job,
 -- while more batches of `n` wait than drains run, up to `max_drains`) and the entries left.
---#include drain_lease
+--#include claim_drain
 local function pool_hold(pool, batch_id, calls, record, timeout_ms, max_drains, n, now)
   redis.call('ZADD', pool.inflight, now + timeout_ms, batch_id)
   redis.call('HSET', pool.inflight_calls, batch_id, calls)

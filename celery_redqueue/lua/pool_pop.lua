@@ -26,8 +26,9 @@
 -- the batch either way; the reaper returns them only at least once); UPKEEP and MIXED wrote
 -- nothing, and an empty pop's end (the flag, the listener) is the same done twice.
 --#include clock
---#include drain_lease
---#include wake_signal
+--#include take_status
+--#include plan_drain
+--#include listen_for
 --#include pool_keys
 --#include pool_fresh
 --#include pool_depart

@@ -12,8 +12,8 @@
 -- Lost reply: safe to run twice: a pop whose batch id is in flight already replies that batch
 -- again (TAKEN, no fan-out) and pops nothing; an AGAIN wrote only skipped entries away.
 --#include clock
---#include flow
---#include drain_lease
+--#include tick
+--#include take_status
 --#include pool_keys
 --#include pool_read_entries
 --#include pool_forget_entries

@@ -10,7 +10,7 @@
 -- Lost reply: safe to run twice (a second run takes back only what expired since; a drain job
 -- the lost reply asked for is sent by the next reaper run)
 --#include clock
---#include drain_lease
+--#include rearm_drain
 --#include pool_keys
 --#include pool_status
 --#include pool_unpack_batch

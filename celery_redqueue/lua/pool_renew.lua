@@ -7,7 +7,7 @@
 -- Lost reply: safe to run twice (pushes deadlines of ids still held; a second run pushes them
 -- again)
 --#include clock
---#include drain_lease
+--#include renew_inflight
 --#include pool_keys
 local pool = pool_keys(KEYS, ARGV)
 local timeout = tonumber(ARGV[5])

@@ -15,7 +15,7 @@
 -- figures must still be readable then, so its error is ignored.
 -- Lost reply: safe to run twice (reads; rolling old seconds into minutes is the same done twice)
 --#include clock
---#include flow
+--#include roll_flow
 local depth_field = ARGV[1]
 local now = now_ms()
 local stats = redis.call('HGETALL', KEYS[1])

@@ -1,13 +1,7 @@
-"""Prometheus metrics of every structure, in the text exposition format.
-
-Served at ``GET /metrics`` by the dashboard and printed by ``celery -A proj redqueue metrics``
-(for node_exporter's textfile collector). Names follow Prometheus conventions: counters end in
-``_total``, times are in seconds, and every series carries ``kind`` and ``name`` labels. Per-key
-series exist only for each bucket's busiest keys (``top_keys``), and per-group series of a
-stream for at most its `GROUP_WINDOW` most lagging groups, so
-cardinality stays bounded however many keys a bucket or groups a stream has.
-
-Needs ``prometheus_client`` (``pip install 'celery-redqueue[dashboard]'``).
+"""Prometheus metrics of every structure, in the text exposition format: served at ``GET
+/metrics`` by the dashboard and printed by ``celery -A proj redqueue metrics``. docs/operations.md
+lists the series; per-key and per-group series are capped (``top_keys``, `GROUP_WINDOW`), so
+cardinality stays bounded. Needs ``prometheus_client`` (the ``[dashboard]`` extra).
 """
 
 from __future__ import annotations
@@ -37,13 +31,8 @@ def _prometheus() -> Any:
 
 
 class RedQueueCollector:
-    """A prometheus_client collector reading every structure at each scrape.
-
-    Register it on your own registry to export redqueue figures from an existing endpoint:
-
-        from prometheus_client import REGISTRY
-        REGISTRY.register(RedQueueCollector(Operations.from_app(app)))
-    """
+    """A prometheus_client collector reading every structure at each scrape; register it on
+    your own registry: ``REGISTRY.register(RedQueueCollector(Operations.from_app(app)))``."""
 
     def __init__(self, ops: Operations, top_keys: int = TOP_KEYS) -> None:
         self.ops = ops

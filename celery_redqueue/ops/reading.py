@@ -47,8 +47,8 @@ GROUP_WINDOW = 50
 
 #: The stats counters that identify why work was shed, by kind (Prometheus ``reason`` label).
 DROP_REASONS = {
-    "pool": ("rejected", "evicted", "lost"),
-    "bucket": ("rejected", "dropped", "duplicates"),
+    "pool": CappedPool.figure_names[2],  # the counters its figures count as dropped
+    "bucket": LeakyBucket.figure_names[2],
     "stream": ("trimmed",),
 }
 

@@ -25,8 +25,11 @@ Every script in ``lua/`` follows one contract:
   `LuaScript.parts`). Without it a script receives all of them.
 
 Helpers shared by several scripts live in included files (``--#include name``, see
-`script()`): ``common`` (``clock``, ``flow``, ``drain_lease``, expiring ids, counters),
-then per structure ``<kind>_common`` and the files it includes.
+`script()`), in the shape of BullMQ's includes: one helper function per file, taking its keys
+and values as parameters (a pool's helpers take one ``pool`` table, ``pool_keys.lua``), and
+each file includes what it calls; an include line stands at column 0, never inside a block.
+``tests/unit/test_lua_shape.py`` checks that shape, and that a script as sent stays under 250
+lines; the files of the kinds not converted yet are listed there.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What in the Redis server's own settings can lose calls: the one `server_warnings()` that
-figures, the dashboard, ``top``, the CLI and the worker's start-up check all show.
-
-Two things take calls out of Redis without any script running: an eviction policy (Redis
-deletes keys when full, leaving structures with phantom depth or wedged keys) and a restart
-without persistence (or one whose last snapshot or AOF write failed). Read with ``CONFIG GET``
-and ``INFO``; a server that refuses them (managed services, ACLs) is skipped quietly, check by
-check. The answer is cached a minute per client, so figures read often cost no extra round
-trips; ``refresh=True`` reads again (the dashboard, the worker's start).
+figures, the dashboard, ``top``, the CLI and the worker's start-up check all show
+(docs/failure-modes.md, "Configuration that loses data"). A server that refuses CONFIG or INFO
+is skipped quietly, check by check; answers are cached a minute per client (``refresh=True``
+reads again).
 """
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
-    @sharding.on_owner(sharding.own_batch)
+    @sharding.on_batch
     def ack(
         self,
         batch: PoolBatch,

@@ -1,7 +1,7 @@
 """The public seam between the Celery glue and the structures.
 
 The glue (``tasks/``) stores calls through `Producer` and works a structure through
-`Drained`; pools, buckets and their sharded forms implement both (`Stored`) and `Wakeable`,
+`Drained`; pools and buckets implement both (`Stored`) and wait through `wake.Listening`,
 streams implement `Drained`. Nothing in the glue touches a private name of a structure.
 """
 
@@ -14,7 +14,6 @@ from ..redis.keys import StructureKeys
 from ..redis.serializers import Serializer
 from .figures import Figures
 from .receipts import Receipt
-from .wake import WakeSignal
 
 ItemT = TypeVar("ItemT", contravariant=True)
 T = TypeVar("T")
@@ -88,24 +87,6 @@ class Renewable(Protocol):
 
     def renew_call(self, item_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
         """The script, keys and arguments of `renew`, for a pipeline of several."""
-        ...
-
-
-@runtime_checkable
-class Wakeable(Protocol):
-    """What a consumer with nothing to do waits on (pools, buckets and their sharded forms; a
-    stream offers the same per group: ``wake_signals(group)``, ``listen(group, timeout)``).
-
-    Arm first, in the empty look itself (``pop(..., listen=s)``, ``dequeue(listen=s)``), then
-    wait: see `wake`.
-    """
-
-    def wake_signals(self) -> list[WakeSignal]:
-        """The signals a store pushes to (one per shard), for `wake.listen_any`."""
-        ...
-
-    def listen(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a store to wake this structure; True if woken."""
         ...
 
 

@@ -1,21 +1,19 @@
-"""What a pool or a bucket does over its shards (see `sharding`): building them, the sweep and
-receipts the verbs use, the heartbeat's parts, wake signals, dead letters, figures and clearing.
+"""What a pool or a bucket does over its shards (see `sharding`): building them, the heartbeat's
+parts, wake signals, dead letters, figures and clearing.
 `Sharded` is a base of `CappedPool` and `LeakyBucket`, before their other bases; on a structure
 with one shard each of its methods is the plain one."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .deadletters import DeadLetter
 from .figures import Figures, structure_figures
-from .receipts import Receipt
-from .sharding import SAME_WAKE, on_every, on_owner, shard_names, split_id, validate_shards
+from .sharding import on_every, on_owner, shard_names, split_id, validate_shards
 from .wake import WakeSignal, listen_any
 
 
@@ -29,8 +27,8 @@ def nothing(parts: Sequence[Any]) -> None:
 
 class Sharded:
     """What a pool or a bucket does over its shards (`shards` None: it is its own only part):
-    building them, the sweep, receipts, heartbeat parts, wake signals, dead letters, figures
-    and clearing. A base of both kinds, before their other bases."""
+    building them, heartbeat parts, wake signals, dead letters, figures and clearing. A base of
+    both kinds, before their other bases."""
 
     kind: ClassVar[str]
     name: str
@@ -41,7 +39,8 @@ class Sharded:
     shards: list[Any] | None = None
     #: The counter names meaning depth, offered and dropped in the kind's stats hash.
     figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
-    _cursor = 0
+    #: The shard a sweep asks first: the one after the last that gave work (round robin).
+    next_shard = 0
 
     if TYPE_CHECKING:  # of the structure (declared only: this base comes first in its MRO)
 
@@ -67,67 +66,7 @@ class Sharded:
         for i, shard in enumerate(shards):
             if adjust is not None:
                 adjust(self, shard, i)
-        self._cursor = random.randrange(count)
-
-    # Routing helpers of the verbs
-
-    def _pass_receipts(self, results: list[Receipt], groups: Mapping[int, list[Receipt]]) -> Any:
-        """Calls stored on several shards ask for at most one drain job now and one at the
-        earliest wake-up, as one structure's would: one drain job sweeps every shard. Shards
-        whose later wake-up claim is not passed on release it (the earliest job re-plans them)."""
-        if len(groups) == 1:
-            return results
-        assert self.shards is not None
-        wakes = [(r.wake_in, i) for i, rs in groups.items() for r in rs if r.wake_in is not None]
-        for _, i in sorted(wakes)[1:]:
-            self.shards[i].release_drain(flag=False, wake=True)
-        drain = any(r.drain_needed for r in results)
-        soonest = [r.wake_in for r in results if r.wake_in is not None]
-        cleared = [dataclasses.replace(r, drain_needed=False, wake_in=None) for r in results]
-        if cleared:
-            cleared[0] = dataclasses.replace(
-                cleared[0], drain_needed=drain, wake_in=min(soonest) if soonest else None
-            )
-        return cleared
-
-    def _sweep(self, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
-        """Ask shards in turn, from the one after the last that gave work, until one has work;
-        returns (shard index, its answer, the empty answers of the shards asked before)."""
-        assert self.shards is not None
-        self.register_once()
-        start, n = self._cursor, len(self.shards)
-        empties: list[tuple[int, Any]] = []
-        for step in range(n):
-            i = (start + step) % n
-            answer = take(self.shards[i])
-            if has_work(answer):
-                self._cursor = (i + 1) % n
-                self._release_claims(empties, keep=None)
-                return i, answer, empties
-            empties.append((i, answer))
-        self._cursor = (start + 1) % n
-        return None, None, empties
-
-    def _release_claims(self, empties: list[tuple[int, Any]], keep: int | None) -> None:
-        """A shard whose empty answer claimed a scheduled drain job (``schedule``) that the
-        caller is not told to send gets its claim released, so the next sweep plans it again."""
-        assert self.shards is not None
-        for i, answer in empties:
-            if answer.schedule and i != keep:
-                self.shards[i].release_drain(flag=False, wake=True)
-
-    @staticmethod
-    def _earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
-        waiting = [(a.wait, i, a) for i, a in empties if a.wait is not None]
-        if not waiting:
-            return None
-        # A shard whose drain job is already scheduled (it did not claim a new one) wins over
-        # one due within the same few ms: calls added to several shards in one burst fall due
-        # a millisecond apart, and a second job for that millisecond would only duplicate it.
-        first = min(w[0] for w in waiting)
-        scheduled = [w for w in waiting if not w[2].schedule and w[0] <= first + SAME_WAKE]
-        _, i, answer = min(scheduled or waiting, key=lambda w: (w[0], w[1]))
-        return i, answer
+        self.next_shard = random.randrange(count)
 
     # What every pool and bucket offers over its shards
 

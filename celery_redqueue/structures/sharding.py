@@ -45,7 +45,7 @@ import functools
 import hashlib
 import inspect
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from redis.crc import key_slot
@@ -61,7 +61,7 @@ SLOTS = 16384
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: Seconds within which two shards' wake-ups count as one (see ``_earliest``).
+#: Seconds within which two shards' wake-ups count as one (see `earliest`).
 SAME_WAKE = 0.01
 
 
@@ -181,11 +181,11 @@ def on_every(
 def swept(
     has_work: Callable[[Any], Any], merge: Callable[[Any, int | None, Any, list[Any]], Any]
 ) -> Callable[[_F], _F]:
-    """Ask the shards in turn (a pop, a dequeue) until one has work (`Sharded._sweep`);
+    """Ask the shards in turn (a pop, a dequeue) until one has work (`sweep`);
     ``merge(self, index, answer, empties)`` makes the answer."""
 
     def route(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
-        i, answer, empties = self._sweep(lambda s: method(s, *args, **kwargs), has_work)
+        i, answer, empties = sweep(self, lambda s: method(s, *args, **kwargs), has_work)
         return merge(self, i, answer, empties)
 
     return _routing("swept", route)
@@ -220,7 +220,7 @@ def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F
                 got = groups[i] = method(self.shards[i], calls, delay=delay, dedupe_ids=call_ids)
                 for n, result in zip(at, got, strict=True):
                     results[n] = result
-            return self._pass_receipts(results, groups)  # type: ignore[no-any-return]
+            return pass_receipts(self, results, groups)
 
         routed.__sharding__ = "spread"  # type: ignore[attr-defined]
         return cast(_F, routed)
@@ -257,6 +257,69 @@ def _recorded(method: Callable[..., dict[str, Any]], self: Any) -> dict[str, Any
 recorded = _routing("recorded", _recorded)
 
 
+# The sweep, and receipts of several shards
+
+
+def pass_receipts(
+    structure: Any, results: list[Receipt], groups: Mapping[int, list[Receipt]]
+) -> list[Receipt]:
+    """Calls stored on several shards ask for at most one drain job now and one at the
+    earliest wake-up, as one structure's would: one drain job sweeps every shard. Shards
+    whose later wake-up claim is not passed on release it (the earliest job re-plans them)."""
+    if len(groups) == 1:
+        return results
+    wakes = [(r.wake_in, i) for i, rs in groups.items() for r in rs if r.wake_in is not None]
+    for _, i in sorted(wakes)[1:]:
+        structure.shards[i].release_drain(flag=False, wake=True)
+    drain = any(r.drain_needed for r in results)
+    soonest = [r.wake_in for r in results if r.wake_in is not None]
+    cleared = [dataclasses.replace(r, drain_needed=False, wake_in=None) for r in results]
+    if cleared:
+        cleared[0] = dataclasses.replace(
+            cleared[0], drain_needed=drain, wake_in=min(soonest) if soonest else None
+        )
+    return cleared
+
+
+def sweep(structure: Any, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
+    """Ask shards in turn, from the one after the last that gave work, until one has work;
+    returns (shard index, its answer, the empty answers of the shards asked before)."""
+    structure.register_once()
+    start, n = structure.next_shard, len(structure.shards)
+    empties: list[tuple[int, Any]] = []
+    for step in range(n):
+        i = (start + step) % n
+        answer = take(structure.shards[i])
+        if has_work(answer):
+            structure.next_shard = (i + 1) % n
+            release_claims(structure, empties, keep=None)
+            return i, answer, empties
+        empties.append((i, answer))
+    structure.next_shard = (start + 1) % n
+    return None, None, empties
+
+
+def release_claims(structure: Any, empties: list[tuple[int, Any]], keep: int | None) -> None:
+    """A shard whose empty answer claimed a scheduled drain job (``schedule``) that the
+    caller is not told to send gets its claim released, so the next sweep plans it again."""
+    for i, answer in empties:
+        if answer.schedule and i != keep:
+            structure.shards[i].release_drain(flag=False, wake=True)
+
+
+def earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
+    waiting = [(a.wait, i, a) for i, a in empties if a.wait is not None]
+    if not waiting:
+        return None
+    # A shard whose drain job is already scheduled (it did not claim a new one) wins over
+    # one due within the same few ms: calls added to several shards in one burst fall due
+    # a millisecond apart, and a second job for that millisecond would only duplicate it.
+    first = min(w[0] for w in waiting)
+    scheduled = [w for w in waiting if not w[2].schedule and w[0] <= first + SAME_WAKE]
+    _, i, answer = min(scheduled or waiting, key=lambda w: (w[0], w[1]))
+    return i, answer
+
+
 # Pools
 
 
@@ -280,10 +343,18 @@ def split_capacity(pool: Any, shard: Any, index: int) -> None:
     shard.capacity = pool.capacity // n + (1 if index < pool.capacity % n else 0)
 
 
-def own_batch(pool: Any, batch: PoolBatch) -> tuple[Any, PoolBatch]:
-    """The shard a batch came from (its id names it), and the batch as that shard knows it."""
-    i, inner = split_id(batch.id, len(pool.shards))
-    return pool.shards[i], dataclasses.replace(batch, id=inner)
+def _on_batch(
+    method: Callable[..., Any], self: Any, batch: PoolBatch, *args: Any, **kw: Any
+) -> Any:
+    i, inner = split_id(batch.id, len(self.shards))  # the shard its id names
+    own = dataclasses.replace(batch, id=inner)
+    held = method(self.shards[i], own, *args, **kw)
+    batch.drain_needed = own.drain_needed  # what ack tells the batch, the caller's batch tells
+    return held
+
+
+#: Run on the shard a batch came from, the batch under its id there (`ack`).
+on_batch = _routing("on_owner", _on_batch)
 
 
 def batch_has_work(batch: PoolBatch) -> bool:
@@ -303,10 +374,10 @@ def merge_pop(
         return batch
     result = PoolBatch(id="", items=[], malformed=malformed)
     result.lingering = any(b.lingering for _, b in empties)
-    earliest = None if result.lingering else pool._earliest(empties)
-    pool._release_claims(empties, keep=None if earliest is None else earliest[0])
-    if earliest is not None:
-        result.wait, result.schedule = earliest[1].wait, earliest[1].schedule
+    first = None if result.lingering else earliest(empties)
+    release_claims(pool, empties, keep=None if first is None else first[0])
+    if first is not None:
+        result.wait, result.schedule = first[1].wait, first[1].schedule
     return result
 
 
@@ -367,8 +438,8 @@ def merge_dequeue(
             poll.reservation, id=f"{i}:{poll.reservation.id}", bucket=bucket.keys.base
         )
         return Dequeued(reservation, malformed=malformed + poll.malformed)
-    earliest = bucket._earliest(empties)
-    bucket._release_claims(empties, keep=None if earliest is None else earliest[0])
-    if earliest is None:
+    first = earliest(empties)
+    release_claims(bucket, empties, keep=None if first is None else first[0])
+    if first is None:
         return Dequeued(malformed=malformed)
-    return Dequeued(wait=earliest[1].wait, schedule=earliest[1].schedule, malformed=malformed)
+    return Dequeued(wait=first[1].wait, schedule=first[1].schedule, malformed=malformed)

@@ -241,7 +241,7 @@ class EventStream(Structure):
         return [WakeSignal(self.client, self.keys(part + "signal"), self.keys(part + "listening"))]
 
     def listen(self, group: str, timeout: float) -> bool:
-        """`Wakeable.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""
+        """`wake.Listening.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""
         return self.wake_signals(group)[0].listen(timeout)
 
     def ack(

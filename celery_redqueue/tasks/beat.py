@@ -59,11 +59,9 @@ def reap(self: Task) -> dict[str, int]:
     First the app's own pooled and bucket tasks (which also send the drain job that returned
     items need), then every other structure found in the registry under the app's prefix.
 
-    Each structure is reaped on its own: whatever one raises (``WRONGTYPE`` on a key another
-    program overwrote, settings that cannot be read, Redis refusing a script) is logged with
-    the structure's name and the error, counted under `FAILED_KEY` in the result, and
-    the others are still reaped. The job itself never raises, so one broken structure cannot
-    hold back every other's expired work; a Redis outage is logged and the next run retries.
+    Each structure is reaped on its own: what one raises is logged, counted under `FAILED_KEY`,
+    and the others are still reaped; the job never raises (docs/failure-modes.md, "One broken
+    structure").
     """
     reaped: dict[str, int] = {}
     failed = 0

@@ -1,18 +1,12 @@
-"""The worker's heartbeat: while bodies run, renew what this process holds.
+"""The worker's heartbeat: while bodies run, renew what this process holds (why, and what a
+failed renewal does: docs/failure-modes.md, "Drain lease and heartbeat").
 
-A drain job holds its structure's drain lease, and each body it runs holds a bucket reservation
-or a pool batch. Without renewal a body that outlives its timeout is taken back by the reaper
-and runs again, and a drain lease must be long enough to cover the longest body. One daemon
-thread per process renews everything the process holds: per structure, one script call that
-pushes every held id's deadline and renews the drain lease, every third of the structure's
-shortest timeout (so two renewals can fail before anything expires); the calls due together on
-one client go in one pipelined round trip.
-
-A second thread watches a structure whose drain failed (Redis unreachable, restarted under it):
-nothing else would send its next drain with beat off, since the dead drain's lease runs out
-over its calls and its in-flight work comes back only when reaped. See `Heartbeat.watch()`.
-It is a thread of its own because a check against a Redis that does not answer blocks for its
-timeouts, and renewals of everything else the process holds must not wait behind it.
+One daemon thread per process renews everything the process holds: per structure, one script
+call that pushes every held id's deadline and renews the drain lease, every third of the
+structure's shortest timeout (so two renewals can fail before anything expires); the calls due
+together on one client go in one pipelined round trip. A second thread watches a structure
+whose drain failed (`Heartbeat.watch()`): a thread of its own because a check against a Redis
+that does not answer blocks for its timeouts, and renewals must not wait behind it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""What a redqueue task accepts: its own options at declaration, Celery's at each call.
+"""What a redqueue task accepts: its own options at declaration, Celery's at each call
+(docs/call-paths.md, "Decoration keywords" and "`apply_async` options").
 
-Declaration: every ``pool_*``, ``bucket_*`` and ``lease_*`` name given to a task class (by a
-decorator, ``@app.task(base=...)`` or a subclass) must be an option of that task kind; a typo
-is a [`ConfigurationError`][celery_redqueue.ConfigurationError] with a "did you mean". One class may
-be only one kind of redqueue task.
-
-Calls: a pooled or bucket call is stored in Redis, not sent as a message, so each of Celery's
-``apply_async`` options either has a meaning for it (`CALL_OPTIONS`,
-`DRAIN_OPTIONS`) or is refused with a [`RedQueueError`][celery_redqueue.RedQueueError]
-naming it (`REFUSED_OPTIONS`); none is dropped silently.
+A ``pool_*``, ``bucket_*`` or ``lease_*`` name that is no option of the task's kind is a
+[`ConfigurationError`][celery_redqueue.ConfigurationError] with a "did you mean"; each of
+Celery's ``apply_async`` options has a meaning for a stored call (`CALL_OPTIONS`,
+`DRAIN_OPTIONS`) or is refused, naming it (`REFUSED_OPTIONS`): none is dropped silently.
 """
 
 from __future__ import annotations

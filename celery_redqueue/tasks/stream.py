@@ -1,10 +1,5 @@
-"""StreamTask: each task is one consumer group of an event stream and receives every event.
-
-Publishing appends the event to the stream (Redis) and sends one argument-less drain job per
-group whose drain lease it armed; the broker never carries the events. A drain job reads its
-group's entries, runs the body on each and acknowledges them, while a heartbeat thread renews
-the group's lease and the visibility of the entries at work.
-"""
+"""StreamTask: each task is one consumer group of an event stream and receives every event
+(docs/guides/stream.md): a publish sends one drain job per group it woke, never the event."""
 
 from __future__ import annotations
 
@@ -144,11 +139,6 @@ class StreamTask(RedQueueTask):
         return self.stream.requeue_dead(letters, limit)
 
     # Consuming
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._is_drain_request(args, kwargs):
-            return self.drain().as_dict()
-        return super().__call__(*args, **kwargs)
 
     def _held_while_draining(self) -> AbstractContextManager[None]:
         return nullcontext()  # a group's reads renew their own entries (`_heartbeat`)

@@ -187,6 +187,30 @@ def test_set_rate_and_drain_now(dashboard, app, redqueue_redis, redqueue_prefix)
     assert message["headers"]["task"] == "ops.record" and message["headers"]["redqueue_drain"] == 1
 
 
+def test_bucket_actions_refuse_numbers_that_are_not_numbers(
+    dashboard, redqueue_redis, redqueue_prefix
+):
+    base, _ = dashboard
+    bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix)
+    bucket.enqueue("k", 1)
+    headers = page_headers(base)
+    cases = [
+        ({"action": "set_rate", "rate": "5/s", "burst": "2"}, "burst must be a number"),
+        ({"action": "set_rate", "rate": "5/s", "burst": True}, "burst must be a number"),
+        ({"action": "pause", "seconds": "10"}, "seconds must be a number or null"),
+        ({"action": "resume", "seconds": [1]}, "seconds must be a number or null"),
+    ]
+    for extra, error in cases:
+        body = {"id": "bucket:crawl", "key": "k", **extra}
+        status, _, answer = request(base + "api/action", body, headers)
+        assert (status, answer["error"]) == (400, error), extra
+    assert bucket.key_stats("k").paused_until is None  # nothing was changed
+    status, _, answer = request(
+        base + "api/action", {"action": "pause", "id": "bucket:crawl", "key": "k"}, headers
+    )
+    assert status == 200 and "paused until resumed" in answer["message"]
+
+
 def test_mounted_under_a_path_and_configured_token(app, serve, failed_pool):
     app.conf.redqueue_dashboard_token = TOKEN
 

@@ -75,7 +75,7 @@ def test_every_shipped_script_compiles_on_redis(redqueue_redis, name):
 def test_the_status_names_of_lua_and_python_agree():
     from celery_redqueue.redis import lua
 
-    text = resources.files("celery_redqueue").joinpath("lua", "drain_lease.lua").read_text()
+    text = resources.files("celery_redqueue").joinpath("lua", "take_status.lua").read_text()
     names, values = next(
         line[len("local ") :].split(" = ")
         for line in text.splitlines()

@@ -357,3 +357,14 @@ def test_resuming_a_key_of_a_sharded_bucket_sends_its_drain_job(redqueue_redis, 
     bucket.pause("site.example")
     bucket.release_drain()  # the drain job the enqueue asked for was never sent
     assert bucket.resume("site.example") and sent == [1]
+
+
+def test_a_sharded_ack_tells_the_callers_batch_a_retry_needs_a_drain(
+    redqueue_redis, redqueue_prefix
+):
+    pool = make_pool(redqueue_redis, redqueue_prefix, delivery="at_least_once")
+    pool.add(1)
+    batch = pool.pop(10)
+    pool.release_drain()  # no drain job holds the pool any more
+    assert pool.ack(batch, failures={0: "ValueError: x"})
+    assert batch.drain_needed  # the retried call waits: the caller sends a drain job

@@ -1,0 +1,10 @@
+-- Reading dead letters ("json NL payload") (spliced in at "--#include parse_letter"): one that cannot be
+-- parsed stays listed.
+-- A letter's metadata (a table) and payload; nil when it cannot be parsed.
+local function parse_letter(entry)
+  local newline = string.find(entry, '\n', 1, true)
+  if not newline then return nil end
+  local ok, info = pcall(cjson.decode, string.sub(entry, 1, newline - 1))
+  if not ok or type(info) ~= 'table' then return nil end
+  return info, string.sub(entry, newline + 1)
+end
