@@ -32,7 +32,7 @@ READS_ITS_INCLUDER = {
 FAMILIES = READS_ITS_INCLUDER
 
 #: Scripts that include families of helpers (the linker drops what they do not call). The
-#: include-only files common, drain_lease, flow, call_records, wake_signal and dead_letters stay
+#: include-only files common, drain_lease, flow, call_records and wake_signal stay
 #: while these include them by those names.
 INCLUDES_MORE = {
     "lease_add", "lease_reclaim", "lease_release", "lease_remove", "lease_renew", "lease_stats",

@@ -1,4 +1,0 @@
--- Reading dead letters (spliced in at "--#include dead_letters"): kept while scripts of other
--- kinds include them by this name; a script includes the one-function files it calls instead.
---#include dead_candidates
---#include parse_letter
