@@ -158,19 +158,13 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
         logger.warning("%s: could not store the result of call %s: %s", task.name, call_id, exc)
 
 
-def store_refusal(task: ResultTask, call_id: str, receipt: Receipt) -> None:
-    """A refused call's result, at once: nobody waits on its id forever."""
-    why = "a duplicate of a call seen within the dedupe window" if receipt.duplicate else "full"
-    task.backend.mark_as_failure(
-        call_id, CallRefusedError(f"{task.name}: the call was not stored ({why})")
-    )
-
-
 def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
     """``receipt`` carrying its call's id; a refused call's result is stored at once when
     per-call results are on (nobody waits on its id forever)."""
     results = task.redqueue_results
     named = receipt.named(call_id, outcome_reader(task, bool(receipt), results))
     if results and not named:  # (a delayed call is truthy: held, not refused)
-        store_refusal(task, call_id, named)
+        why = "a duplicate of a call seen within the dedupe window" if named.duplicate else "full"
+        refused = CallRefusedError(f"{task.name}: the call was not stored ({why})")
+        task.backend.mark_as_failure(call_id, refused)
     return named

@@ -174,3 +174,13 @@ def test_a_script_includes_exactly_what_it_calls(name):
 
 def _values(text):
     return {n for m in map(_VALUES.match, text.splitlines()) if m for n in m.group(1).split(", ")}
+
+
+def test_the_common_store_defines_no_helper_it_does_not_call():
+    """pool_add_plain keeps a call in a pool with room and returns before the helpers of a full
+    or coalescing pool are defined: defining them cost that path about 1 us of server CPU per
+    call (6 %). Lua defines a local function where the chunk reaches it."""
+    shipped = script("pool_add_plain").source
+    common = shipped[: shipped.index("\n  return result\nend\n")]
+    assert "local function pool_admit(" not in common
+    assert "local function pool_admit(" in shipped
