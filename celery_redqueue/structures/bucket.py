@@ -170,8 +170,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
             "total_burst": total_burst,
         }
         self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
-        # What settings() hands another process to open the same bucket.
-        self._limit_options = limit_options
+        self._limit_options = limit_options  # for settings()
         self._setup(client, name, prefix, serializer, listed)
         self.default_interval_ms = parse_rate(default_rate)
         self.default_burst = float(default_burst)

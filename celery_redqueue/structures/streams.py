@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -413,9 +414,9 @@ class EventStream(Structure):
             },
             oldest_ms=None,
             now_ms=0.0,
+            counters=stats,
         )
-        oldest = max(ages, default=None)
-        return Figures(**{**figures.as_dict(), "oldest_age": oldest}, counters=stats)
+        return replace(figures, oldest_age=max(ages, default=None))
 
     def clear(self) -> None:
         """Delete the stream, its groups and everything kept about them (its own keys only)."""
