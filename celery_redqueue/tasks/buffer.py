@@ -170,10 +170,7 @@ class CallBuffer:
     def discard(self) -> int:
         """Drop every held call (their receipts say so); returns how many."""
         calls, self._calls = self._calls, {}
-        dropped = 0
-        for _, groups in calls.values():
-            dropped += _mark(groups, _DISCARDED, None)
-        return dropped
+        return sum(_mark(groups, _DISCARDED, None) for _, groups in calls.values())
 
     def __enter__(self) -> CallBuffer:
         if self._token is not None or self._closed:

@@ -121,8 +121,8 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._listener: threading.Thread | None = None
+        #: The dispatcher's thread and the listener's.
+        self._threads: list[threading.Thread] = []
         self._pending: collections.deque[str] = collections.deque()
         self._pipe: tuple[int, int] | None = None
         self._next_reap = 0.0
@@ -155,12 +155,12 @@ class Dispatcher:
             # Listed before the first drain looks: a call stored in between wakes it.
             self._arm(served)
             served.due_at = time.monotonic()  # a first drain: work already there, delayed calls
-        self._thread = threading.Thread(target=self._run, name="redqueue-consumer", daemon=True)
-        self._thread.start()
-        self._listener = threading.Thread(
-            target=self._listen, name="redqueue-consumer-wait", daemon=True
-        )
-        self._listener.start()
+        for target, name in (
+            (self._run, "redqueue-consumer"),
+            (self._listen, "redqueue-consumer-wait"),
+        ):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+            self._threads[-1].start()
 
     def stop(self) -> None:
         """Stop waiting and dispatching, take the consumer's listing off every structure (calls
@@ -173,9 +173,8 @@ class Dispatcher:
         self._changed.set()
         self._idle.set()
         self._kick()
-        for thread in (self._thread, self._listener):
-            if thread is not None:
-                thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
         if self.hub is not None and self._pipe is not None:
             try:
                 self.hub.remove_reader(self._pipe[0])
