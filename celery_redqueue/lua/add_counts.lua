@@ -1,4 +1,3 @@
--- Counter updates (spliced in at "--#include add_counts").
 -- Add each non-zero count of `counts` (field -> n) to the hash `stats`. Zero is skipped: Lua
 -- formats a negative zero as "-0", which HINCRBY refuses.
 local function add_counts(stats, counts)

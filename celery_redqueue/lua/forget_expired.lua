@@ -1,4 +1,3 @@
--- Expiring ids (spliced in at "--#include forget_expired").
 -- Forget up to 100 ids whose window ended (dedupe ids, processed-guard ids): bounded work per
 -- call, and the zset cannot grow without limit.
 local function forget_expired(zset, now)

@@ -1,6 +1,5 @@
--- Reading dead letters ("json NL payload") (spliced in at "--#include parse_letter"): one that cannot be
--- parsed stays listed.
--- A letter's metadata (a table) and payload; nil when it cannot be parsed.
+-- A dead letter's metadata (a table) and payload ("json NL payload"); nil when it cannot be
+-- parsed (such a letter stays listed).
 local function parse_letter(entry)
   local newline = string.find(entry, '\n', 1, true)
   if not newline then return nil end

@@ -1,4 +1,4 @@
--- Everything kept about the entries of `pool` (a pool_keys table) in a `ZRANGE ... WITHSCORES`
+-- Everything kept about the entries of `pool` (a pool_keys table) in a ZRANGE WITHSCORES
 -- reply, read before anything is written (spliced in at "--#include pool_read_entries"; Redis
 -- keeps the writes of a script that fails half-way, so a malformed entry is found first and
 -- dead-lettered, never half-handled). One list per field (not a table per entry: this runs for

@@ -1,5 +1,5 @@
--- Entry ids (spliced in at "--#include pool_take_ids"). An entry's id carries when it arrived,
--- to the arrival slot:
+-- Take entry ids for new calls (spliced in at "--#include pool_take_ids"); an entry's id
+-- carries when it arrived, to the arrival slot:
 --   id = (SLOT_MS slots since ID_EPOCH_MS) * IDS_PER_SLOT + n, written in hex before the payload,
 -- so a pool needs no index entry per call to know its oldest waiting call: it counts waiting
 -- entries per arrival slot (pool_arrive.lua) and an entry that leaves finds its slot from its

@@ -1,6 +1,6 @@
--- Rolling flow counters (spliced in at "--#include roll_flow"); tick.lua explains them.
 -- Roll second fields of minutes before `before_minute` into their minute fields; drop minute
 -- fields (and stray fields) older than the hour. O(fields), about once a minute.
+-- (Flow counters: see tick.lua.)
 local FLOW_MINUTES = 60
 local function roll_flow(flow, before_minute)
   local sums, old = {}, {}
