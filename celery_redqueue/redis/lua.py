@@ -114,12 +114,16 @@ def _expand(name: str, seen: set[str]) -> list[str]:
     """The lines of ``name``, with each ``--#include other`` replaced by ``other``'s lines,
     once per script however many files include it."""
     lines: list[str] = []
-    for line in _read(name).splitlines():
-        if line.lstrip().startswith(INCLUDE):  # indented: spliced inside a block
-            included = line.lstrip()[len(INCLUDE) :].strip()
+    for number, line in enumerate(_read(name).splitlines(), 1):
+        if line.startswith(INCLUDE):
+            included = line[len(INCLUDE) :].strip()
             if included not in seen:
                 seen.add(included)
                 lines.extend(_expand(included, seen))
+        elif line.lstrip().startswith(INCLUDE):
+            # Spliced inside a block, its helpers would be defined there only (and hide the
+            # script's shape): an include stands at column 0.
+            raise ValueError(f"lua/{name}.lua:{number}: an include inside a block: {line.strip()}")
         else:
             lines.append(line)
     return lines

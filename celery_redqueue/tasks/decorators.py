@@ -11,7 +11,7 @@ from celery._state import _get_active_apps, connect_on_app_finalize, get_current
 from celery.local import Proxy
 
 from ..errors import ConfigurationError
-from .options import check_decoration_keywords
+from .options import PREFIXES, check_decoration_keywords
 
 
 def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
@@ -41,11 +41,7 @@ def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = Non
     check_decoration_keywords(
         base, [k for k in options if k not in ("name", "bind")], getattr(base, "redqueue_kind", "")
     )
-    attrs = {
-        k: v
-        for k, v in options.items()
-        if hasattr(base, k) or k.startswith(("pool_", "bucket_", "lease_"))
-    }
+    attrs = {k: v for k, v in options.items() if hasattr(base, k) or k.startswith(PREFIXES)}
     if fun is not None:
         attrs["run"] = fun if options.get("bind") else staticmethod(fun)
         attrs["name"] = options.get("name") or f"{fun.__module__}.{fun.__name__}"

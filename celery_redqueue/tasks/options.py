@@ -19,7 +19,7 @@ from ..redis.keys import validate_name
 from ..validation import optional_seconds, seconds
 
 #: The option prefixes that belong to redqueue task kinds.
-PREFIXES = ("pool_", "bucket_", "lease_")
+PREFIXES = ("pool_", "bucket_", "lease_", "stream_")
 
 #: Options a stored call uses itself.
 CALL_OPTIONS = {
@@ -131,7 +131,7 @@ def check_decoration_keywords(base: type, names: Any, kind: str) -> None:
     """Refuse decorator keywords that are neither Celery task options nor options of ``kind``
     (``@pool_task(size=10)``): Celery would set them on the class, where nothing reads them.
 
-    ``pool_*``/``bucket_*``/``lease_*`` names are checked by `check_option_names()`.
+    Option names (`PREFIXES`) are checked by `check_option_names()`.
     """
     for name in names:
         if (
@@ -154,8 +154,8 @@ def check_decoration_keywords(base: type, names: Any, kind: str) -> None:
 
 
 def check_option_names(cls: type) -> None:
-    """Refuse ``pool_*``/``bucket_*``/``lease_*`` names that are no option of ``cls``'s kind,
-    classes that combine two kinds, and decorator keywords nothing reads."""
+    """Refuse option names (`PREFIXES`) that are no option of ``cls``'s kind, classes that
+    combine two kinds, and decorator keywords nothing reads."""
     kinds = {k.__dict__["redqueue_kind"] for k in cls.__mro__ if "redqueue_kind" in k.__dict__}
     if len(kinds) > 1:
         raise ConfigurationError(

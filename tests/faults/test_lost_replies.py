@@ -68,19 +68,22 @@ def test_a_pop_with_a_batch_id_in_flight_pops_nothing_more(make_pool):
     assert pool.stats().depth == 2 and pool.stats().in_flight == 2
 
 
+@pytest.mark.parametrize("lost", ["pool_due", "pool_pop"])
 def test_a_lost_due_reply_offers_each_delayed_call_once(
-    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+    lost, retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
 ):
+    """pool_pop replies UPKEEP (delayed calls are due), pool_due offers them, pool_pop pops: a
+    lost reply of either step, sent again, offers and pops each call once."""
     direct = CappedPool(redqueue_redis, "d", 100, prefix=redqueue_prefix)
     pool = CappedPool(retrying_client, "d", 100, prefix=redqueue_prefix)
     direct.add_many(["now 1", "now 2"])
     for n in range(3):
         assert direct.add(f"due {n}", delay=0.001).delayed
     time.sleep(0.01)  # the delayed calls fall due (a wait, not a timed assert)
-    reply_proxy.drop(sha("pool_due"))
+    reply_proxy.drop(sha(lost))
     batch = pool.pop(10)
     assert reply_proxy.dropped == 1
-    # The re-sent pool_due found nothing more due: each delayed call entered the pool once.
+    # A re-sent pool_due finds nothing more due; a re-sent UPKEEP reply wrote nothing.
     assert sorted(item.payload for item in batch.items) == [
         "due 0",
         "due 1",

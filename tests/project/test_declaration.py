@@ -85,3 +85,16 @@ def test_structure_name_checked_for_app_task_with_base(app):
     app.task(base=LeaseTask, lease_pool="a}b")(body)
     with pytest.raises(ConfigurationError, match="lease_pool"):
         app.finalize()
+
+
+def test_a_misspelt_stream_option_is_refused_with_a_hint():
+    from celery_redqueue.tasks.stream import StreamTask, stream_task
+
+    with pytest.raises(
+        ConfigurationError, match=r"stream_batchsize .*did you mean stream_batch_size"
+    ):
+        type("Orders", (StreamTask,), {"stream_batchsize": 5})
+    with pytest.raises(
+        ConfigurationError, match=r"stream_max_recieves .*did you mean stream_max_receives"
+    ):
+        stream_task(stream="orders", group="g", stream_max_recieves=3)(body)

@@ -84,3 +84,14 @@ def test_the_status_names_of_lua_and_python_agree():
     named = dict(zip(names.split(", "), map(int, values.split(", ")), strict=True))
     assert named == {name: getattr(lua, name) for name in named}
     assert set(named) >= {"EMPTY", "TAKEN", "LINGER", "AGAIN", "LATER", "UPKEEP", "MIXED"}
+
+
+def test_an_include_inside_a_block_is_refused(monkeypatch):
+    from celery_redqueue.redis import lua
+
+    files = {"s": "if x then\n  --#include clock\nend", "t": "--#include clock\nreturn now_ms()"}
+    real = lua._read
+    monkeypatch.setattr(lua, "_read", lambda name: files.get(name) or real(name))
+    with pytest.raises(ValueError, match="an include inside a block"):
+        lua._expand("s", {"s"})
+    assert "local function now_ms()" in lua._expand("t", {"t"})
