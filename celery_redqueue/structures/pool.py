@@ -109,6 +109,24 @@ logger = logging.getLogger(__name__)
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
+def held_batch(pool: Any, kwargs: dict[str, Any]) -> tuple[int, str] | None:
+    """The shard holding in flight the batch a pop names (``batch_id``, as the caller chose it
+    or as this pool answered it, ``<shard>:<id>``) and its id there: a pop sent again after a
+    lost reply replays it there, never pops a second batch from another shard."""
+    batch_id = kwargs.get("batch_id")
+    if not batch_id:
+        return None
+    index, sep, inner = batch_id.partition(":")
+    if sep and index.isdigit() and int(index) < len(pool.shards):
+        candidates = [(int(index), inner)]
+    else:
+        candidates = [(i, batch_id) for i in range(len(pool.shards))]
+    for i, own in candidates:
+        if pool.client.hexists(pool.shards[i].keys("inflight_calls"), own):
+            return i, own
+    return None
+
+
 class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
@@ -258,7 +276,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     # Consuming
 
     # From the next shard with work; a batch's id names its shard (ack, the heartbeat).
-    @sharding.swept(sharding.batch_has_work, sharding.merge_pop)
+    @sharding.swept(sharding.batch_has_work, sharding.merge_pop, held_batch)
     def pop(
         self,
         n: int = 100,

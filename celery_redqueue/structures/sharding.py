@@ -179,12 +179,17 @@ def on_every(
 
 
 def swept(
-    has_work: Callable[[Any], Any], merge: Callable[[Any, int | None, Any, list[Any]], Any]
+    has_work: Callable[[Any], Any],
+    merge: Callable[..., Any],
+    held: Callable[..., Any] | None = None,
 ) -> Callable[[_F], _F]:
-    """Ask the shards in turn (a pop, a dequeue) until one has work (`sweep`);
-    ``merge(self, index, answer, empties)`` makes the answer."""
+    """Ask the shards in turn (a pop, a dequeue) until one has work (`sweep`), or only the one
+    ``held(self, kwargs)`` names; ``merge(self, index, answer, empties)`` makes the answer."""
 
     def route(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+        if held and (owner := held(self, kwargs)):  # it holds what the call names already
+            i, own = owner
+            return merge(self, i, method(self.shards[i], *args, **{**kwargs, "batch_id": own}), [])
         i, answer, empties = sweep(self, lambda s: method(s, *args, **kwargs), has_work)
         return merge(self, i, answer, empties)
 

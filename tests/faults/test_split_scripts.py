@@ -395,3 +395,30 @@ def test_a_sharded_structure_lists_its_dead_letters_as_a_plain_one_does(
         assert len(sharded.dead_letters(start, stop)) == want, (start, stop)
     errors = sorted(letter.error for letter in sharded.dead_letters(0, -1))
     assert errors == [f"bad {n}" for n in range(6)]
+
+
+def test_a_sharded_pop_sent_again_with_its_batch_id_returns_the_same_batch(
+    redqueue_redis, redqueue_prefix
+):
+    """``pop(batch_id=...)`` of a batch still in flight pops nothing and returns that batch
+    (what makes a pop whose reply was lost safe to send again). On main a sharded pool swept
+    on to the next shard and popped a second batch there, left in flight until the reaper."""
+    pool = CappedPool(
+        redqueue_redis, "r", 100, shards=2, prefix=redqueue_prefix, delivery="at_least_once"
+    )
+    n = 0
+    while not all(shard.stats().depth >= 3 for shard in pool.shards):
+        pool.add(n)
+        n += 1
+    first = pool.pop(3, batch_id="b1")
+    assert first.calls == 3
+    for again_id in ("b1", first.id):  # the id the caller chose, or the one it was told
+        again = pool.pop(3, batch_id=again_id)
+        assert again.id == first.id
+        assert [i.payload for i in again.items] == [i.payload for i in first.items]
+        assert pool.stats().in_flight == 3
+    assert pool.ack(first)
+    while batch := pool.pop(10):
+        assert pool.ack(batch)
+    stats = pool.stats()
+    assert (stats.processed, stats.in_flight, stats.depth) == (n, 0, 0)
