@@ -5,11 +5,11 @@
 -- ARGV[11] poll id (unique, chosen by the caller): the reservation is recorded under it,
 -- ARGV[12] listen ms, ARGV[13] listener id, ARGV[14] linger (1|0): a poll that releases nothing
 -- lists the listener on the wake signal for that long (LATER with something due within it;
--- EMPTY only when lingering), else takes it off (wake_signal.lua).
+-- EMPTY only when lingering), else takes it off (wake_listener.lua).
 -- ARGV[15] ahead ms (0: off): a key due within it is released now at its slot (its schedules
 -- advance from the slot, not from a later wake-up); the caller waits out the lead before the
 -- body runs, without a wake-up round trip (never across a cost window: see below).
--- Reply: a status first (drain_lease.lua):
+-- Reply: a status first (take_status.lua):
 --   {UPKEEP, key}                     delayed items came due, the head of `key` (absent: none)
 --                                     is unreadable or completed already (processed guard), or
 --                                     a release would begin a new minute: run bucket_upkeep.lua,

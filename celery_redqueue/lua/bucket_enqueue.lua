@@ -87,10 +87,10 @@ for field, n in pairs(counts) do
 end
 tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 
--- One wake mechanism for immediate and delayed items (plan_drain in common.lua): a key
+-- One wake mechanism for immediate and delayed items (plan_drain.lua): a key
 -- eligible now needs a drain job unless one holds the flag; later work needs one scheduled
 -- unless one is scheduled no later.
--- A listener waiting on the wake signal (wake_signal.lua) is woken and takes the items itself;
+-- A listener waiting on the wake signal (wake_listener.lua) is woken and takes the items itself;
 -- for items not due yet its poll answers LATER and it plans their wake-up itself (no job here).
 if not (enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)) then
   result[1], result[2] = bucket_plan_drain(b, now)

@@ -20,19 +20,19 @@
 -- KEYS[16] scheduled zset: "id key NUL payload" -> due time (ms) of a delayed item
 -- KEYS[17] dedupe    zset: dedupe id -> end of its window (ms)
 -- KEYS[18] done      zset: item id -> end of its processed-guard window (ms)
--- KEYS[19] flow      hash: per-second and per-minute counters (flow.lua)
+-- KEYS[19] flow      hash: per-second and per-minute counters (tick.lua)
 -- KEYS[20] paused    zset: key -> until when (ms, inf: until resumed) it releases nothing
 -- KEYS[21] releases  zset: key -> releases in the current minute (noisy-neighbour figures)
 -- KEYS[22] releases_prev zset: the same for the previous minute
--- KEYS[23] calls     hash: call id -> what it did (call_records.lua: re-sent polls, settles)
+-- KEYS[23] calls     hash: call id -> what it did (record_call.lua: re-sent polls, settles)
 -- KEYS[24] calls_at  zset: call id -> when its record expires (ms)
--- KEYS[25] signal    list: the wake signal's token (wake_signal.lua)
+-- KEYS[25] signal    list: the wake signal's token (wake_listener.lua)
 -- KEYS[26] listening zset: listener id -> until when (ms) it waits on the signal
 -- ARGV[1] default interval ms, [2] default burst, [3] limits: "concurrency" alone (0: none;
 -- 1: the ordered bucket), or "concurrency cost_interval cost_burst cost_max total_interval
 -- total_burst" (intervals in ms per unit and per call, 0: no such limit; cost_max: the largest
 -- cost one period allows), [4] max depth per key (0: unbounded), [5] overflow
--- (reject|drop_oldest), [6] drain lease ms (drain_lease.lua), [7] max receives.
+-- (reject|drop_oldest), [6] drain lease ms (plan_drain.lua), [7] max receives.
 -- Key names never hold NUL, so no field of a per-key hash clashes.
 local function bucket_keys(keys, argv)
   local v = {}

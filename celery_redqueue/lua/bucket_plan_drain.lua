@@ -1,6 +1,6 @@
 -- When the bucket next has work: the earliest of the first eligible key (b.ready) and the
 -- first due delayed item (b.scheduled), nil when none. Then plan the drain job that work needs
--- (drain_lease.lua's plan_drain). Returns send_now (0|1) and schedule_in_ms (-1: none).
+-- (plan_drain.lua). Returns send_now (0|1) and schedule_in_ms (-1: none).
 --#include plan_drain
 local function bucket_plan_drain(b, now)
   local next_at = nil

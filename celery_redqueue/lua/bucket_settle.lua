@@ -14,7 +14,7 @@
 -- already (a re-send). send_drain 1: the drain flag was armed here, the caller should send a
 -- drain job. A commit of a reservation the reaper took back still records the item's id for
 -- the processed-guard, so its returned copy is skipped rather than applied twice.
--- Lost reply: safe to run twice: the settle is recorded (call_records.lua) under the reservation
+-- Lost reply: safe to run twice: the settle is recorded (record_call.lua) under the reservation
 -- id, and a second run replies "already done" (held 2) and changes nothing.
 --#include bucket_keys
 --#include clock

@@ -1,43 +1,50 @@
 -- Reclaim expired leases, then lease the least recently used free resource.
--- KEYS[1..10]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
 -- ARGV[1] lease time to live, ms
 -- ARGV[2] token of the new holder (unique, chosen by the caller)
 -- ARGV[3] most expired leases this call reclaims
--- Reply: {1, resource, expiry_ms, fencing token} when a resource was leased, or
--- {0, ms until the earliest lease expires (-1: no lease), number of resources} when none is free.
+-- Reply: {LEASED (1), resource, expiry_ms, fencing token} when a resource was leased, or
+-- {NONE_FREE (0), ms until the earliest lease expires (-1: no lease), number of resources} when none is free.
 -- Bounded: O((reclaimed + 1) * log N).
 -- Lost reply: safe to run twice: an acquire whose token holds a lease already replies that
 -- lease again (same resource, expiry and fencing token) and takes nothing.
---#include lease_common
---#include call_records
+--#include lease_keys
+--#include lease_now
+--#include record_call
+--#include recorded
+--#include lease_take_back
+--#include lease_next_fence
+--#include lease_wake
+local LEASED, NONE_FREE = 1, 0
+local leases = lease_keys(KEYS)
 local ttl_ms, token, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local now = lease_now()
-local mine = recorded(K_CALLS, 'acquire:' .. token)
-if mine and redis.call('HGET', K_TOKENS, mine) == token then
+local mine = recorded(leases.calls, 'acquire:' .. token)
+if mine and redis.call('HGET', leases.tokens, mine) == token then
   -- A re-sent acquire: its first run's reply was lost. The same lease again.
-  return {1, mine, tonumber(redis.call('ZSCORE', K_LEASED, mine)), redis.call('HGET', K_FENCES, mine)}
+  return {LEASED, mine, tonumber(redis.call('ZSCORE', leases.leased, mine)), redis.call('HGET', leases.fences, mine)}
 end
-local _, returned = reclaim(limit, now)
+local _, returned = lease_take_back(leases, limit, now)
 
-local head = redis.call('ZPOPMIN', K_FREE)
+local head = redis.call('ZPOPMIN', leases.free)
 if #head == 0 then
-  redis.call('HINCRBY', K_STATS, 'missed', 1)
-  local earliest = redis.call('ZRANGE', K_LEASED, 0, 0, 'WITHSCORES')
+  redis.call('HINCRBY', leases.stats, 'missed', 1)
+  local earliest = redis.call('ZRANGE', leases.leased, 0, 0, 'WITHSCORES')
   local wait = -1
   if #earliest > 0 then
     wait = math.max(0, tonumber(earliest[2]) - now)
   end
-  return {0, wait, redis.call('SCARD', K_RESOURCES)}
+  return {NONE_FREE, wait, redis.call('SCARD', leases.resources)}
 end
 
 local resource = head[1]
 local expiry = now + ttl_ms
-redis.call('ZADD', K_LEASED, expiry, resource)
-redis.call('HSET', K_TOKENS, resource, token)
-record_call(K_CALLS, K_CALLS_AT, 'acquire:' .. token, resource, now)
-redis.call('HINCRBY', K_STATS, 'acquired', 1)
-local fence = next_fence(resource)
-redis.call('HINCRBY', K_USES, resource, 1)
+redis.call('ZADD', leases.leased, expiry, resource)
+redis.call('HSET', leases.tokens, resource, token)
+record_call(leases.calls, leases.calls_at, 'acquire:' .. token, resource, now)
+redis.call('HINCRBY', leases.stats, 'acquired', 1)
+local fence = lease_next_fence(leases, resource)
+redis.call('HINCRBY', leases.uses, resource, 1)
 -- Reclaimed resources beyond the one taken here are free: wake as many waiting clients.
-wake(returned - 1)
-return {1, resource, expiry, string.format('%d', fence)}
+lease_wake(leases, returned - 1)
+return {LEASED, resource, expiry, string.format('%d', fence)}

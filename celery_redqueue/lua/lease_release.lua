@@ -1,39 +1,44 @@
 -- Release a lease if the caller still holds it, and wake one waiting client.
--- KEYS[1..10]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
 -- Reply: 1 when released; 0 when the token does not hold the resource (another holder has it,
 -- or it was released or reclaimed) or the lease ran out, in which case the resource is
 -- reclaimed here and counted as such; 2 when this release was applied already (a re-send).
 -- Bounded: O(log N).
--- Lost reply: safe to run twice: the release is recorded (call_records.lua) under its token,
+-- Lost reply: safe to run twice: the release is recorded (record_call.lua) under its token,
 -- and a second run replies what the first did ("already done", 2, for a release in time) and
 -- changes nothing.
---#include lease_common
---#include call_records
+--#include lease_keys
+--#include lease_now
+--#include record_call
+--#include recorded
+--#include lease_wake
+local NOT_HELD, RELEASED, ALREADY_RELEASED = 0, 1, 2
+local leases = lease_keys(KEYS)
 local resource, token = ARGV[1], ARGV[2]
-if redis.call('HGET', K_TOKENS, resource) ~= token then
+if redis.call('HGET', leases.tokens, resource) ~= token then
   -- A re-send of a release that was applied: what it replied, with "already done" for 1.
-  if recorded(K_CALLS, 'release:' .. token) == '1' then return 2 end
-  return 0
+  if recorded(leases.calls, 'release:' .. token) == '1' then return ALREADY_RELEASED end
+  return NOT_HELD
 end
 local now = lease_now()
-local expiry = tonumber(redis.call('ZSCORE', K_LEASED, resource) or '0')
-redis.call('ZREM', K_LEASED, resource)
-redis.call('HDEL', K_TOKENS, resource)
+local expiry = tonumber(redis.call('ZSCORE', leases.leased, resource) or '0')
+redis.call('ZREM', leases.leased, resource)
+redis.call('HDEL', leases.tokens, resource)
 
-local held = 1
+local held = RELEASED
 local free_since = now
 if expiry <= now then
-  held = 0
+  held = NOT_HELD
   free_since = expiry
-  redis.call('HINCRBY', K_STATS, 'reclaimed', 1)
+  redis.call('HINCRBY', leases.stats, 'reclaimed', 1)
 else
-  redis.call('HINCRBY', K_STATS, 'released', 1)
+  redis.call('HINCRBY', leases.stats, 'released', 1)
 end
-record_call(K_CALLS, K_CALLS_AT, 'release:' .. token, held, now)
-if redis.call('SISMEMBER', K_RESOURCES, resource) == 1 then
-  redis.call('ZADD', K_FREE, free_since, resource)
-  wake(1)
+record_call(leases.calls, leases.calls_at, 'release:' .. token, held, now)
+if redis.call('SISMEMBER', leases.resources, resource) == 1 then
+  redis.call('ZADD', leases.free, free_since, resource)
+  lease_wake(leases, 1)
 end
 return held

@@ -1,16 +1,17 @@
 -- Remove resources from a pool.
--- KEYS[1..10]: the pool's keys (lease_common.lua names each).
+-- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
 -- ARGV[1..n] resource names
 -- Reply: how many were in the pool. A leased one stays with its holder until released or
 -- expired, and then leaves instead of becoming free. Bounded: O(n log N).
 -- Lost reply: safe to run twice (a set: resources already gone are left alone)
---#include lease_common
+--#include lease_keys
+local leases = lease_keys(KEYS)
 local removed = 0
 for _, resource in ipairs(ARGV) do
-  if redis.call('SREM', K_RESOURCES, resource) == 1 then
+  if redis.call('SREM', leases.resources, resource) == 1 then
     removed = removed + 1
-    redis.call('ZREM', K_FREE, resource)
-    redis.call('HDEL', K_USES, resource)
+    redis.call('ZREM', leases.free, resource)
+    redis.call('HDEL', leases.uses, resource)
   end
 end
 return removed

@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a stream (the list shared by its groups).
--- KEYS[1..5]: see stream_common.lua (the stream's keys only).
+-- KEYS[1..5]: see stream_keys.lua (the stream's keys only).
 -- ARGV[1] maxlen (0: uncapped), ARGV[2] action: requeue | purge,
 -- ARGV[3] how many from the oldest when no entries are named (-1: all, in chunks of 1000),
 -- ARGV[4], ... exact dead-letter entries to act on (as listed); none: the oldest ARGV[3].
@@ -10,7 +10,9 @@
 -- Reply: {letters acted on, trimmed by the cap, groups requeued to (names)}.
 -- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
 -- gone)
---#include stream_common
+--#include stream_keys
+--#include stream_append
+local s = stream_keys(KEYS)
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then
   return redis.error_reply('ERR stream_dead: malformed arguments')
@@ -20,7 +22,7 @@ if #ARGV >= 4 then
   for i = 4, #ARGV do candidates[#candidates + 1] = ARGV[i] end
 else
   if limit < 0 or limit > 1000 then limit = 1000 end
-  candidates = redis.call('LRANGE', K_DEAD, 0, limit - 1)
+  candidates = redis.call('LRANGE', s.dead, 0, limit - 1)
 end
 local usable = {}
 for _, entry in ipairs(candidates) do
@@ -38,15 +40,15 @@ for _, entry in ipairs(candidates) do
 end
 local acted, trimmed, groups, seen = 0, 0, {}, {}
 for _, u in ipairs(usable) do
-  if redis.call('LREM', K_DEAD, 1, u.entry) == 1 then
+  if redis.call('LREM', s.dead, 1, u.entry) == 1 then
     acted = acted + 1
     if action == 'requeue' then
-      local _, out = append(maxlen, u.payload, u.pkey, u.group)
+      local _, out = stream_append(s, maxlen, u.payload, u.pkey, u.group)
       trimmed = trimmed + out
-      redis.call('HINCRBY', K_STATS, 'requeued', 1)
+      redis.call('HINCRBY', s.stats, 'requeued', 1)
       if not seen[u.group] then seen[u.group] = true; groups[#groups + 1] = u.group end
     else
-      redis.call('HINCRBY', K_STATS, 'purged', 1)
+      redis.call('HINCRBY', s.stats, 'purged', 1)
     end
   end
 end

@@ -2,14 +2,14 @@
 -- timeout (XAUTOCLAIM; past max_receives it is dead-lettered instead) alone, a read of one (it
 -- was handed out before and its batch died or failed); else held entries whose key came free
 -- (ordered groups), then new entries (XREADGROUP).
--- KEYS[1..12]: see stream_common.lua (stream, then the group's keys).
+-- KEYS[1..12]: see stream_keys.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
 -- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease,
 -- ARGV[10] listen ms, ARGV[11] listener id: on nothing to hand out list the listener on the
--- group's wake signal for that long, or (0) take it off (wake_signal.lua).
+-- group's wake signal for that long, or (0) take it off (wake_listener.lua).
 -- Reply: {status, then per entry: id, payload, receives, key ('' none)}; status
--- (drain_lease.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
+-- (take_status.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
 -- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
 -- out yet, but every pass skipped entries (guard, other groups' letters, held keys) and more
 -- wait: read again at once (lease renewed).
@@ -17,9 +17,16 @@
 -- Lost reply: safe to run twice (a second run hands out other entries; those the lost reply
 -- carried stay pending for this consumer and are claimed again after the visibility timeout, one
 -- more delivery)
---#include stream_deliver
---#include stream_read_new
---#include wake_signal
+--#include stream_keys
+--#include stream_ensure_group
+--#include stream_take_claimed
+--#include stream_take_ready
+--#include stream_take_new
+--#include forget_expired
+--#include listen_for
+--#include take_status
+--#include clock
+local s = stream_keys(KEYS, true)
 local r = {
   group = ARGV[1], consumer = ARGV[2], n = tonumber(ARGV[3]),
   visibility = tonumber(ARGV[4]), max_receives = tonumber(ARGV[5]),
@@ -32,25 +39,25 @@ if not r.n or r.n < 1 or not r.visibility or not r.max_receives or not drain_lea
   return redis.error_reply('ERR stream_read: malformed arguments')
 end
 r.now = now_ms()
-ensure_group(r.group, K_GSTATS, r.now)
-if r.guard then forget_expired(K_DONE, r.now) end
+stream_ensure_group(s, r.group, s.gstats, r.now)
+if r.guard then forget_expired(s.done, r.now) end
 
 local more = false
 for _ = 1, 10 do
-  local more_claims = take_claimed(r)  -- first: a read that holds entries claims none
-  take_ready(r)
-  local fresh = take_new(r)
+  local more_claims = stream_take_claimed(s, r)  -- first: a read that holds entries claims none
+  stream_take_ready(s, r)
+  local fresh = stream_take_new(s, r)
   -- Stop when something was handed out, or when nothing more could be.
-  more = fresh > 0 or more_claims or redis.call('LLEN', K_READY) > 0
+  more = fresh > 0 or more_claims or redis.call('LLEN', s.ready) > 0
   if r.handed > 0 or not more then break end
 end
 
 if r.handed == 0 and not more then
-  listen_for(K_LISTENING, K_SIGNAL, listener, listen, r.now)
+  listen_for(s.listening, s.signal, listener, listen, r.now)
   if linger then return {LINGER} end
-  redis.call('DEL', K_DRAIN)
+  redis.call('DEL', s.drain)
   return {EMPTY}
 end
-redis.call('SET', K_DRAIN, 1, 'PX', drain_lease_ms)
+redis.call('SET', s.drain, 1, 'PX', drain_lease_ms)
 if r.handed == 0 then return {AGAIN} end
 return r.out

@@ -30,7 +30,7 @@ from .lease_types import Lease as Lease
 from .lease_types import LeaseStats as LeaseStats
 from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
 
-#: The keys every lease script receives, in this order (see lua/lease_common.lua).
+#: The keys every lease script receives, in this order (see lua/lease_keys.lua).
 # fmt: off
 PARTS = (
     "resources", "free", "leased", "tokens", "stats", "notify", "fences", "uses", "calls",
@@ -83,7 +83,7 @@ class ResourcePool(catalog.Registered):
         self.declare(resources)
 
     def _run(self, name: str, args: list[Any]) -> Any:
-        """Run a lease script; every one receives all of the pool's keys (lease_common.lua).
+        """Run a lease script; every one receives all of the pool's keys (lease_keys.lua).
 
         The first call of a process lists the pool in the registry, so operator tools find it.
         The kind is not in the catalog: the reaper and drains have nothing to do with leases

@@ -33,7 +33,7 @@ from .stream_types import (
 )
 from .wake import WakeSignal, listen_ms, listener_id
 
-#: The stream's own keys, in the order every stream script receives them (stream_common.lua).
+#: The stream's own keys, in the order every stream script receives them (stream_keys.lua).
 PARTS = ("events", "stats", "flow", "groups", "dead")
 #: Each group's keys, received after PARTS by scripts that act for one group.
 GROUP_PARTS = (

@@ -25,20 +25,13 @@ INCLUDES = sorted(name for name in FILES if name not in SCRIPTS)
 #: Files of other kinds not in this shape yet (their owners shrink these sets; none may grow).
 LONG: set[str] = set()
 SPLICED_IN_A_BLOCK: set[str] = set()
-READS_ITS_INCLUDER = {
-    "lease_common", "stream_common", "stream_deliver", "stream_entries", "stream_order",
-    "stream_read_new",
-}  # fmt: skip
+READS_ITS_INCLUDER: set[str] = set()
 FAMILIES = READS_ITS_INCLUDER
 
 #: Scripts that include families of helpers (the linker drops what they do not call). The
 #: include-only files common, drain_lease, flow, call_records and wake_signal stay
 #: while these include them by those names.
-INCLUDES_MORE = {
-    "lease_add", "lease_reclaim", "lease_release", "lease_remove", "lease_renew", "lease_stats",
-    "stream_ack", "stream_dead", "stream_figures", "stream_publish", "stream_read",
-    "stream_renew", "stream_seek", "stream_wake",
-}  # fmt: skip
+INCLUDES_MORE: set[str] = set()
 
 MAX_LINES = 250
 _FUNCTION = re.compile(r"^local function (\w+)\(", re.M)

@@ -1,4 +1,0 @@
--- Call records (spliced in at "--#include call_records"): kept while scripts of other kinds
--- include them by this name; record_call.lua explains them.
---#include record_call
---#include recorded

@@ -1,8 +1,0 @@
--- What every structure's scripts once shared (spliced in at "--#include common"): kept while
--- scripts of other kinds include it; a script includes the one-function files it calls instead.
---#include clock
---#include flow
---#include drain_lease
---#include call_records
---#include forget_expired
---#include add_counts

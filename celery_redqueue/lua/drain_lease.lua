@@ -1,7 +1,0 @@
--- The drain lease helpers, one per file (spliced in at "--#include drain_lease"): kept while
--- scripts of other kinds include them by this name; a script includes what it calls instead.
---#include claim_drain
---#include plan_drain
---#include renew_inflight
---#include rearm_drain
---#include take_status

@@ -1,3 +1,0 @@
--- The flow counters (spliced in at "--#include flow"): kept while scripts of other kinds
--- include them by this name; a script includes tick (tick.lua explains them) instead.
---#include tick

@@ -1,5 +1,0 @@
--- The wake signal (spliced in at "--#include wake_signal"): kept while scripts of other kinds
--- include it by this name; wake_listener.lua explains it.
---#include listener_live
---#include wake_listener
---#include listen_for
