@@ -1,7 +1,7 @@
 """Backpressure figures: how deep a structure is, how fast work comes and goes, and what it
 would take to keep up. One call, bounded Redis work (a few hash reads, no scan of the items).
 
-Rates come from per-second counters kept by the structure's scripts (flow.lua: one field per
+Rates come from per-second counters kept by the structure's scripts (tick.lua: one field per
 second, pruned after two minutes), so "per second" means "averaged over the last minute". The
 same scripts keep per-minute counters for an hour, read in the same call as `History`:
 the last hour, minute by minute.
@@ -88,7 +88,7 @@ class Figures:
 
 def _slots(flow: Mapping[bytes, bytes]) -> list[tuple[str, bool, int, float]]:
     """Each flow field as (kind, is_minute, stamp, value): "<kind>:<second>" and
-    "<kind>:m<minute>" (flow.lua). Fields of another shape are skipped."""
+    "<kind>:m<minute>" (roll_flow.lua). Fields of another shape are skipped."""
     slots = []
     for name, value in flow.items():
         kind, _, slot = name.decode(errors="replace").partition(":")
@@ -141,7 +141,7 @@ def ring_sums(flow: Mapping[bytes, bytes], now_ms: float) -> dict[str, float]:
 def ring_history(flow: Mapping[bytes, bytes], now_ms: float) -> History:
     """Lay the flow fields out as series ending at the current second and minute (fields
     outside the window, not yet pruned, are not shown). A minute counts its minute field plus
-    its second fields not yet rolled into it (flow.lua)."""
+    its second fields not yet rolled into it (roll_flow.lua)."""
     now_sec = int(now_ms // 1000)
     now_min = now_sec // 60
     per_second: dict[tuple[str, int], float] = {}

@@ -118,6 +118,12 @@ class Sharded:
         (and key, count)."""
         if not self.shards:
             return super().dead_letters(start, stop)  # type: ignore[misc,no-any-return]
+        if start < 0 or stop < 0:  # LRANGE's indexes from the end: of all shards' letters
+            total = sum(self.client.llen(shard.keys("dead")) for shard in self.shards)
+            start, stop = (i + total if i < 0 else i for i in (start, stop))
+            start = max(start, 0)
+        if stop < start:
+            return []
         _, raws = self.dead_page(start, stop - start + 1)
         return [self._parse_letter(raw) for raw in raws]
 

@@ -348,3 +348,50 @@ def test_a_sharded_bucket_drains_due_and_retried_items_exactly(app, worker, wait
     parts = [s.stats() for s in bucket.shards]
     assert stats.processed == sum(p.processed for p in parts)
     assert stats.enqueued == sum(p.enqueued for p in parts)
+
+
+@pytest.mark.parametrize("kind", ["pool", "bucket"])
+def test_a_sharded_structure_lists_its_dead_letters_as_a_plain_one_does(
+    kind, redqueue_redis, redqueue_prefix
+):
+    """``dead_letters(start, stop)`` reads like LRANGE: a negative index counts from the end,
+    so ``(0, -1)`` is every letter. On main a sharded structure turned (0, -1) into a page of
+    no letters (``stop - start + 1``), so its dead letters looked gone."""
+
+    def make(shards):
+        name = f"{kind}{shards}"
+        if kind == "pool":
+            return CappedPool(
+                redqueue_redis,
+                name,
+                100,
+                shards=shards,
+                prefix=redqueue_prefix,
+                delivery="at_least_once",
+                max_receives=1,
+            )
+        return LeakyBucket(
+            redqueue_redis, name, shards=shards, prefix=redqueue_prefix, default_rate="1000/s"
+        )
+
+    def bury_six(structure):
+        if kind == "pool":
+            structure.add_many(range(6))
+            while batch := structure.pop(1):
+                structure.ack(batch, failures={0: f"bad {batch.items[0].payload}"})
+        else:
+            structure.enqueue_many([(f"k{n}", n) for n in range(6)])
+            for _ in range(6):
+                reservation = take(structure)
+                structure.dead_letter(reservation, f"bad {reservation.payload}")
+
+    plain, sharded = make(1), make(3)
+    for structure in (plain, sharded):
+        bury_six(structure)
+        assert structure.stats().dead == 6
+    assert len(plain.dead_letters(0, -1)) == 6
+    for start, stop in [(0, -1), (2, -1), (0, -3), (-2, -1), (1, 3)]:
+        want = len(plain.dead_letters(start, stop))
+        assert len(sharded.dead_letters(start, stop)) == want, (start, stop)
+    errors = sorted(letter.error for letter in sharded.dead_letters(0, -1))
+    assert errors == [f"bad {n}" for n in range(6)]
