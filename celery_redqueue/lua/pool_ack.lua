@@ -8,11 +8,11 @@
 -- ARGV[11] f, then f groups of 4, one per entry that did not succeed (the others did): id, calls
 -- it stands for, error text, '' or '!' followed by the raw payload to dead-letter now with that
 -- error; then, with the processed guard on, the ids of the entries that succeeded.
--- Reply: {held, send_drain}. held 0: the batch was no longer in flight (the reaper had taken it
--- back: counted as `late`); 2: this ack was applied already (a re-send); send_drain 1: retried
--- calls need a drain job the caller should send.
--- Lost reply: safe to run twice: the ack is recorded (call_records.lua) under its batch id, and
--- a second run replies "already done" (held 2) and changes nothing.
+-- Reply: {held, send_drain}. held LATE (0): the batch was no longer in flight (the reaper had
+-- taken it back: counted as `late`); HELD (1): acked now; DONE (2): this ack was applied already
+-- (a re-send); send_drain 1: retried calls need a drain job the caller should send.
+-- Lost reply: safe to run twice: the ack is recorded (record_call.lua) under its batch id, and
+-- a second run replies "already done" (DONE) and changes nothing.
 --#include clock
 --#include tick
 --#include add_counts
@@ -25,6 +25,7 @@
 --#include pool_admit
 --#include pool_bury
 local pool = pool_keys(KEYS, ARGV)
+local LATE, HELD, DONE = 0, 1, 2
 local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
 local max_receives, processed_guard_ms, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local named, groups = tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -53,11 +54,11 @@ local calls = tonumber(redis.call('HGET', pool.inflight_calls, batch_id) or '-1'
 if calls < 0 then
   -- A late ack is recorded too, so that its re-send is not counted late twice.
   local done = recorded(pool.calls, 'ack:' .. batch_id)
-  if done == 'late' then return {0, 0} end
-  if done then return {2, 0} end
+  if done == 'late' then return {LATE, 0} end
+  if done then return {DONE, 0} end
   if named > 0 then redis.call('HINCRBY', pool.stats, 'late', named) end
   record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 'late', now)
-  return {0, 0}
+  return {LATE, 0}
 end
 if named ~= calls or unsettled > calls then
   return redis.error_reply('ERR pool_ack: batch holds ' .. calls .. ' calls, the ack names ' .. named)
@@ -103,5 +104,5 @@ tick(pool.flow, 'out', processed + failed + buried, now)
 tick(pool.flow, 'busy', busy, now)
 tick(pool.flow, 'done', processed + failed + buried, now)
 -- Retried calls wait in the pool: they need a drain job unless one holds the flag.
-if retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease) then return {1, 1} end
-return {1, 0}
+if retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease) then return {HELD, 1} end
+return {HELD, 0}

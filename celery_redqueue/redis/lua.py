@@ -41,7 +41,6 @@ from importlib import resources
 from typing import Any
 
 from .call import run_script
-from .lua_link import link
 
 KeyOrArg = str | bytes | int | float
 
@@ -63,8 +62,8 @@ PARTS = "-- Parts:"
 class LuaScript:
     """One script: its SHA is computed locally; the server loads it on the first NOSCRIPT.
 
-    ``source`` is what is sent (linked, see `lua_link`); the header lines are read from
-    ``headers``, the expanded file (``source`` when not given).
+    ``source`` is what is sent (comment lines dropped, see `script()`); the header lines are
+    read from ``headers``, the expanded file (``source`` when not given).
 
     ``resend`` is True when the header says the script is safe to run twice (a lost reply is
     sent again), False when it says ``raises``; ``parts`` the key parts it receives, in order,
@@ -129,16 +128,47 @@ def _expand(name: str, seen: set[str]) -> list[str]:
     return lines
 
 
+def code_of(line: str) -> str:
+    """``line`` without its ``--`` comment (a ``--`` inside a quoted string is code)."""
+    quote = ""
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif line.startswith("--", i):
+            return line[:i]
+        i += 1
+    return line
+
+
+def _sent(lines: list[str]) -> list[str]:
+    """The lines Redis needs: without comment-only and blank lines (the files are the
+    documentation; the headers are read before this step). Long brackets (``--[[ ... ]]``,
+    ``[[ ... ]]``) are refused: a line-based reading would keep half of one."""
+    for number, line in enumerate(lines, 1):
+        if "[[" in line or "[=" in line:
+            raise ValueError(f"line {number}: long brackets are not supported: {line.strip()}")
+    return [line for line in lines if code_of(line).strip()]
+
+
 @cache
 def script(name: str) -> LuaScript:
     """Return the script ``lua/<name>.lua`` (read once per process).
 
     A line ``--#include other`` is replaced by ``other.lua``: Redis has no modules, and helpers
-    shared by several scripts (the bucket's rate lookup) should be written once. A file
-    included twice (``common`` by way of two others) is spliced in once, where first met.
+    shared by several scripts should be written once. A file included twice (``pool_id`` by
+    way of two helpers) is spliced in once, where first met. Each file includes exactly what it
+    calls (``tests/unit/test_lua_shape.py`` checks), so what is sent is the expanded file
+    without its comment lines: nothing to link.
     """
     lines = _expand(name, {name})
-    return LuaScript(name, "\n".join(link(lines)) + "\n", headers="\n".join(lines))
+    return LuaScript(name, "\n".join(_sent(lines)) + "\n", headers="\n".join(lines))
 
 
 def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]]) -> list[Any]:

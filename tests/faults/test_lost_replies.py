@@ -207,6 +207,22 @@ def test_a_lost_upkeep_reply_queues_each_due_item_once(
     assert (stats.enqueued, stats.delayed, stats.depth, stats.in_flight) == (3, 0, 1, 1)
 
 
+def test_a_lost_upkeep_reply_skips_a_completed_head_once(
+    retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
+):
+    """Re-sent, bucket_upkeep leaves the next head alone: it is neither unreadable nor done."""
+    options = {"prefix": redqueue_prefix, "default_rate": "1000/s", "processed_guard": 60}
+    direct = LeakyBucket(redqueue_redis, "g", **options)
+    bucket = LeakyBucket(retrying_client, "g", **options)
+    direct.enqueue_many([("k", 1), ("k", 2)])
+    redqueue_redis.zadd(direct.keys("done"), {"1": 2**40})  # item 1 completed already
+    reply_proxy.drop(sha("bucket_upkeep"))
+    reservation = bucket.dequeue().reservation
+    assert reply_proxy.dropped == 1 and reservation.payload == 2
+    stats = direct.stats()
+    assert (stats.guard_skipped, stats.processed, stats.in_flight, stats.depth) == (1, 1, 1, 0)
+
+
 def test_a_lost_lease_acquire_reply_returns_the_same_lease(
     retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
 ):

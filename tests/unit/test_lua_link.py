@@ -1,5 +1,5 @@
-"""The loader ships a script with only the helpers it calls (redis/lua_link.py), and what it
-ships compiles and runs on a real Redis."""
+"""What the loader sends of a script (redis/lua.py: includes spliced in, comment lines dropped),
+and that what it sends compiles on a real Redis."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from importlib import resources
 
 import pytest
 
-from celery_redqueue.redis.lua import script
-from celery_redqueue.redis.lua_link import code_of, link
+from celery_redqueue.redis.lua import _sent, code_of, script
 
 SCRIPTS = sorted(
     p.name[:-4]
@@ -16,35 +15,10 @@ SCRIPTS = sorted(
     if p.name.endswith(".lua") and "-- Lost reply:" in p.read_text(encoding="utf-8")
 )
 
-SOURCE = """\
--- a helper nobody calls
-local function unused(x)
-  return helper(x)
-end
--- called only by a kept helper
-local function helper(x)
-  return x + 1  -- keep() is a comment, not a call
-end
-local function kept(x)
-  return helper(x)
-end
-local function named_in_a_string()
-  return 1
-end
 
-local s = "kept -- not a comment named_in_a_string"
-return kept(1)
-"""
-
-
-def test_only_what_the_script_calls_is_shipped():
-    shipped = "\n".join(link(SOURCE.splitlines()))
-    assert "local function kept(" in shipped
-    assert "local function helper(" in shipped  # reached through kept
-    assert "unused" not in shipped  # calls helper, but nothing calls it
-    assert "local function named_in_a_string(" in shipped  # errs on keeping
-    assert "-- a helper" not in shipped and "\n\n" not in shipped
-    assert "-- not a comment" in shipped  # inside a string
+def test_comment_and_blank_lines_are_not_sent():
+    sent = _sent(["-- a comment", "local s = 'a -- b'  -- c", "", "  -- indented", "return s"])
+    assert sent == ["local s = 'a -- b'  -- c", "return s"]
 
 
 def test_a_comment_inside_a_string_is_code():
@@ -52,15 +26,10 @@ def test_a_comment_inside_a_string_is_code():
     assert code_of('x = "a\\"--" -- c') == 'x = "a\\"--" '
 
 
-def test_a_function_without_its_end_at_column_0_is_refused():
-    with pytest.raises(ValueError, match="no 'end' at column 0"):
-        link(["local function f()", "  return 1", "  end"])
-
-
 @pytest.mark.parametrize("line", ["--[[ a block", "local s = [[text", "local s = [==[x"])
 def test_long_brackets_are_refused(line):
     with pytest.raises(ValueError, match="long brackets"):
-        link(["local x = 1", line, "]]"])
+        _sent(["local x = 1", line, "]]"])
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
