@@ -83,11 +83,11 @@ c.offered = c.accepted + c.rejected
 add_counts(pool.stats, c)
 tick(pool.flow, 'in', c.offered, now)
 
--- One wake mechanism for immediate and delayed calls (plan_drain in drain_lease.lua): entries
+-- One wake mechanism for immediate and delayed calls (plan_drain.lua): entries
 -- waiting need a drain job now unless one holds the flag; delayed calls need one scheduled
 -- for the first of them unless one is scheduled no later. A call that kept an entry knows
 -- the pool is not empty without asking.
--- A listener waiting on the wake signal (wake_signal.lua) is woken and takes kept calls itself;
+-- A listener waiting on the wake signal (wake_listener.lua) is woken and takes kept calls itself;
 -- for delayed calls its look answers LATER and it plans their wake-up itself (no job here).
 local woken = c.accepted + c.delayed > 0
   and wake_listener(pool.listening, pool.signal, pool.lease, now)

@@ -34,6 +34,17 @@ for i = 5, #ARGV, 2 do
 end
 
 local now = math.floor(now_ms())
+-- Entries wait: a drain job is needed now unless one holds the flag (plan_drain.lua's rule;
+-- the wake key is not touched), or a listener waits on the wake signal (wake_listener.lua):
+-- it is woken and takes them.
+local function entries_wait(result)
+  tick(K_FLOW, 'in', calls, now)
+  if not wake_listener(K_LISTENING, K_SIGNAL, lease, now)
+      and redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
+    result[1] = 1
+  end
+  return result
+end
 -- Ids carry the arrival (pool_take_ids.lua); FIFO policies order by them too. One step for the batch.
 local seq = pool_take_ids(K_STATS, calls, now)
 local result = {0, -1}
@@ -51,15 +62,7 @@ if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
   for slot, entries_in in pairs(slots) do pool_arrive(K_AGES, K_ARRIVALS, slot, now, entries_in) end
   -- One folded counter for offered, accepted and depth (three counters) (figures.unfold reads it).
   redis.call('HINCRBY', K_STATS, 'offered+accepted+depth', calls)
-  tick(K_FLOW, 'in', calls, now)
-  -- Entries wait: a drain job is needed now unless one holds the flag (plan_drain in
-  -- drain_lease.lua; the wake key is not touched), or a listener waits on the wake signal
-  -- (wake_signal.lua): it is woken and takes them.
-  if not wake_listener(K_LISTENING, K_SIGNAL, lease, now)
-      and redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
-    result[1] = 1
-  end
-  return result
+  return entries_wait(result)
 end
 
 -- Full, or coalescing: the policy decides for each call, as in pool_add.
@@ -81,10 +84,5 @@ for i = 5, #ARGV, 2 do
   result[#result + 1] = status
 end
 add_counts(K_STATS, c)
-tick(K_FLOW, 'in', calls, now)
--- A refused call found the pool full, so entries wait either way: a drain job as above.
-if not wake_listener(K_LISTENING, K_SIGNAL, lease, now)
-    and redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
-  result[1] = 1
-end
-return result
+-- A refused call found the pool full, so entries wait either way.
+return entries_wait(result)

@@ -12,21 +12,21 @@
 --                         arrival slot -> its first arrival (coalescing pools: member -> when)
 -- KEYS[7] arrivals        hash: arrival slot -> entries waiting that arrived in it (not
 --                         coalescing: an entry's id carries its arrival, so no index per entry)
--- KEYS[8] flow            hash: per-second and per-minute flow counters (flow.lua)
+-- KEYS[8] flow            hash: per-second and per-minute flow counters (tick.lua)
 -- KEYS[9] scheduled       zset: "id:score:payload" -> due time (ms)
 -- KEYS[10] dedupe         zset: dedupe id -> end of its window (ms)
 -- KEYS[11] wake           string: when (ms) a sleeping drain job wakes up
--- KEYS[12] signal         list: the wake signal's token (wake_signal.lua)
+-- KEYS[12] signal         list: the wake signal's token (wake_listener.lua)
 -- KEYS[13] listening      zset: listener id -> until when (ms) it waits on the signal
 -- KEYS[14] inflight       zset: batch id -> deadline (ms)
 -- KEYS[15] inflight_calls hash: batch id -> calls in the batch
 -- KEYS[16] inflight_items hash: batch id -> its entries (pool_unpack_batch.lua)
 -- KEYS[17] dead           list: dead letters, "json NL payload"
 -- KEYS[18] done           zset: entry id -> end of its processed-guard window (ms)
--- KEYS[19] calls          hash: call id -> what it did (call_records.lua: re-sent acks)
+-- KEYS[19] calls          hash: call id -> what it did (record_call.lua: re-sent acks)
 -- KEYS[20] calls_at       zset: call id -> when its record expires (ms)
 -- ARGV[1] capacity, ARGV[2] policy (sample|newest|reject), ARGV[3] coalesce (1|0),
--- ARGV[4] drain lease ms (see drain_lease.lua).
+-- ARGV[4] drain lease ms (see claim_drain.lua).
 local function pool_keys(keys, argv)
   return {
     items = keys[1], counts = keys[2], stats = keys[3], drains = keys[4], receives = keys[5],

@@ -10,13 +10,13 @@
 -- ARGV[9] processed-guard (1|0): skip entries whose id completed already (pool_pop_mixed),
 -- ARGV[10] linger (1|0): an empty pool keeps the drain flag (the drain looks again soon),
 -- ARGV[11] listen ms, ARGV[12] listener id: a pop that takes nothing (EMPTY, LINGER) lists the
--- listener on the wake signal for that long, or (0, and LATER) takes it off (wake_signal.lua).
+-- listener on the wake signal for that long, or (0, and LATER) takes it off (listen_for.lua).
 -- ARGV[13] at least once (1|0): popped entries may go back, so a sample pool keeps their scores.
 -- ARGV[14] due first (1|0): reply UPKEEP when delayed calls are due (0: pool_due just ran).
 -- Reply: {status, fan_out, remaining, wait_ms, schedule, malformed, then the entries as
 -- pool_reply_entries.lua lists them: k, k members (id:payload, or the payload when
 -- coalescing), then position, count, receives of each entry whose count or receives is not 1};
--- status (drain_lease.lua): TAKEN, EMPTY (flag cleared in this step), LINGER, AGAIN (due
+-- status (take_status.lua): TAKEN, EMPTY (flag cleared in this step), LINGER, AGAIN (due
 -- delayed calls wait: pop again), LATER (only delayed calls remain, the first due in wait_ms;
 -- the flag was released, and schedule = 1 asks the caller for a drain job with that
 -- countdown), UPKEEP, MIXED. malformed: always 0 here (pool_due, pool_pop_mixed count theirs).

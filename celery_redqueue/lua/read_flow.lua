@@ -1,11 +1,11 @@
 -- Read what the backpressure figures need, in one step on the structure's own node (a
 -- pipeline cannot carry TIME on Redis Cluster, and the clock must be that node's anyway).
 -- KEYS[1] stats  hash: counters
--- KEYS[2] flow   hash: per-second and per-minute counters (see tick in flow.lua)
+-- KEYS[2] flow   hash: per-second and per-minute counters (see tick.lua)
 -- KEYS[3] ages   zset: member -> when (ms) it was offered; the lowest is the oldest waiting
 -- ARGV[1] the stats field that holds the depth, or '' to record nothing
 -- Reply: {stats as a flat list, flow as a flat list, oldest ms or '', now ms}. Bounded: the
--- stats hash has a few dozen fields and the flow hash ~180 per kind (pruned, see flow.lua).
+-- stats hash has a few dozen fields and the flow hash ~180 per kind (pruned, see roll_flow.lua).
 -- Depth is a level, not a flow, so no script that changes it can tick it; instead every reading
 -- keeps the deepest depth seen this minute in the minute's field ("depth:m<minute>"), so the
 -- hour's depth curve has a point for each minute in which anyone (a scrape, the dashboard, the

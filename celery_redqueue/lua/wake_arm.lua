@@ -3,7 +3,7 @@
 -- a token and sends no drain job) and takes itself off when it stops. Arming apart from the
 -- empty check is safe here because the consumer looks after arming (its first drain) and
 -- re-arms before the listing runs out; a call stored while it is not listed asks for a drain
--- job as usual. Unlike wake_signal.lua's listen_for, the signal is left alone: a token in it
+-- job as usual. Unlike listen_for.lua, the signal is left alone: a token in it
 -- may wake the consumer for a call it has not seen yet.
 -- KEYS[1] listening (the zset of listeners: listener id -> until when, ms)
 -- ARGV[1] listener id, ARGV[2] ms (0: take it off)

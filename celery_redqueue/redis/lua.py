@@ -3,9 +3,9 @@
 Every script in ``lua/`` follows one contract:
 
 * **Header**: what it does, then every ``KEYS[i]`` and ``ARGV[i]`` by name (the keys and
-  settings every script of a structure receives are named once, in ``<kind>_common.lua``, and
+  settings every script of a structure receives are named once, in ``<kind>_keys.lua``, and
   a script names the range it receives), then a ``Reply:`` line; ``Bounded:`` says its cost.
-* **Arguments** are read into named locals at the top (the shared ones by the common file), and
+* **Arguments** are read into named locals at the top (the shared ones by the kind's key table), and
   checked before the first write: Redis does not roll back a script that fails half-way.
 * **Reply**: one value when the script has one result (a count, a score, a list of ids);
   otherwise an array of fields in the order its ``Reply:`` line names them, variable-length
@@ -13,7 +13,7 @@ Every script in ``lua/`` follows one contract:
   ``wake_in_ms`` when a job should be sent with a countdown), never a special value of another
   field. A script that takes work out (``pool_pop``, ``bucket_dequeue``, ``stream_read``)
   replies a status first: one of `EMPTY`, `TAKEN`, `LINGER`, `AGAIN`,
-  `LATER`, `UPKEEP`, `MIXED` (``drain_lease.lua`` names the same values). Times with a fraction of a
+  `LATER`, `UPKEEP`, `MIXED` (``take_status.lua`` names the same values). Times with a fraction of a
   millisecond travel as ``"%.17g"`` strings (Lua's ``tostring`` keeps 14 digits).
 * **Errors**: a malformed argument is an error reply ``ERR <script>: <what>``, before any write.
 * **Lost reply**: a header line ``-- Lost reply: safe to run twice (why)`` or
