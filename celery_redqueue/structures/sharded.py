@@ -131,8 +131,22 @@ class Sharded:
         if not self.shards:
             return super()._act_on_dead(action, letters, limit)  # type: ignore[misc,no-any-return]
         if letters is not None:
-            letters = list(letters)  # each shard acts on the ones it holds
-            return sum(shard._act_on_dead(action, letters, limit) for shard in self.shards)
+            # Each letter to one shard listing a copy not yet claimed: two shards may hold the
+            # same bytes, and a letter named once is acted on once.
+            copies: dict[tuple[int, bytes], int] = {}
+            mine: list[list[DeadLetter]] = [[] for _ in self.shards]
+            for letter in letters:
+                for i, shard in enumerate(self.shards):
+                    if (i, letter.raw) not in copies:
+                        found = self.client.lpos(shard.keys("dead"), letter.raw, count=0)
+                        copies[i, letter.raw] = len(found or [])
+                    if copies[i, letter.raw] > 0:
+                        copies[i, letter.raw] -= 1
+                        mine[i].append(letter)
+                        break
+            return sum(
+                self.shards[i]._act_on_dead(action, ls, limit) for i, ls in enumerate(mine) if ls
+            )
         total = 0
         for shard in self.shards:
             if limit == 0:

@@ -5,6 +5,7 @@ to bucket_upkeep (UPKEEP). A reply is lost at each step of those two-step sequen
 TCP proxy, tests/support/proxy.py) and a drain dies between the steps: nothing is lost or
 doubled, no batch or reservation is stranded, and the counters stay exact."""
 
+import json
 import time
 
 import pytest
@@ -422,3 +423,51 @@ def test_a_sharded_pop_sent_again_with_its_batch_id_returns_the_same_batch(
         assert pool.ack(batch)
     stats = pool.stats()
     assert (stats.processed, stats.in_flight, stats.depth) == (n, 0, 0)
+
+
+def test_a_drain_that_dies_after_bucket_upkeep_strands_nothing(redqueue_redis, make_bucket):
+    """A drain killed between bucket_upkeep (due items queued) and its next poll."""
+    bucket = make_bucket(default_rate="1000/s")
+    bucket.enqueue_many([("k1", 1), ("k2", 2)], delay=0.001)
+    time.sleep(0.01)
+    redqueue_redis.set(bucket.keys("drains"), 1, px=60_000)  # the drain's lease, as it ran
+    assert bucket._run("bucket_upkeep", []) == 0  # ... and died here
+    assert (bucket.stats().depth, bucket.stats().delayed) == (2, 0)
+    assert not bucket.reap().drain_needed  # its lease still holds
+    redqueue_redis.pexpire(bucket.keys("drains"), 1)
+    time.sleep(0.01)
+    assert bucket.reap().drain_needed
+    payloads = []
+    for _ in range(2):
+        reservation = take(bucket)
+        payloads.append(reservation.payload)
+        assert bucket.commit(reservation)
+    assert sorted(payloads) == [1, 2]
+    stats = bucket.stats()
+    assert (stats.enqueued, stats.processed, stats.depth, stats.in_flight) == (2, 2, 0, 0)
+
+
+def test_a_named_dead_letter_of_a_sharded_pool_is_requeued_once(redqueue_redis, redqueue_prefix):
+    """Two shards can hold byte-identical letters (equal calls failing with the same error in
+    the same millisecond, as one reaper pass over the shards writes them). Naming one letter
+    acts on one; on main every shard holding those bytes requeued its copy."""
+    pool = CappedPool(
+        redqueue_redis, "twins", 100, shards=2, prefix=redqueue_prefix, max_receives=1
+    )
+    info = {"count": 1, "receives": 1, "error": "batch not acknowledged", "at": 1}
+    raw = json.dumps(info).encode() + b"\n" + pool.encode([[7], {}])
+
+    def bury_twins():
+        for shard in pool.shards:  # as pool_bury writes them
+            redqueue_redis.rpush(shard.keys("dead"), raw)
+            redqueue_redis.hincrby(shard.keys("stats"), "dead", 1)
+
+    bury_twins()
+    assert len(pool.dead_letters()) == 2
+    assert pool.requeue_dead(pool.dead_letters(0, 0)) == 1
+    assert (pool.stats().dead, pool.stats().depth, len(pool.dead_letters())) == (1, 1, 1)
+    bury_twins()
+    assert pool.requeue_dead(pool.dead_letters()) == 3  # all three listed: each once
+    assert pool.purge_dead() == 0
+    stats = pool.stats()
+    assert (stats.dead, stats.depth) == (0, 4)
