@@ -15,7 +15,7 @@ import redis
 
 import celery_redqueue
 from celery_redqueue import CappedPool
-from celery_redqueue.testing.embedded import EmbeddedRedis
+from celery_redqueue.embedded import EmbeddedRedis
 
 APP = """
 import os

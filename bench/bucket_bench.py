@@ -76,10 +76,10 @@ import redis
 from celery import Celery
 
 from celery_redqueue import BucketTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis.lua import script
 from celery_redqueue.structures.bucket import LeakyBucket
 from celery_redqueue.testing import celery_test_config, delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from producer_cost import measure as measure_sides

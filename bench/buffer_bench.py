@@ -26,8 +26,8 @@ import redis
 from celery import Celery
 
 from celery_redqueue import PoolTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config, delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ROUNDS = 10
 

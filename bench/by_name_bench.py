@@ -26,8 +26,8 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_redqueue import PoolTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config, delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 def run_side(url: str, by_name: bool, calls: int, plain: bool = False) -> dict[str, float]:

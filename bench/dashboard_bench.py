@@ -30,10 +30,10 @@ from wsgiref.util import setup_testing_defaults
 import redis
 
 from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.ops.dashboard import Dashboard
 from celery_redqueue.ops.reading import Operations
 from celery_redqueue.testing import delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 class CountingRedis(redis.Redis):

@@ -31,7 +31,7 @@ import time
 
 import redis
 
-from celery_redqueue.testing.embedded import find_server_binary
+from celery_redqueue.embedded import find_server_binary
 
 EXTRA = ["--pool=solo"]
 APP = textwrap.dedent(

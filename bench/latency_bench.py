@@ -36,9 +36,9 @@ from typing import Any
 
 import redis
 
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.tasks.stream import publish
 from celery_redqueue.testing import delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = (

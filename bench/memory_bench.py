@@ -36,9 +36,9 @@ from typing import Any
 import redis
 
 from celery_redqueue import CappedPool, EventStream, LeakyBucket
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis.serializers import get_serializer
 from celery_redqueue.testing import delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 CHUNK = 1000
 BARE_ZSET = "bare sorted set (ZADD payload)"

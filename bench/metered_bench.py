@@ -55,8 +55,8 @@ from celery.contrib.testing.worker import start_worker
 from celery.signals import after_task_publish
 
 from celery_redqueue import BucketTask, KeyBackoff
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 KEYS = ("k0", "k1", "k2", "k3")
 COSTS = (1, 2, 3, 4, 5)

@@ -50,8 +50,8 @@ from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
 from celery_redqueue import BucketTask, PoolTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ENV_URL = "PEERS_BENCH_REDIS_URL"
 ENV_PREFIX = "PEERS_BENCH_PREFIX"

@@ -40,9 +40,9 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from celery_redqueue import CappedPool, PoolTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis.lua import script
 from celery_redqueue.testing import celery_test_config, delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from producer_cost import measure as measure_sides

@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from celery_redqueue.testing.embedded import EmbeddedRedis
+from celery_redqueue.embedded import EmbeddedRedis
 
 SHIM = {
     "redset/__init__.py": "from celery_redqueue import ScheduledSet, SortedSet, TimeSortedSet\n",

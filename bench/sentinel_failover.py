@@ -37,9 +37,9 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_redqueue import PoolTask, RedQueueError
+from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.embedded_sentinel import EmbeddedSentinelGroup
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import EmbeddedRedis
-from celery_redqueue.testing.sentinel import EmbeddedSentinelGroup
 
 
 def one_run(broker_url: str, before: int, after: int, beat: float) -> dict[str, Any]:

@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.embedded import EmbeddedRedisCluster
 from celery_redqueue.redis.client import make_client
-from celery_redqueue.testing.embedded import EmbeddedRedisCluster
 
 CAPACITY = 10_000_000  # nothing is shed: the figures measure storing, not shedding
 

@@ -31,8 +31,8 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from celery_redqueue import StreamTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 ENV_URL, ENV_PREFIX, ENV_TARGET = "STREAM_BENCH_URL", "STREAM_BENCH_PREFIX", "STREAM_BENCH_TARGET"
 GROUPS = ("sms", "slip", "points")

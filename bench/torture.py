@@ -47,7 +47,7 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from celery_redqueue.testing.embedded import EmbeddedRedis  # noqa: E402
+from celery_redqueue.embedded import EmbeddedRedis  # noqa: E402
 from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 
 KINDS = ("pool", "pool_amo", "bucket", "stream")

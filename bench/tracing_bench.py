@@ -40,9 +40,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from celery_redqueue import PoolTask
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.tasks.config import get_config
 from celery_redqueue.testing import celery_test_config, delete_prefix
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from producer_cost import PING

@@ -153,7 +153,7 @@ def report(upstream):
 
 
 def main(log):
-    from celery_redqueue.testing.embedded import EmbeddedRedis
+    from celery_redqueue.embedded import EmbeddedRedis
     from example_project.demo import celery, stop, watch_command
 
     upstream = Upstream()

@@ -21,7 +21,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from celery_redqueue.testing.embedded import EmbeddedRedis
+from celery_redqueue.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_VIEWS = 20_000

@@ -101,7 +101,7 @@ def settled(expected):
 
 
 def main(log):
-    from celery_redqueue.testing.embedded import EmbeddedRedis
+    from celery_redqueue.embedded import EmbeddedRedis
 
     with EmbeddedRedis() as server, tempfile.TemporaryDirectory(prefix="redqueue-orders-") as tmp:
         print(f"embedded Redis at {server.url}")

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from celery_redqueue.testing.embedded import EmbeddedRedis
+from celery_redqueue.embedded import EmbeddedRedis
 from example_project.demo import celery, stop, stoppable, watch_command
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
-from celery_redqueue.testing.embedded import EmbeddedRedisCluster
+from celery_redqueue.embedded import EmbeddedRedisCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ Enable them with ``pytest -p celery_redqueue.testing`` or ``pytest_plugins =
 ["celery_redqueue.testing"]`` in a conftest.
 
 * ``redqueue_server_url`` (session): one server per test session, started from a binary found by
-  `embedded.find_server_binary()`; ``REDQUEUE_TEST_REDIS_URL`` replaces it
+  ``celery_redqueue.embedded.find_server_binary()``; ``REDQUEUE_TEST_REDIS_URL`` replaces it
   with a server of your own.
 * ``redqueue_prefix``: a key prefix unique to the test; afterwards every key under it is deleted
   (by SCAN of that prefix only, never FLUSHALL, so a shared server is safe).
@@ -15,7 +15,7 @@ Enable them with ``pytest -p celery_redqueue.testing`` or ``pytest_plugins =
   ``celery_config`` fixture (then its ``celery_app`` fixture is that app).
 
 The fixtures live in `fixtures`; this module imports without pytest installed, so
-`embedded` serves demos and development too.
+``celery_redqueue.embedded`` serves demos and development too.
 """
 
 from __future__ import annotations

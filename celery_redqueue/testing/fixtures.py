@@ -11,7 +11,7 @@ import pytest
 import redis
 from celery import Celery
 
-from .embedded import EmbeddedRedis
+from ..embedded import EmbeddedRedis
 from .isolation import celery_test_config, delete_prefix
 
 

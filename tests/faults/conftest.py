@@ -15,8 +15,8 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
+from celery_redqueue.embedded import find_server_binary
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import find_server_binary
 from tests.conftest import _wait_for  # the root conftest's wait_for fixture serves tests
 
 ROOT = Path(__file__).resolve().parents[2]

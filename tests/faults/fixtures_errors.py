@@ -12,8 +12,8 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.testing import celery_test_config
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 @pytest.fixture

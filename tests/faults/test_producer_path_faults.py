@@ -13,11 +13,11 @@ import uuid
 import pytest
 import redis
 
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.errors import RedisUnavailableError, SerializationError
 from celery_redqueue.redis.serializers import JSONSerializer
 from celery_redqueue.structures.bucket import LeakyBucket
 from celery_redqueue.structures.pool import CappedPool
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 def server_second(client):

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from celery_redqueue import ConfigurationError, PoolTask, RedQueueError
+from celery_redqueue.embedded_sentinel import EmbeddedSentinelGroup
 from celery_redqueue.redis.sentinel import parse_sentinel_url
 from celery_redqueue.tasks.config import load_config
-from celery_redqueue.testing.sentinel import EmbeddedSentinelGroup
 
 from .conftest import running_worker
 

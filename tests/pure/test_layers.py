@@ -21,6 +21,8 @@ LAYERS = {
     "ops": 4,
     "web": 4,
     "testing": 4,
+    "embedded": 1,
+    "embedded_sentinel": 1,
 }
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import redis
 
-from ..errors import RedisServerNotFound
 from .embedded import (
     EmbeddedRedis,
     _free_port,
@@ -32,6 +31,7 @@ from .embedded import (
     find_server_binary,
     no_retry,
 )
+from .errors import RedisServerNotFound
 
 
 @dataclass(eq=False)
