@@ -1,16 +1,18 @@
 -- Append one item to its key's queue now (no dedupe id, no delay: the common .delay()), make
 -- the key eligible, and plan the drain job it needs. bucket_enqueue does the same for batches,
 -- dedupe ids and delays; this one receives less and does less, because it runs on every call:
--- an item for a key with room is kept in about nine commands. A capped key that is full is
--- left to bucket_enqueue (its overflow policy, bucket_append.lua): this script then stores
--- nothing and replies FULL, and the caller sends the item there (a second round trip, only for
--- a full key; defining the overflow path's helpers here cost every call about 1 us, measured).
+-- an item for a key with room is kept in about nine commands. A full capped key refuses the
+-- item here (overflow 'reject', the default: counted, nothing stored). Under 'drop_oldest' it
+-- is left to bucket_enqueue (bucket_append.lua): this script stores nothing and replies FULL,
+-- and the caller sends the item there (defining that path's helpers here cost every call
+-- about 1 us, measured).
 -- KEYS, ARGV[1..7]: the bucket's keys and settings (bucket_keys.lua).
 -- ARGV[8] key
 -- ARGV[9] payload
 -- ARGV[10] cost ('' or absent: none; a bucket with bucket_cost gives every call one)
 -- Returns {send_drain, wake_in_ms, status} as bucket_enqueue does for one item: status
--- QUEUED, or FULL (nothing stored: send it through bucket_enqueue; send_drain 0).
+-- QUEUED, REFUSED (a full key under 'reject'), or FULL (a full key under 'drop_oldest':
+-- nothing stored, send it through bucket_enqueue; send_drain 0).
 -- Bounded: O(log K), about nine commands (twelve when the bucket has no work due now).
 -- Lost reply: raises (a store: a second run would queue the item twice)
 --#include bucket_keys
@@ -49,7 +51,15 @@ if not rate_ok then
 end
 if b.max_depth > 0 and tonumber(redis.call('HGET', b.tails, key) or '0')
     - tonumber(redis.call('HGET', b.heads, key) or '0') >= b.max_depth then
-  return {0, -1, FULL}
+  if b.overflow == 'drop_oldest' then return {0, -1, FULL} end
+  -- Refused here, counted as bucket_enqueue counts it: shedding load costs one round trip.
+  -- It takes an id as bucket_enqueue does for every item, so both leave the same state.
+  local now = now_ms()
+  redis.call('HINCRBY', b.stats, 'seq', 1)
+  redis.call('HINCRBY', b.stats, 'rejected', 1)
+  tick(b.flow, 'in', 1, now)
+  local send, wait = bucket_plan_drain(b, now)
+  return {send, wait, REFUSED}
 end
 
 local now = now_ms()

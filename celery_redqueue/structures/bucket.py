@@ -243,7 +243,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
         delay_ms = int(seconds("delay", delay) * 1000)
-        # The plain script answers None for a full key: the overflow policy is the general one's.
+        # The plain script answers None for a full key under drop_oldest (the general script's).
         if (
             len(encoded) == 1
             and delay_ms == 0
@@ -267,7 +267,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         return results
 
     def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
-        """One item, no dedupe id, no delay: the smaller script (None: its capped key is full)."""
+        """One item, no dedupe id, no delay: the smaller script (None: full, drop_oldest)."""
         args = [call[0], call[1], _cost_arg(call)] if len(call) > 2 else [call[0], call[1]]
         send, wake_ms, status = self._run("bucket_enqueue_plain", args)
         if status == FULL:

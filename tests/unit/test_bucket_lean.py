@@ -233,3 +233,19 @@ def test_a_sharded_bucket_takes_the_plain_path_on_each_shard(make_bucket, redque
     assert folded == 30
     stats = bucket.stats()
     assert (stats.enqueued, stats.depth) == (30, 30)
+
+
+def test_a_full_key_refuses_in_one_script_call(make_bucket, redqueue_redis):
+    """Shedding load is what a capped key is for: a refused call costs one round trip, not two."""
+    bucket = make_bucket("full", default_rate="1/m", max_depth=2)
+    bucket.enqueue("k", 1)
+    bucket.enqueue("k", 2)
+
+    def evalshas():
+        return redqueue_redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+    before = evalshas()
+    receipt = bucket.enqueue("k", 3)
+    assert evalshas() - before == 1
+    assert not receipt and bucket.stats().rejected == 1
+    assert identity_holds(bucket.stats())
