@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 from celery.bin.worker import worker
@@ -13,7 +14,15 @@ from celery.bin.worker import worker
 from ..redis.server import server_warnings
 from ..structures.loss import check_for_loss
 from ..tasks.consumer import add_worker_option
-from .cli_base import cli_errors, open_ops, open_target, redqueue, seconds_text, structure_command
+from .cli_base import (
+    app_of,
+    cli_errors,
+    open_ops,
+    open_target,
+    redqueue,
+    seconds_text,
+    structure_command,
+)
 from .reading import WORK_KINDS, Operations, Target
 
 # This module is the package's `celery.commands` plugin, loaded before Celery parses the command
@@ -168,12 +177,28 @@ def dead(ctx: click.Context, name: str, limit: int) -> None:
 @click.argument("bucket")
 @click.option("--top", default=20, show_default=True, help="How many keys.")
 @click.option("--search", default="", help="Only keys whose name contains this text.")
+@click.option("--paused", "view", flag_value="paused", help="Only the paused keys, until when.")
+@click.option(
+    "--overrides",
+    "view",
+    flag_value="overrides",
+    help="The bucket's limits and the keys whose rate or cost budget was set apart.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the keys as JSON.")
 @click.pass_context
 @cli_errors
-def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) -> None:
-    """A bucket's busiest keys: depth, in flight, rate, next eligible."""
+def keys(
+    ctx: click.Context, bucket: str, top: int, search: str, view: str | None, as_json: bool
+) -> None:
+    """A bucket's busiest keys: depth, in flight, rate, next eligible, paused (or only the
+    paused keys, or the per-key overrides)."""
     ops, target = open_target(ctx, bucket, ("bucket",))
+    if view == "paused":
+        show_paused(ops.paused(target, top), as_json)
+        return
+    if view == "overrides":
+        show_overrides(ops.overrides(target, top), as_json)
+        return
     rows = ops.keys(target, top, search)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -181,19 +206,65 @@ def keys(ctx: click.Context, bucket: str, top: int, search: str, as_json: bool) 
     if not rows:
         click.echo("no keys")
         return
-    click.echo(f"{'key':40} {'depth':>8} {'flight':>7} {'rate/s':>10} {'burst':>6} next eligible")
+    click.echo(
+        f"{'key':40} {'depth':>8} {'flight':>7} {'rate/s':>10} {'burst':>6} "
+        f"{'next eligible':13} paused"
+    )
     for row in rows:
-        when = (
-            "-"
-            if row["next_eligible"] is None
-            else time.strftime("%H:%M:%S", time.localtime(row["next_eligible"]))
-        )
         rate = f"{row['rate']:g}" + ("" if row["custom_rate"] else "*")
         click.echo(
             f"{row['key']:40} {row['depth']:8} {row['in_flight']:7} {rate:>10} "
-            f"{row['burst']:6g} {when}"
+            f"{row['burst']:6g} {clock(row['next_eligible']):13} "
+            f"{pause_text(row['paused'], row['paused_until'])}"
         )
-    click.echo("(* the bucket's default rate)")
+    click.echo("(* the bucket's default rate; --overrides lists the keys with their own)")
+
+
+def clock(when: float | None) -> str:
+    return "-" if when is None else time.strftime("%H:%M:%S", time.localtime(when))
+
+
+def pause_text(paused: bool, until: float | None) -> str:
+    if not paused:
+        return "-"
+    return "until resumed" if until is None else f"until {clock(until)}"
+
+
+def show_paused(figures: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    rows = figures["paused"]
+    shown = f", the {len(rows)} soonest to end shown" if len(rows) < figures["paused_count"] else ""
+    click.echo(f"{figures['paused_count']} key(s) paused{shown}")
+    for row in rows:
+        click.echo(f"  {row['key']:40} {pause_text(True, row['until'])}")
+
+
+def show_overrides(figures: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    d = figures["defaults"]
+    limits = [f"rate {d['rate']:g}/s", f"burst {d['burst']:g}"]
+    if d["concurrency"]:
+        limits.append(f"concurrency {d['concurrency']} per key")
+    if d["cost_rate"] is not None:
+        limits.append(f"cost {d['cost_rate']:g}/s (burst {d['cost_burst']:g})")
+    click.echo("every key: " + ", ".join(limits))
+    rows = figures["overrides"]
+    if not rows:
+        click.echo("no key has a rate or cost budget of its own")
+        return
+    shown = f" ({len(rows)} of {figures['count']} shown)" if len(rows) < figures["count"] else ""
+    click.echo(f"keys with their own limits{shown}:")
+    click.echo(f"  {'key':40} {'rate/s':>10} {'burst':>6} {'cost/s':>10} {'burst':>6}")
+    for row in rows:
+        cells = [
+            "-" if row.get(name) is None else f"{row[name]:g}"
+            for name in ("rate", "burst", "cost_rate", "cost_burst")
+        ]
+        click.echo(f"  {row['key']:40} {cells[0]:>10} {cells[1]:>6} {cells[2]:>10} {cells[3]:>6}")
 
 
 @redqueue.command()
@@ -286,7 +357,7 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
 
     # Bound to loopback, only loopback names are expected in Host (see Dashboard).
     hosts = LOOPBACK_NAMES if host in ("127.0.0.1", "localhost", "::1") else None
-    app = dashboard_app(ctx.obj.app, token=token, refresh=refresh, allowed_hosts=hosts)
+    app = dashboard_app(app_of(ctx), token=token, refresh=refresh, allowed_hosts=hosts)
     server = make_dashboard_server(app, host, port)
     bound_host, bound_port = server.server_address[:2]
     mode = "actions need the token" if app.token else "read-only (no token)"

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli_base import cli_errors, open_ops, open_target, redqueue
+from .cli_base import app_of, cli_errors, open_ops, open_target, redqueue
 from .reading import WORK_KINDS
 
 
@@ -122,7 +122,7 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
     drain row of a task removed from the code would go on sending "unregistered task" jobs.
     Celery's default scheduler drops such entries by itself.
     """
-    app = ctx.obj.app
+    app = app_of(ctx)
     app.loader.import_default_modules()
     try:
         from django_celery_beat.models import PeriodicTask  # type: ignore[import-not-found]

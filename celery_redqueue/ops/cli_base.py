@@ -16,8 +16,21 @@ from .reading import WORK_KINDS, Operations, Target
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def app_of(ctx: click.Context) -> Any:
+    """The Celery app given with ``-A`` (or ``CELERY_APP``). Without one Celery hands out its
+    default app, whose settings name no Redis: say what is missing instead."""
+    if ctx.find_root().params.get("app") is None:
+        raise click.UsageError(
+            f"no Celery app given: run celery -A proj redqueue {ctx.info_name} ... (or set "
+            "CELERY_APP=proj), naming the module of your Celery app, whose redqueue_* settings "
+            "say where the structures live",
+            ctx,
+        )
+    return ctx.obj.app
+
+
 def open_ops(ctx: click.Context) -> Operations:
-    return Operations.from_app(ctx.obj.app)
+    return Operations.from_app(app_of(ctx))
 
 
 def cli_errors(func: F) -> F:

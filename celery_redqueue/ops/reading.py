@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,13 +32,10 @@ from ..structures.streams import EventStream
 from ..tasks.config import get_config
 from ..tasks.stream_app import stream_tasks
 from ..tasks.wire import DRAIN_HEADER
+from . import bucket_views
 
-#: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
-KEY_WINDOW = 1000
 #: Most resources of one resource pool listed (the least recently freed and soonest to expire).
 RESOURCE_WINDOW = 200
-#: Most calls a keys search makes to HSCAN (each looks at about 1000 keys).
-SEARCH_SCANS = 10
 #: Seconds the registry listing is reused before it is read again.
 REGISTRY_TTL = 5.0
 #: Most groups of one stream shown (and exported as metrics), the most behind first.
@@ -54,6 +50,8 @@ DROP_REASONS = {
 
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
+#: Every kind an operator can name (``kind:name``).
+KINDS = (*WORK_KINDS, "lease")
 
 
 @dataclass(frozen=True)
@@ -149,13 +147,25 @@ class Operations:
         return self._targets
 
     def find(self, name: str, kinds: Sequence[str] = (*WORK_KINDS, "lease")) -> Target:
-        """The structure with this id (``pool:x``) or bare name; ConfigurationError if none."""
+        """The structure with this id (``pool:x``) or bare name, or else the one whose name
+        ends in ``.name`` (``record`` for ``proj.tasks.record``: task names are long);
+        ConfigurationError if none, or if the suffix fits several (naming them)."""
+        kind, _, bare = name.partition(":") if name.partition(":")[0] in KINDS else ("", "", name)
         for fresh in (False, True):
-            for target in self.targets(fresh=fresh):
-                if target.kind in kinds and name in (target.id, target.name):
-                    if target.structure is None:
-                        raise ConfigurationError(f"{target.id}: {target.problem}")
-                    return target
+            found = [t for t in self.targets(fresh=fresh) if t.kind in kinds]
+            if kind:
+                found = [t for t in found if t.kind == kind]
+            exact = [t for t in found if bare == t.name]
+            # A dotted suffix: whole parts of the name, so "cord" never matches "record".
+            chosen = exact or [t for t in found if t.name.endswith(f".{bare}")]
+            if len(chosen) > 1:
+                ids = ", ".join(sorted(t.id for t in chosen))
+                raise ConfigurationError(f"{name!r} could name any of {ids}: give the full name")
+            if chosen:
+                target = chosen[0]
+                if target.structure is None:
+                    raise ConfigurationError(f"{target.id}: {target.problem}")
+                return target
         wanted = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 2 else kinds)
         raise ConfigurationError(f"no {wanted} named {name!r} (see: celery redqueue list)")
 
@@ -240,76 +250,24 @@ class Operations:
             return letter_view(letter)
 
     def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
-        """A bucket's busiest keys (deepest among the next `KEY_WINDOW` eligible), or the
-        keys whose name contains ``query`` (found by a bounded HSCAN). A sharded bucket's rows
-        are those of every shard, merged."""
+        """A bucket's busiest keys (deepest among the next `bucket_views.KEY_WINDOW`
+        eligible), or the keys whose name contains ``query`` (found by a bounded HSCAN), with
+        their pause. A sharded bucket's rows are those of every shard, merged."""
         bucket = self._bucket(target)
         parts = bucket.shards or [bucket]
-        rows = [row for part in parts for row in self._key_rows(part, top, query)]
+        rows = [row for part in parts for row in bucket_views.key_rows(part, top, query)]
         rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
         return rows[:top]
 
-    def _key_rows(self, bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
-        with redis_errors(f"reading keys of {bucket.keys.base}"):
-            if query:
-                names = self._search(bucket, query, top)
-                scores = self._pipe([("zscore", bucket.keys("ready"), n) for n in names])
-                ready = dict(zip(names, scores, strict=True))
-            else:
-                window = self.client.zrange(
-                    bucket.keys("ready"), 0, KEY_WINDOW - 1, withscores=True
-                )
-                names = [name.decode() for name, _ in window]
-                ready = {name.decode(): score for name, score in window}
-            if not names:
-                return []
-            heads, tails, rates, flights = self._pipe(
-                [
-                    ("hmget", bucket.keys("heads"), names),
-                    ("hmget", bucket.keys("tails"), names),
-                    ("hmget", bucket.keys("rates"), names),
-                    ("hmget", bucket.keys("keystats"), [f"{n}\0in_flight" for n in names]),
-                ]
-            )
-        rows: list[dict[str, Any]] = []
-        for i, name in enumerate(names):
-            if rates[i]:
-                interval_ms, burst = (float(x) for x in rates[i].split())
-            else:
-                interval_ms, burst = bucket.default_interval_ms, bucket.default_burst
-            eligible = ready.get(name)
-            rows.append(
-                {
-                    "key": name,
-                    "depth": int(tails[i] or 0) - int(heads[i] or 0),
-                    "in_flight": int(flights[i] or 0),
-                    "rate": round(1000.0 / interval_ms, 6),
-                    "burst": burst,
-                    "custom_rate": bool(rates[i]),
-                    "next_eligible": None if eligible is None else float(eligible) / 1000.0,
-                }
-            )
-        rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), str(row["key"])))
-        return rows[:top]
+    def paused(self, target: Target, top: int = 100) -> dict[str, Any]:
+        """A bucket's paused keys, soonest to end first (at most ``top``; ``until`` None: until
+        resumed), and how many are paused in all."""
+        return bucket_views.paused(self._bucket(target), top)
 
-    def _pipe(self, calls: list[tuple[str, str, Any]]) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for method, key, arg in calls:
-            getattr(pipe, method)(key, arg)
-        return list(pipe.execute())
-
-    def _search(self, bucket: LeakyBucket, query: str, limit: int) -> list[str]:
-        pattern = "*" + "".join(f"\\{c}" if c in "*?[]\\" else c for c in query) + "*"
-        found: list[str] = []
-        cursor = 0
-        for _ in range(SEARCH_SCANS):
-            cursor, page = self.client.hscan(
-                bucket.keys("tails"), cursor, match=pattern, count=1000
-            )
-            found.extend(name.decode() for name in page)
-            if not cursor or len(found) >= limit:
-                break
-        return sorted(found)[:limit]
+    def overrides(self, target: Target, top: int = 100) -> dict[str, Any]:
+        """A bucket's limits, and the keys whose rate or cost budget was set apart from them
+        (``set_rate``, ``set_cost_rate``), at most ``top`` (a bounded scan of the overrides)."""
+        return bucket_views.overrides(self._bucket(target), top)
 
     def resources(self, target: Target) -> list[dict[str, Any]]:
         """A resource pool's resources: held ones by expiry, then free ones by when freed."""
@@ -427,9 +385,5 @@ class Operations:
         return {
             "busiest": [row.__dict__ for row in bucket.busiest(top)],
             "longest_waiting": [row.__dict__ for row in bucket.longest_waiting(top)],
-            "paused": [
-                {"key": key, "until": None if math.isinf(until) else until}
-                for key, until in bucket.paused(top)
-            ],
-            "paused_count": bucket.paused_count(),
+            **self.paused(target, top),
         }

@@ -240,3 +240,107 @@ def test_list_lines_up_the_figures_of_long_names(proc_env, redqueue_redis, redqu
         # The depth column ends where its heading ends, whatever the name's length.
         assert row[:depth_end].split()[-1] == ("3" if "long" in name else "1"), row
         assert row[depth_end] == " "
+
+
+def test_keys_lists_paused_keys_and_per_key_overrides(proc_env, redqueue_redis, redqueue_prefix):
+    bucket = LeakyBucket(
+        redqueue_redis,
+        "metered",
+        prefix=redqueue_prefix,
+        default_rate="2/s",
+        concurrency=3,
+        cost_rate="600/m",
+    )
+    bucket.enqueue_many([("acme", 1), ("globex", 2), ("initech", 3)])
+    bucket.set_rate("acme", "10/s", burst=2)
+    bucket.set_cost_rate("globex", "60/s")
+    bucket.pause("acme", 600)
+    bucket.pause("initech")
+
+    # The busiest keys say which are paused, and until when.
+    rows = {r["key"]: r for r in json.loads(redqueue(proc_env, "keys", "metered", "--json").stdout)}
+    assert rows["acme"]["paused"] and rows["acme"]["paused_until"] > time.time() + 500
+    assert rows["initech"]["paused"] and rows["initech"]["paused_until"] is None
+    assert not rows["globex"]["paused"] and rows["globex"]["paused_until"] is None
+    out = redqueue(proc_env, "keys", "metered").stdout
+    assert re.search(r"^initech\s.*until resumed$", out, re.MULTILINE), out
+    assert re.search(r"^acme\s.*until \d\d:\d\d:\d\d$", out, re.MULTILINE), out
+    assert re.search(r"^globex\s.*\s-$", out, re.MULTILINE), out
+
+    paused = json.loads(redqueue(proc_env, "keys", "metered", "--paused", "--json").stdout)
+    assert paused["paused_count"] == 2
+    assert [r["key"] for r in paused["paused"]] == ["acme", "initech"]  # soonest to end first
+    out = redqueue(proc_env, "keys", "metered", "--paused").stdout
+    assert "2 key(s) paused" in out and re.search(r"initech\s+until resumed", out)
+
+    over = json.loads(redqueue(proc_env, "keys", "metered", "--overrides", "--json").stdout)
+    assert over["defaults"] == {
+        "rate": 2.0,
+        "burst": 0.0,
+        "concurrency": 3,
+        "cost_rate": 10.0,
+        "cost_burst": 0.0,
+    }
+    assert over["overrides"] == [
+        {"key": "acme", "rate": 10.0, "burst": 2.0},
+        {"key": "globex", "cost_rate": 60.0, "cost_burst": 0.0},
+    ]
+    out = redqueue(proc_env, "keys", "metered", "--overrides").stdout
+    assert "every key: rate 2/s, burst 0, concurrency 3 per key, cost 10/s (burst 0)" in out
+    assert re.search(r"acme\s+10\s+2\s+-\s+-", out) and re.search(r"globex\s+-\s+-\s+60\s+0", out)
+
+    bare = LeakyBucket(redqueue_redis, "bare", prefix=redqueue_prefix)
+    bare.enqueue("k", 1)
+    out = redqueue(proc_env, "keys", "bare", "--overrides").stdout
+    assert "no key has a rate or cost budget of its own" in out
+    assert "0 key(s) paused" in redqueue(proc_env, "keys", "bare", "--paused").stdout
+
+
+def test_a_unique_suffix_of_a_task_name_names_its_structure(
+    proc_env, redqueue_redis, redqueue_prefix
+):
+    make_pool(redqueue_redis, redqueue_prefix).add_many(range(3))
+    for suffix in ("record", "proc_app.record", "pool:record"):
+        out = redqueue(proc_env, "stats", suffix).stdout
+        assert f"pool:{RECORD}" in out and re.search(r"offered\s+3\b", out), (suffix, out)
+    # Only whole parts of the name: "cord" is no suffix of "...proc_app.record".
+    partial = redqueue(proc_env, "stats", "cord", check=False)
+    assert partial.returncode == 1 and "no pool, bucket, stream or lease named 'cord'" in (
+        partial.stderr
+    )
+
+    # A suffix that fits two structures names them both and picks neither.
+    CappedPool(redqueue_redis, "other_app.record", 10, prefix=redqueue_prefix).add(1)
+    ambiguous = redqueue(proc_env, "stats", "record", check=False)
+    assert ambiguous.returncode == 1, ambiguous.stdout
+    assert f"'record' could name any of pool:other_app.record, pool:{RECORD}" in ambiguous.stderr
+    assert "offered" not in ambiguous.stdout
+    # The full name still works, and so does a suffix that is unique.
+    assert "pool:other_app.record" in redqueue(proc_env, "stats", "other_app.record").stdout
+    assert f"pool:{RECORD}" in redqueue(proc_env, "stats", "proc_app.record").stdout
+
+
+def test_a_command_without_an_app_says_which_is_missing(proc_env, tmp_path):
+    env = {k: v for k, v in proc_env.items() if k != "CELERY_APP"}
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "redqueue", "list"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no Celery app given: run celery -A proj redqueue list" in result.stderr
+    assert "Traceback" not in result.stderr
+    # CELERY_APP names the app as -A does.
+    env["CELERY_APP"] = "tests.integration.proc_app"
+    named = subprocess.run(
+        [sys.executable, "-m", "celery", "redqueue", "list"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert named.returncode == 0, named.stdout + named.stderr

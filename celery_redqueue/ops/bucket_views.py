@@ -1,0 +1,144 @@
+"""A bucket's keys as operators see them (`Operations.keys`, `paused`, `overrides`): the
+busiest keys with their depth, rate and pause, the paused keys, and the keys whose limits were
+set apart from the bucket's. Every read is bounded (a window of the next eligible keys, a
+bounded HSCAN), never a scan of all keys."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..redis.client import redis_errors, server_time
+from ..structures.bucket import LeakyBucket
+
+#: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
+KEY_WINDOW = 1000
+#: Most calls a keys search makes to HSCAN (each looks at about 1000 keys).
+SEARCH_SCANS = 10
+
+
+def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
+    """One plain bucket's (or shard's) deepest keys among the next `KEY_WINDOW` eligible, or
+    those whose name contains ``query``: depth, in flight, rate, next eligible, pause."""
+    with redis_errors(f"reading keys of {bucket.keys.base}"):
+        if query:
+            names = _search(bucket, query, top)
+            scores = _pipe(bucket.client, [("zscore", bucket.keys("ready"), n) for n in names])
+            ready = dict(zip(names, scores, strict=True))
+        else:
+            window = bucket.client.zrange(bucket.keys("ready"), 0, KEY_WINDOW - 1, withscores=True)
+            names = [name.decode() for name, _ in window]
+            ready = {name.decode(): score for name, score in window}
+            # A key paused until resumed leaves the eligible order: list it all the same.
+            held = bucket.client.zrangebyscore(
+                bucket.keys("paused"), "+inf", "+inf", start=0, num=top
+            )
+            names += [n for n in (name.decode() for name in held) if n not in ready]
+        if not names:
+            return []
+        heads, tails, rates, flights, pauses = _pipe(
+            bucket.client,
+            [
+                ("hmget", bucket.keys("heads"), names),
+                ("hmget", bucket.keys("tails"), names),
+                ("hmget", bucket.keys("rates"), names),
+                ("hmget", bucket.keys("keystats"), [f"{n}\0in_flight" for n in names]),
+                ("zmscore", bucket.keys("paused"), names),
+            ],
+        )
+        # The zset holds when each pause ends, ended ones too: compare with the server's now.
+        now = server_time(bucket.client) if any(pauses) else 0.0
+    rows: list[dict[str, Any]] = []
+    for i, name in enumerate(names):
+        if rates[i]:
+            interval_ms, burst = (float(x) for x in rates[i].split())
+        else:
+            interval_ms, burst = bucket.default_interval_ms, bucket.default_burst
+        eligible = ready.get(name)
+        rows.append(
+            {
+                "key": name,
+                "depth": int(tails[i] or 0) - int(heads[i] or 0),
+                "in_flight": int(flights[i] or 0),
+                "rate": round(1000.0 / interval_ms, 6),
+                "burst": burst,
+                "custom_rate": bool(rates[i]),
+                "next_eligible": None if eligible is None else float(eligible) / 1000.0,
+                # paused with paused_until None: until resumed.
+                "paused": pauses[i] is not None and float(pauses[i]) / 1000.0 > now,
+                "paused_until": _pause_end(pauses[i], now),
+            }
+        )
+    rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), str(row["key"])))
+    return rows[:top]
+
+
+def paused(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
+    """A bucket's paused keys, soonest to end first (at most ``top``; ``until`` None: until
+    resumed), and how many are paused in all."""
+    rows = [
+        {"key": key, "until": None if math.isinf(until) else until}
+        for key, until in bucket.paused(top)
+    ]
+    return {"paused": rows, "paused_count": bucket.paused_count()}
+
+
+def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
+    """A bucket's limits, and the keys whose rate or cost budget was set apart from them
+    (``set_rate``, ``set_cost_rate``): at most ``top`` keys, found by a bounded HSCAN of
+    the per-key limits (one field per override, so this reads overrides, not keys)."""
+    keys: dict[str, dict[str, Any]] = {}
+    for part in bucket.shards or [bucket]:
+        with redis_errors(f"reading rates of {part.keys.base}"):
+            cursor = 0
+            for _ in range(SEARCH_SCANS):
+                cursor, page = part.client.hscan(part.keys("rates"), cursor, count=1000)
+                for field, spec in page.items():
+                    name, _, what = field.decode().partition("\0")
+                    interval_ms, burst = (float(x) for x in spec.split()[:2])
+                    row = keys.setdefault(name, {"key": name})
+                    prefix = "cost_" if what == "cost" else ""
+                    row[f"{prefix}rate"] = round(1000.0 / interval_ms, 6)
+                    row[f"{prefix}burst"] = burst
+                if not cursor:
+                    break
+    limits = bucket.limits
+    defaults = {
+        "rate": round(1000.0 / bucket.default_interval_ms, 6),
+        "burst": bucket.default_burst,
+        # One number for the whole bucket: a key's concurrency cannot be set apart.
+        "concurrency": limits.concurrency or None,
+        "cost_rate": round(1000.0 / limits.cost_interval_ms, 6)
+        if limits.cost_interval_ms
+        else None,
+        "cost_burst": limits.cost_burst if limits.cost_interval_ms else None,
+    }
+    rows = [keys[name] for name in sorted(keys)][:top]
+    return {"defaults": defaults, "overrides": rows, "count": len(keys)}
+
+
+def _pipe(client: Any, calls: list[tuple[str, str, Any]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for method, key, arg in calls:
+        getattr(pipe, method)(key, arg)
+    return list(pipe.execute())
+
+
+def _search(bucket: LeakyBucket, query: str, limit: int) -> list[str]:
+    pattern = "*" + "".join(f"\\{c}" if c in "*?[]\\" else c for c in query) + "*"
+    found: list[str] = []
+    cursor = 0
+    for _ in range(SEARCH_SCANS):
+        cursor, page = bucket.client.hscan(bucket.keys("tails"), cursor, match=pattern, count=1000)
+        found.extend(name.decode() for name in page)
+        if not cursor or len(found) >= limit:
+            break
+    return sorted(found)[:limit]
+
+
+def _pause_end(score: Any, now: float) -> float | None:
+    """When a key's pause (its score, ms) ends, in epoch seconds; None when the key is not
+    paused or is paused until resumed (JSON has no infinity)."""
+    if score is None or math.isinf(float(score)) or float(score) / 1000.0 <= now:
+        return None
+    return float(score) / 1000.0
