@@ -226,16 +226,17 @@ class BucketTask(ProducerTask, MeteredOptions):
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
         """Check a call, compute its key and serialize it (with ``call_id`` when per-call
-        results are on); raises, storing nothing."""
+        results are on or the call is traced); raises, storing nothing."""
         self.check_call(args, kwargs)
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
         call = [list(args or ()), dict(kwargs or {})]
-        if get_config(self.app).tracing:
-            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        data = self.bucket.encode(with_id(call, call_id))
+        # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
+        # its process span names as messaging.message.id (the receipt's id).
+        traced = get_config(self.app).tracing and tracing.stamp(call)
+        data = self.bucket.encode(with_id(call, call_id if traced or self.bucket_results else None))
         cost = self._call_cost(args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
 
@@ -297,7 +298,8 @@ class BucketTask(ProducerTask, MeteredOptions):
                     kind="bucket",
                     key=reservation.key,
                     receives=reservation.receives,
-                    message_id=reservation.id,
+                    # The id the call's receipt has (a traced call carries it).
+                    message_id=call_id_of(reservation.payload) or reservation.id,
                 ):
                     value = self._run_call(*call_args, **call_kwargs)
             finally:

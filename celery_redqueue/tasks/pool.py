@@ -208,11 +208,7 @@ class PoolTask(ProducerTask):
         body runs for each call and the results are Celery's EagerResults.
         """
         ids = [new_call_id() for _ in calls]
-        results_on = self.pool_results
-        encoded = [
-            self._prepare_call(a, k, i if results_on else None)
-            for (a, k), i in zip(calls, ids, strict=True)
-        ]
+        encoded = [self._prepare_call(a, k, i) for (a, k), i in zip(calls, ids, strict=True)]
         if self.app.conf.task_always_eager:
             return [self._run_eagerly(e) for e in encoded]
         results = in_chunks(self.pool.store_encoded, encoded, self.pool.store_chunk)
@@ -227,7 +223,7 @@ class PoolTask(ProducerTask):
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
-        per-call results are on); raises, storing nothing."""
+        per-call results are on or the call is traced); raises, storing nothing."""
         if not self.pool_batch:
             # A batch body takes the list of calls, so its signature says nothing of one call.
             self.check_call(args, kwargs)
@@ -238,9 +234,10 @@ class PoolTask(ProducerTask):
                 "do not pass it when calling"
             )
         call = [list(args or ()), call_kwargs]
-        if get_config(self.app).tracing and not self.pool_coalesce:
-            tracing.stamp(call)  # tracing hook: keep the caller's trace context (tracing.py)
-        return self.pool.encode(with_id(call, call_id))
+        # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
+        # its process span names as messaging.message.id (the receipt's id).
+        traced = get_config(self.app).tracing and not self.pool_coalesce and tracing.stamp(call)
+        return self.pool.encode(with_id(call, call_id if traced or self.pool_results else None))
 
     # Consuming
 
@@ -374,7 +371,8 @@ class PoolTask(ProducerTask):
             batch=batch,
             kind="pool",
             receives=max(item.receives for item in items),
-            message_id=None if batch else items[0].id or None,
+            # The id the call's receipt has (a traced call carries it), else the entry's.
+            message_id=None if batch else call_id_of(items[0].payload) or items[0].id or None,
         )
 
 

@@ -171,14 +171,16 @@ class ProducerTask(RedQueueTask):
         self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
     ) -> tuple[Any, float, str | None]:
         """A call checked as the body will take it and serialized once (carrying ``call_id``
-        when per-call results are on), its delay and its dedupe id; raises, storing nothing."""
-        prepared = self._prepare_call(args, kwargs, call_id if self.redqueue_results else None)
+        when per-call results are on or it is traced), its delay and its dedupe id; raises,
+        storing nothing."""
+        prepared = self._prepare_call(args, kwargs, call_id)
         if not options and getattr(self, self.dedupe_option) is None:
             return prepared, 0.0, None  # the lean path: no delay, no dedupe id
         return prepared, self._delay_of(options), self._dedupe_id(args, kwargs, options)
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
-        """Check and serialize one call, carrying ``call_id`` if given (subclasses)."""
+        """Check and serialize one call (subclasses); it carries ``call_id`` when per-call
+        results are on, or when it carries its caller's trace context (`tracing.stamp`)."""
         raise NotImplementedError
 
     def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:

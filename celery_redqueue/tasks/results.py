@@ -114,7 +114,7 @@ def outcome_reader(task: ResultTask, kept: bool, results: bool) -> Callable[[str
 
 def with_id(call: list[Any], call_id: str | None) -> list[Any]:
     """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
-    ``meta`` (shared with the trace context, see `tracing`) when results are on."""
+    ``meta`` (shared with the trace context, see `tracing`) when one is given."""
     if call_id is not None:
         if len(call) == 3:
             call[2] = dict(call[2], **{ID_FIELD: call_id})

@@ -96,12 +96,15 @@ def caller_context() -> dict[str, str] | None:
 _last: tuple[Any, dict[str, str] | None] = (None, None)
 
 
-def stamp(call: list[Any]) -> list[Any]:
-    """Append the caller's context to a stored call ``[args, kwargs]`` when a span is active."""
+def stamp(call: list[Any]) -> bool:
+    """Append the caller's context to a stored call ``[args, kwargs]`` when a span is active;
+    returns whether it did (the caller then stores the call's id beside it, `results.with_id`,
+    so the process span's ``messaging.message.id`` is the id of the call's receipt)."""
     carrier = caller_context()
-    if carrier is not None:
-        call.append(carrier)
-    return call
+    if carrier is None:
+        return False
+    call.append(carrier)
+    return True
 
 
 def trace_stream(stream: Any) -> None:

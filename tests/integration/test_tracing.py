@@ -280,13 +280,55 @@ def test_tracing_on_stores_the_context_with_the_payload(traced_app, spans, trace
         pass
 
     with tracer.start_as_current_span("request") as span:
-        record.delay(1)
+        receipt = record.delay(1)
     (stored,) = _stored_pool_payloads(redqueue_redis, record.pool)
-    args, kwargs, carrier = json.loads(stored)
+    args, kwargs, meta = json.loads(stored)
     ctx = span.get_span_context()
     assert (args, kwargs) == ([1], {})
     flags = int(ctx.trace_flags)
-    assert carrier == {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags:02x}"}
+    # The context, and the call's id beside it (what its process span names).
+    assert meta == {
+        "traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags:02x}",
+        "id": receipt.id,
+    }
+
+
+def test_a_receipt_is_found_in_the_trace_by_its_id(traced_app, spans, tracer, wait_for):
+    """``Receipt.id`` is the ``messaging.message.id`` of the span that processed the call, for
+    pools, buckets and streams alike, so a receipt logged by the producer leads to its span
+    (and the span's link to the request that made the call)."""
+
+    @traced_app.task(base=PoolTask, pool_size=100)
+    def record(x):
+        pass
+
+    @traced_app.task(base=BucketTask, bucket_key="k", bucket_rate="100/s")
+    def fetch(k, n):
+        pass
+
+    @traced_app.task(base=StreamTask, stream_name="receipts", stream_group="audit")
+    def audit(event):
+        pass
+
+    receipts = {record.name: {}, fetch.name: {}, "receipts": {}}
+    for i in range(3):
+        with tracer.start_as_current_span(f"request {i}") as span:
+            request = _ids(span.get_span_context())
+            receipts[record.name][record.delay(i).id] = request
+            receipts[fetch.name][fetch.delay("a", i).id] = request
+            receipts["receipts"][audit.stream.publish({"n": i}).id] = request
+    with running_worker(traced_app):
+        wait_for(
+            lambda: all(len(_process_spans(spans, name)) == 3 for name in receipts),
+            message="3 process spans for each structure",
+        )
+    for name, made in receipts.items():
+        assert all(made), name  # every receipt has an id
+        processed = _process_spans(spans, name)
+        by_id = {s.attributes["messaging.message.id"]: s for s in processed}
+        assert set(by_id) == set(made), name
+        for receipt_id, request in made.items():
+            assert [_ids(link.context) for link in by_id[receipt_id].links] == [request]
 
 
 def test_a_coalescing_pool_stores_no_context(traced_app, spans, tracer, redqueue_redis):
