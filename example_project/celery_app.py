@@ -46,7 +46,8 @@ def count_error(fingerprint, count=1):
 def crawl(url):
     redis = get_config(app).client()
     if crawl.reservation:  # when the bucket released this call (server clock), for the demo
-        redis.rpush(f"demo:crawler:released:{urlsplit(url).netloc}", crawl.reservation.released_at)
+        released = f"{crawl.reservation.released_at!r} {url}"
+        redis.rpush(f"demo:crawler:released:{urlsplit(url).netloc}", released)
     with urllib.request.urlopen(url, timeout=10) as response:
         page = response.read().decode()
     for link in re.findall(r'href="([^"]+)"', page):

@@ -4,7 +4,8 @@ A grocery shop publishes each order once on the stream "orders"; three stream ta
 receive every event: an SMS to the customer, a packing slip, loyalty points. The producer knows
 none of them. One order is malformed: its packing slip fails, is retried, and lands in the
 dead-letter list; after the "fix" it is requeued for the packing group alone. Then the loyalty
-group replays the whole stream, and its processed-guard keeps points from being applied twice.
+group replays the whole stream, and its processed-guard skips every event (each was applied
+once already), so the replay applies nothing; the demo says how to replay for real.
 
 Run it with ``./run-demo orders`` (embedded Redis, a prefork worker and beat as subprocesses).
 Ctrl-C or SIGTERM at any moment stops the worker, beat and Redis and removes the temporary files.
@@ -148,6 +149,19 @@ def main(log):
             loyalty_points.send_drain()
             wait(lambda: loyalty_points.stream.group_figures("loyalty").guard_skipped == ORDERS)
             table()
+            skipped = loyalty_points.stream.group_figures("loyalty").guard_skipped
+            print(
+                f"the replay read all {ORDERS} events again and the processed guard skipped "
+                f"{skipped} of them\n(each had been applied once), so the replay applied no "
+                "points at all."
+            )
+            print(
+                "to replay for real (apply every event again, say after fixing how points are "
+                "computed\nand resetting them), read with a group the guard has not seen: a new "
+                "group, e.g.\n@stream_task(stream='orders', group='loyalty-v2'), seeked to "
+                "'start'; or seek this group\nonce its guard window (stream_processed_guard="
+                "86400 s) has passed."
+            )
             sms = int(redis().get("demo:orders:sms"))
             slips = int(redis().get("demo:orders:slips"))
             points = int(redis().get("demo:orders:points"))

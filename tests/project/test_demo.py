@@ -191,3 +191,19 @@ def test_demo_dashboard_mode_serves_the_demos_structures():
             urllib.request.urlopen(url, timeout=5)
     finally:
         kill_leftovers(proc, [])
+
+
+def test_the_crawler_verdict_says_what_the_server_saw():
+    """The crawler's verdict compares what each server saw per sliding second with the rate: a
+    domain whose server saw more is named, never reported as "no domain above its rate"."""
+    from example_project.crawler import max_per_second, verdict
+
+    # 11 requests 0.1 s apart span exactly one second: a sliding second holds 10 of them ...
+    assert max_per_second([i / 10 for i in range(11)]) == 10
+    # ... but when the first arrives 5 ms late, one second holds all 11.
+    assert max_per_second([0.005] + [i / 10 for i in range(1, 11)]) == 11
+    over = " ".join(verdict(True, True, [("a", "10/s", 11, 0.031)]).split())  # unwrapped
+    assert "a: 11 at 10/s" in over and "up to 31 ms" in over
+    assert "no server saw more" not in over and "no domain above" not in over
+    assert "arrival side: no server saw more" in verdict(True, True, [])
+    assert "RELEASES ABOVE" in verdict(True, False, [])
