@@ -15,6 +15,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    CallLostError,
     CallRefusedError,
     ConfigurationError,
     CorruptDataError,
@@ -68,6 +69,7 @@ __all__ = [
     "BucketTask",
     "BufferedReceipt",
     "CallBuffer",
+    "CallLostError",
     "CallRefusedError",
     "CappedPool",
     "ConfigurationError",

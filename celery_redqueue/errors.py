@@ -92,6 +92,13 @@ class CallRefusedError(RedQueueError):
     per-call results on, this is the call's result, so whoever waits on its id learns it."""
 
 
+class CallLostError(RedQueueError):
+    """A stored call was lost without running to its end: its batch was taken back from a dead
+    worker by an at-most-once pool (counted ``lost``; the body may have started). With per-call
+    results on, this is the call's result, so whoever waits on its id learns it instead of
+    waiting forever."""
+
+
 class CorruptDataError(RedQueueError, ValueError):
     """A structure's stored field cannot be read (another program wrote it, or it was
     corrupted); the message names the structure's key and the field."""

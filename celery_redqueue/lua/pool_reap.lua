@@ -6,7 +6,9 @@
 -- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
--- Reply: {lost, returned, dead_lettered, send_drain}. Bounded: O(limit * batch * log N).
+-- ARGV[8] reply the payloads of the calls counted lost (1|0; absent: 0), for their waiters
+-- Reply: {lost, returned, dead_lettered, send_drain, lost payload...} (a lost batch whose record
+-- cannot be read is counted without its payloads). Bounded: O(limit * batch * log N).
 -- Lost reply: safe to run twice (a second run takes back only what expired since; a drain job
 -- the lost reply asked for is sent by the next reaper run)
 --#include clock
@@ -18,6 +20,7 @@
 --#include pool_bury
 local pool = pool_keys(KEYS, ARGV)
 local limit, at_least_once, max_receives = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
+local tell_lost = ARGV[8] == '1'
 local now = math.floor(now_ms())
 
 -- Read and decode every expired batch before writing anything.
@@ -25,14 +28,15 @@ local batches = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', pool.inflight, '-inf', now, 'LIMIT', 0, limit)) do
   local b = {id = id, calls = tonumber(redis.call('HGET', pool.inflight_calls, id) or '0') or 0}
   b.packed = redis.call('HGET', pool.inflight_items, id)
-  if at_least_once and b.packed then
+  if b.packed and (at_least_once or tell_lost) then
     b.entries = pool_unpack_batch(b.packed, b.calls, pool.coalesce)
-    b.bad = b.entries == nil
+    b.bad = at_least_once and b.entries == nil
   end
   batches[#batches + 1] = b
 end
 
 local lost, returned, buried, evicted, pushed_out = 0, 0, 0, 0, 0
+local told = {}
 for _, b in ipairs(batches) do
   redis.call('HDEL', pool.inflight_calls, b.id)
   redis.call('HDEL', pool.inflight_items, b.id)
@@ -41,7 +45,7 @@ for _, b in ipairs(batches) do
   if b.bad then
     pool_bury(pool, b.packed, b.calls, 0, 'undecodable batch record (cannot return its calls)', now)
     buried = buried + b.calls
-  elseif b.entries then
+  elseif at_least_once and b.entries then
     for _, entry in ipairs(b.entries) do
       local member, score, count, receives, offered_at, _, payload = unpack(entry, 1, 7)
       if receives >= max_receives then
@@ -57,6 +61,7 @@ for _, b in ipairs(batches) do
     end
   else
     lost = lost + b.calls
+    for _, entry in ipairs(b.entries or {}) do told[#told + 1] = entry[7] end
   end
 end
 if lost > 0 then redis.call('HINCRBY', pool.stats, 'lost', lost) end
@@ -70,4 +75,6 @@ local first = redis.call('ZRANGE', pool.scheduled, 0, 0, 'WITHSCORES')
 local due = redis.call('ZCARD', pool.items) > 0 or (#first > 0
   and (tonumber(first[2]) <= now or redis.call('EXISTS', pool.wake) == 0))
 local send = rearm_drain(pool.drains, pool.lease, #batches > 0, due)
-return {lost, returned, buried, send}
+local reply = {lost, returned, buried, send}
+for _, payload in ipairs(told) do reply[#reply + 1] = payload end
+return reply

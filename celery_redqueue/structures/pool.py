@@ -60,7 +60,7 @@ from . import sharding
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import parse_counters, unfold
 from .pool_gather import PoolGathering
-from .pool_replies import ack_args, read_pop
+from .pool_replies import ack_args, decodable, read_pop
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -383,14 +383,20 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
     @sharding.on_every(sharding.sum_results(ReapResult), register=True)
-    def reap(self, limit: int = 1000) -> ReapResult:
+    def reap(self, limit: int = 1000, *, lost_calls: bool = False) -> ReapResult:
         """Take back batches past their deadline: lost (at most once) or returned to the pool
-        / dead-lettered (at least once)."""
-        lost, returned, dead, send = self._run(
-            "pool_reap", [limit, int(self.at_least_once), self.max_receives]
+        / dead-lettered (at least once). ``lost_calls``: also return the payloads of the calls
+        counted lost (``ReapResult.lost_calls``), so that whoever waits on them can be told."""
+        reply = self._run(
+            "pool_reap", [limit, int(self.at_least_once), self.max_receives, int(lost_calls)]
         )
+        lost, returned, dead, send = reply[:4]
         return ReapResult(
-            lost=int(lost), returned=int(returned), dead_lettered=int(dead), drain_needed=bool(send)
+            lost=int(lost),
+            returned=int(returned),
+            dead_lettered=int(dead),
+            drain_needed=bool(send),
+            lost_calls=decodable(reply[4:], self.serializer.loads, self.keys.base),
         )
 
     # Reading

@@ -1,5 +1,5 @@
 """What crosses the wire per popped call: reading a ``pool_pop`` reply into a `PoolBatch`, and
-the arguments of its ``pool_ack``.
+the arguments of its ``pool_ack`` (and the lost calls a ``pool_reap`` replies).
 
 A drain runs this for every call it takes, so it is written for that: the reply lists each
 entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
@@ -9,7 +9,7 @@ lua/pool_reply_entries.lua); an ack names only the calls that did not succeed. U
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..redis.lua import AGAIN, LATER, LINGER
@@ -85,6 +85,18 @@ def read_pop(
         else:
             batch.items.append(_item(payload, int(count), int(receives), entry_id))
     return batch
+
+
+def decodable(raws: Sequence[bytes], loads: Callable[[bytes], Any], name: str) -> tuple[Any, ...]:
+    """The payloads among ``raws`` (a reap's lost calls) that decode: one that does not is
+    logged, and has no id to tell its waiter by."""
+    payloads = []
+    for raw in raws:
+        try:
+            payloads.append(loads(raw))
+        except Exception as exc:
+            logger.warning("%s: a lost call's payload is undecodable: %s", name, exc)
+    return tuple(payloads)
 
 
 def _member_id(entry_id: str) -> bytes:

@@ -121,6 +121,9 @@ class ReapResult:
     dead_lettered: int = 0
     #: Pools, at most once: calls of expired batches counted as ``lost``.
     lost: int = 0
+    #: Pools, at most once, when asked (``reap(lost_calls=True)``): the decoded payloads of
+    #: those calls, so that their waiters can be told (per-call results).
+    lost_calls: tuple[Any, ...] = ()
     #: Work waits and no drain job holds the structure: the caller should send one.
     drain_needed: bool = False
     #: Streams: groups whose drain lease the reaper armed (their drain claims what is due).

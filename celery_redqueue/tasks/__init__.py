@@ -9,9 +9,11 @@
 - `lease`: [`LeaseTask`][celery_redqueue.LeaseTask] and ``@lease_task`` (leased resources)
 - `beat`: drain and reaper jobs, beat entries
 - `config`: the app's ``redqueue_*`` settings
+- `watchdog`: every worker's pass that sends the drains no one else would (no beat needed)
 """
 
-from . import consumer  # noqa: F401  (connects the continuous consumer's worker step)
+# Each connects its worker step (celeryd_init): the continuous consumer, the watchdog.
+from . import consumer, watchdog  # noqa: F401
 from .base import RedQueueTask
 from .bucket import BucketTask, bucket_task
 from .pool import PoolCall, PoolTask, pool_task

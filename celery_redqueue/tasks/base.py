@@ -228,7 +228,8 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     ) -> str | None:
         """Send a drain job (now, or after ``countdown`` seconds); if the broker refuses, log a
         warning, release what announced the job (the drain flag, or the scheduled wake-up) so
-        that the next call or beat sends one, and return the error text (None when sent)."""
+        that the next call, a worker's watchdog (`watchdog`) or beat sends one, and return the
+        error text (None when sent)."""
         options = dict(routing or {})
         if countdown is not None:
             options["countdown"] = countdown
@@ -236,8 +237,8 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             self.send_drain(**options)
         except Exception as exc:
             logger.warning(
-                "%s: could not send a drain job (%s); the calls are stored and the next call "
-                "or beat sends one",
+                "%s: could not send a drain job (%s); the calls are stored and the next call, "
+                "a worker's watchdog or beat sends one",
                 self.name,
                 error_text(exc),
             )

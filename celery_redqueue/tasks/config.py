@@ -15,6 +15,7 @@ from ..redis.client import get_client
 from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
 from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
+from ..validation import seconds
 
 REDIS_SCHEMES = (
     "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
@@ -51,6 +52,11 @@ class RedQueueConfig:
     #: for the pooled, bucket and stream tasks routed to its queues (True), or for the tasks
     #: named in a list; ``celery worker --redqueue-consumer`` turns it on for one worker.
     consumer: bool | tuple[str, ...] = False
+    #: ``redqueue_watchdog_interval``: seconds between the passes of every worker's watchdog
+    #: (`watchdog`), which takes back what dead workers held and sends the drain job that work
+    #: under no live drain lease needs (a drain killed while it held the lease, a send that
+    #: failed while the broker was down), with or without beat; 0 turns it off.
+    watchdog_interval: float = 2.0
 
     def client(self) -> Any:
         return get_client(self.url, {**self.redis_options, **self.transport_options})
@@ -86,6 +92,8 @@ def load_config(conf: Any) -> RedQueueConfig:
         raise ConfigurationError(
             f"redqueue_reaper_interval must be positive seconds, got {interval!r}"
         )
+    watchdog = conf.get("redqueue_watchdog_interval")
+    watchdog = seconds("redqueue_watchdog_interval", 2.0 if watchdog is None else watchdog)
     url = _resolve_url(conf)
     transport = conf.get("redqueue_transport_options")
     if transport is None and is_sentinel_url(url) and url == conf.get("broker_url"):
@@ -102,6 +110,7 @@ def load_config(conf: Any) -> RedQueueConfig:
         reaper_interval=float(interval),
         tracing=tracing_setting(conf),
         consumer=consumer_setting(conf.get("redqueue_consumer")),
+        watchdog_interval=watchdog,
     )
 
 

@@ -39,6 +39,7 @@ from .results import (
     named_receipt,
     new_call_id,
     store_failure,
+    store_lost,
     store_success,
     with_id,
 )
@@ -220,6 +221,18 @@ class PoolTask(ProducerTask):
             else:
                 results[i] = named_receipt(self, result, ids[i])
         return results
+
+    def reap(self) -> int:
+        """The reaper's step for this pool; the waiters of the calls it counted lost (per-call
+        results on) get a CallLostError as their result."""
+        result = self.pool.reap(lost_calls=self.pool_results)
+        store_lost(
+            self,
+            result.lost_calls,
+            "its at-most-once batch was taken back from a worker that died (counted lost; the "
+            "body may have started)",
+        )
+        return self.reaped(result)
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when

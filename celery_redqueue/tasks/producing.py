@@ -20,7 +20,7 @@ from celery.utils.time import maybe_make_aware
 from .. import validation
 from ..errors import InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
-from ..structures.receipts import Receipt
+from ..structures.receipts import ReapResult, Receipt
 from ..validation import boolean, function_option, seconds
 from .base import RedQueueTask
 from .beat import reaped_count
@@ -162,7 +162,11 @@ class ProducerTask(RedQueueTask):
         return CallBuffer((self,), flush_on_error=flush_on_error)
 
     def reap(self) -> int:
-        result = self.structure.reap()
+        return self.reaped(self.structure.reap())
+
+    def reaped(self, result: ReapResult) -> int:
+        """After a reap of the structure: send the drain job it asked for; returns what it took
+        back."""
         if result.drain_needed:
             self.send_drain_or_release()
         return reaped_count(result)

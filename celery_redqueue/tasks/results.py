@@ -3,7 +3,8 @@ ids and per-call results").
 
 With the kind's ``*_results`` option on, the id travels with the stored call and the body's
 outcome is stored in the app's result backend under it; a refused call gets
-[`CallRefusedError`][celery_redqueue.CallRefusedError] at once. Off (the default), nothing is
+[`CallRefusedError`][celery_redqueue.CallRefusedError] at once, and a call counted lost
+[`CallLostError`][celery_redqueue.CallLostError] (`store_lost`). Off (the default), nothing is
 stored per call (a result is one more backend write per call) and ``get()`` returns None.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ from celery import states
 from celery.backends.base import DisabledBackend
 from celery.result import AsyncResult
 
-from ..errors import CallRefusedError
+from ..errors import CallLostError, CallRefusedError
 from ..structures.receipts import Receipt
 
 
@@ -147,6 +148,18 @@ def store_failure(task: ResultTask, call_id: str | None, exc: BaseException) -> 
     """Store the exception a call ended with (it will not be tried again)."""
     if call_id is not None:
         _storing(task, call_id, lambda: task.backend.mark_as_failure(call_id, exc))
+
+
+def store_lost(task: ResultTask, payloads: Iterable[Any], why: str) -> None:
+    """Tell the waiters of calls counted lost (``why``): a CallLostError is each one's result,
+    unless it stored one already (in an at-most-once batch whose worker died, the calls before
+    the one it died in ran and stored theirs)."""
+    for payload in payloads:
+        call_id = call_id_of(payload)
+        if call_id is None or task.backend.get_state(call_id) in states.READY_STATES:
+            continue
+        lost = CallLostError(f"{task.name}: the call was lost: {why}")
+        _storing(task, call_id, partial(task.backend.mark_as_failure, call_id, lost))
 
 
 def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> None:

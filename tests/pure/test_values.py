@@ -125,6 +125,7 @@ def test_config_falls_back_to_a_redis_broker():
     config = load_config(_conf(broker_url="redis://h:1/0"))
     assert config.url == "redis://h:1/0" and config.key_prefix == "redqueue"
     assert config.beat is True and config.reaper_interval == 30.0
+    assert config.watchdog_interval == 2.0
 
 
 @pytest.mark.parametrize(
@@ -138,6 +139,10 @@ def test_config_falls_back_to_a_redis_broker():
             "redqueue_redis_options",
         ),
         ({"redqueue_url": "redis://h", "redqueue_key_prefix": "a{b"}, "redqueue_key_prefix"),
+        (
+            {"redqueue_url": "redis://h", "redqueue_watchdog_interval": -1},
+            "redqueue_watchdog_interval",
+        ),
     ],
 )
 def test_config_errors_name_the_setting(settings, named):

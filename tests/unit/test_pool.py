@@ -244,6 +244,40 @@ def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool, assert_identities)
     assert_identities(stats)
 
 
+@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("policy", ["sample", "newest"])
+def test_a_reap_asked_for_lost_calls_returns_their_payloads(make_pool, policy, shards):
+    """Issue 29: whoever waits on a lost call must be told, so the reaper can name them."""
+    pool = make_pool(capacity=100, visibility_timeout=0.05, policy=policy, shards=shards)
+    pool.add_many([{"call": i} for i in range(6)])
+    popped = [item.payload for _ in range(3) for item in pool.pop(2).items]
+    left = len(pool)
+    time.sleep(0.1)
+    result = pool.reap(lost_calls=True)
+    assert result.lost == len(popped)
+    assert sorted(result.lost_calls, key=str) == sorted(popped, key=str)
+    assert len(pool) == left  # nothing else touched
+    # Asked again, or not asked at all: nothing is named twice, nothing when not asked.
+    assert pool.reap(lost_calls=True).lost_calls == ()
+    popped = pool.pop(10)
+    time.sleep(0.1)
+    quiet = pool.reap()
+    assert quiet.lost == popped.calls and quiet.lost_calls == ()
+
+
+def test_a_lost_batch_with_an_unreadable_record_is_counted_without_its_calls(
+    make_pool, redqueue_redis
+):
+    pool = make_pool(capacity=10, visibility_timeout=0.05)
+    pool.add_many(range(3))
+    batch = pool.pop(3)
+    redqueue_redis.hset(pool.keys("inflight_items"), batch.id, b"not msgpack")
+    time.sleep(0.1)
+    result = pool.reap(lost_calls=True)
+    assert (result.lost, result.lost_calls) == (3, ())
+    assert pool.stats().lost == 3
+
+
 def test_reaper_leaves_live_batches_alone(make_pool):
     pool = make_pool(capacity=10)
     pool.add_many(range(4))
