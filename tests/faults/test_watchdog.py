@@ -10,7 +10,7 @@ import time
 import pytest
 from celery.result import AsyncResult
 
-from celery_redqueue import CallLostError
+from celery_redqueue import CallLostError, publish
 
 from .conftest import _imported
 
@@ -69,7 +69,21 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_without_bea
     print(f"served {time.monotonic() - called:.2f}s after the call (lease 10 s)")
 
 
+def _caller(module, kind):
+    """Make call ``i`` of ``kind``, and the key of the structure's drain flag (or lease)."""
+    if kind == "pool":
+        task = module.plain
+        return (lambda i: task.delay(i)), task.pool.keys("drains")
+    if kind == "bucket":
+        task = module.metered
+        return (lambda i: task.delay("a", i)), task.bucket.keys("drains")
+    task = module.tally
+    return (lambda i: publish(module.app, "events", i)), task.stream.keys("group:tally:drain")
+
+
+@pytest.mark.parametrize("kind", ["pool", "bucket", "stream"])
 def test_a_call_whose_drain_send_failed_is_served_once_the_broker_is_back(
+    kind,
     celery_procs,
     split_watchdog_app,
     broker_server,
@@ -78,20 +92,23 @@ def test_a_call_whose_drain_send_failed_is_served_once_the_broker_is_back(
     wait_for,
     worker_logs,
 ):
-    """The broker goes down under a running worker; a call made then is stored, and its
-    receipt says the drain could not be sent (the flag released). Once the broker is back the
-    worker's watchdog sends the drain: served without beat and without another call."""
+    """The broker goes down under a running worker; a call made then is stored, and its drain
+    cannot be sent (the flag is released; a pool's or bucket's receipt says so). Once the broker
+    is back the worker's watchdog sends the drain: served without beat and without another
+    call."""
     ran_key = f"{redqueue_prefix}:ran"
-    plain = split_watchdog_app.plain
+    call, flag = _caller(split_watchdog_app, kind)
     env = {"REDQUEUE_TEST_BROKER_URL": broker_server.url}
     celery_procs(APP, "worker", "--pool=prefork", "--concurrency=1", env=env)
     try:
-        assert plain.delay(0).drain_sent
+        call(0)
         wait_for(lambda: ran(redqueue_redis, ran_key) == ["0"], timeout=60, message="call 0")
-        wait_for(lambda: not plain.pool.stats().drains_pending, timeout=30, message="idle")
+        wait_for(lambda: not redqueue_redis.exists(flag), timeout=30, message="the drain to end")
         broker_server.stop()
-        receipt = plain.delay(1)
-        assert receipt.drain_needed and not receipt.drain_sent and receipt.drain_error
+        receipt = call(1)
+        if kind != "stream":
+            assert receipt.drain_needed and not receipt.drain_sent and receipt.drain_error
+        assert not redqueue_redis.exists(flag)  # released: nothing holds the call
         time.sleep(3)  # a watchdog pass or more meets the broker down: it must try again
         assert ran(redqueue_redis, ran_key) == ["0"]
         broker_server.start()
@@ -104,7 +121,7 @@ def test_a_call_whose_drain_send_failed_is_served_once_the_broker_is_back(
     except AssertionError:
         print(worker_logs())
         raise
-    print(f"served {time.monotonic() - back:.2f}s after the broker came back")
+    print(f"{kind}: served {time.monotonic() - back:.2f}s after the broker came back")
 
 
 def test_a_gathering_drain_killed_with_its_countdown_message_strands_nothing(

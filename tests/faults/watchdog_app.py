@@ -6,7 +6,7 @@ set) puts the broker on a server of its own, which the test stops and starts aga
 import os
 import time
 
-from celery_redqueue import PoolCall, PoolTask
+from celery_redqueue import BucketTask, PoolCall, PoolTask, StreamTask
 from tests.process_app import PREFIX, URL, client, make_app
 
 app = make_app("watchdog_app")
@@ -40,6 +40,30 @@ def lingering(i):
 def plain(i):
     """Records each call."""
     record("ran", i)
+
+
+@app.task(
+    base=BucketTask,
+    shared=False,
+    bucket_key=lambda tenant, i: tenant,
+    bucket_rate="1000/s",
+    bucket_drain_interval=None,
+)
+def metered(tenant, i):
+    """Records each call."""
+    record("ran", i)
+
+
+@app.task(
+    base=StreamTask,
+    shared=False,
+    stream_name="events",
+    stream_group="tally",
+    stream_drain_interval=None,
+)
+def tally(event):
+    """Records each event."""
+    record("ran", event)
 
 
 @app.task(
