@@ -56,11 +56,14 @@ TASK_OPTION_NAMES = {
 
 @dataclass(frozen=True)
 class PoolCall:
-    """One call handed to a ``pool_batch`` body: arguments and how many calls it merges."""
+    """One call handed to a ``pool_batch`` body: arguments, how many calls it merges, its id."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     count: int = 1
+    #: The id of the call's receipt, when the stored call carries it (``pool_results=True``,
+    #: or a call traced under an active span); else "" (ids are not stored for nothing).
+    id: str = ""
 
 
 class PoolTask(ProducerTask):
@@ -324,7 +327,7 @@ class PoolTask(ProducerTask):
         if self.pool_batch:
             try:
                 calls = [
-                    PoolCall(tuple(a), k, item.count)
+                    PoolCall(tuple(a), k, item.count, call_id_of(item.payload) or "")
                     for item in batch.items
                     for a, k in [self._unpack(item.payload)]
                 ]

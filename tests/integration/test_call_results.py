@@ -46,6 +46,28 @@ def test_a_batch_bodys_return_value_is_each_calls_result(backend_app):
         assert [r.get(timeout=30) for r in receipts] == [3, 3, 3]
 
 
+def test_a_batch_body_sees_each_calls_receipt_id(backend_app, wait_for):
+    """``PoolCall.id`` is the id of the call's receipt when the call carries it (results on),
+    so a batch body can tell which call is which; "" when results are off (nothing stored)."""
+    app = backend_app
+    seen = {}
+
+    @app.task(base=PoolTask, pool_batch=True, pool_results=True, pool_drain_interval=None)
+    def with_ids(calls):
+        seen.update({c.args[0]: c.id for c in calls})
+
+    @app.task(base=PoolTask, pool_batch=True, pool_drain_interval=None)
+    def without_ids(calls):
+        seen.update({c.args[0]: c.id for c in calls})
+
+    receipts = {i: with_ids.delay(i) for i in range(3)}
+    others = {i: without_ids.delay(i) for i in range(10, 12)}
+    with running_worker(app):
+        wait_for(lambda: len(seen) == 5, message="5 calls ran")
+    assert {i: seen[i] for i in receipts} == {i: r.id for i, r in receipts.items()}
+    assert all(others[i].id for i in others) and [seen[10], seen[11]] == ["", ""]
+
+
 def test_a_refused_call_has_its_result_at_once(backend_app):
     app = backend_app
 
