@@ -192,6 +192,8 @@ def keys(
 ) -> None:
     """A bucket's busiest keys: depth, in flight, rate, next eligible, paused (or only the
     paused keys, or the per-key overrides)."""
+    if view and search:
+        raise click.UsageError(f"--search lists the busiest keys; it does not apply to --{view}")
     ops, target = open_target(ctx, bucket, ("bucket",))
     if view == "paused":
         show_paused(ops.paused(target, top), as_json)

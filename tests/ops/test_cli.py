@@ -289,6 +289,9 @@ def test_keys_lists_paused_keys_and_per_key_overrides(proc_env, redqueue_redis, 
     assert "every key: rate 2/s, burst 0, concurrency 3 per key, cost 10/s (burst 0)" in out
     assert re.search(r"acme\s+10\s+2\s+-\s+-", out) and re.search(r"globex\s+-\s+-\s+60\s+0", out)
 
+    both = redqueue(proc_env, "keys", "metered", "--paused", "--search", "acme", check=False)
+    assert both.returncode == 2 and "does not apply to --paused" in both.stderr
+
     bare = LeakyBucket(redqueue_redis, "bare", prefix=redqueue_prefix)
     bare.enqueue("k", 1)
     out = redqueue(proc_env, "keys", "bare", "--overrides").stdout
