@@ -94,9 +94,10 @@ class CallRefusedError(RedQueueError):
 
 class CallLostError(RedQueueError):
     """A stored call was lost without running to its end: its batch was taken back from a dead
-    worker by an at-most-once pool (counted ``lost``; the body may have started). With per-call
-    results on, this is the call's result, so whoever waits on its id learns it instead of
-    waiting forever."""
+    worker by an at-most-once pool (counted ``lost``; the body may have started), or a later
+    call pushed it out of a full ``sample`` or ``newest`` pool (counted ``evicted``). With
+    per-call results on, this is the call's result, so whoever waits on its id learns it
+    instead of waiting forever."""
 
 
 class CorruptDataError(RedQueueError, ValueError):

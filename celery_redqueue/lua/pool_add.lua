@@ -5,9 +5,10 @@
 -- ARGV[5] dedupe window ms (0: no producer-side deduplication)
 -- ARGV[6], ARGV[7], ... groups of 4: random score in [0, 1), payload, dedupe id ('' for none),
 -- delay ms (0: now)
--- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
--- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
--- Status (pool_status.lua): REFUSED, KEPT, EVICTED, MERGED, DUPLICATE, DELAYED.
+-- Returns {send_drain, wake_in_ms, status..., evicted member...}: send_drain 1 means "send a
+-- drain job now"; wake_in_ms >= 0 means "send a drain job with this countdown" (no job is
+-- scheduled earlier). Status (pool_status.lua): REFUSED, KEPT, EVICTED, MERGED, DUPLICATE,
+-- DELAYED; then the member each EVICTED call pushed out, in order (whose waiter is told).
 -- Bounded: O(batch * log N).
 -- Calls with no dedupe id and no delay run pool_add_plain instead (pool.py's _add_plain); here
 -- what a call does not use (dedupe, the delayed set, the wake key) still costs nothing.
@@ -46,7 +47,7 @@ if dedupe then forget_expired(pool.dedupe, now) end
 -- carry the arrival, pool_take_ids.lua).
 local seq = pool_take_ids(pool.stats, calls, now)
 local c = {accepted = 0, rejected = 0, evicted = 0, depth = 0, duplicates = 0, delayed = 0}
-local result = {0, -1}
+local result, victims = {0, -1}, {}
 -- Every call on its own: refused as a duplicate, held until due, or admitted under the policy.
 for i = 6, #ARGV, 4 do
   local score, payload, dedupe_id, delay = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -63,8 +64,9 @@ for i = 6, #ARGV, 4 do
     local member = payload
     if not pool.coalesce then member = string.format('%x:%s', seq, payload) end
     if pool.policy ~= 'sample' then score = seq end
-    local out
-    status, out = pool_admit(pool, member, score, 1, 0, now)
+    local out, victim
+    status, out, victim = pool_admit(pool, member, score, 1, 0, now)
+    if victim then victims[#victims + 1] = victim end
     if status == REFUSED then
       c.rejected = c.rejected + 1
     else
@@ -101,4 +103,5 @@ if not woken then
   end
   result[1], result[2] = plan_drain(pool.drains, pool.wake, pool.lease, now, next_at)
 end
+for _, victim in ipairs(victims) do result[#result + 1] = victim end
 return result

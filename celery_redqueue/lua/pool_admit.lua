@@ -3,7 +3,8 @@
 -- decides. `count`: the calls it stands for; `receives`: times handed out so far (0: none is
 -- kept); `offered_at`: when it was first offered (ms; coalescing pools keep it per member, other
 -- members carry it in their id, and it is their slot's age if the slot was empty). Returns a
--- status of pool_status.lua (REFUSED, KEPT, EVICTED, MERGED) and the calls evicted to make room.
+-- status of pool_status.lua (REFUSED, KEPT, EVICTED, MERGED), the calls evicted to make room, and
+-- the member evicted (nil when none was: pool_add replies it, so its call's waiter is told).
 --#include pool_status
 --#include pool_evict
 --#include pool_id
@@ -22,9 +23,8 @@ local function pool_admit(pool, member, score, count, receives, offered_at)
     end
     return MERGED, 0
   end
-  local status, evicted = KEPT, 0
+  local status, evicted, victim = KEPT, 0, nil
   if redis.call('ZCARD', pool.items) >= pool.capacity then
-    local victim
     if pool.policy == 'newest' then
       victim = redis.call('ZRANGE', pool.items, 0, 0)[1]
     elseif pool.policy == 'sample' then
@@ -45,5 +45,5 @@ local function pool_admit(pool, member, score, count, receives, offered_at)
     pool_arrive(pool.ages, pool.arrivals, slot, offered_at, 1)
   end
   if receives > 0 then redis.call('HSET', pool.receives, member, receives) end
-  return status, evicted
+  return status, evicted, victim
 end

@@ -27,10 +27,10 @@ Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered
 The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
 renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
 deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while its bodies
-run.
-An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
-(``dead``); the rest of its batch carries on. ``shards=N`` spreads the pool over N hash tags
-(cluster nodes): see `sharding`.
+run. An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
+(``dead``); the rest of its batch carries on. ``name_evicted=True``: a call's receipt names the
+call it pushed out (``Receipt.evicted_calls``; stores take ``pool_add``). ``shards=N`` spreads
+the pool over N hash tags (cluster nodes): see `sharding`.
 
 Example:
 
@@ -60,7 +60,7 @@ from . import sharding
 from .base import DRAIN_LEASE, Structure, decode_ids
 from .figures import parse_counters, unfold
 from .pool_gather import PoolGathering
-from .pool_replies import ack_args, decodable, read_pop
+from .pool_replies import ack_args, decodable, name_victims, read_pop
 from .pool_types import (
     COUNTERS,
     DELIVERIES,
@@ -154,6 +154,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         max_receives: int = 5,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
+        name_evicted: bool = False,
         listed: bool = False,
         shards: int = 1,
     ) -> None:
@@ -180,6 +181,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         self.max_receives = max_receives
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.processed_guard_ms = int(processed_guard * 1000)
+        self.name_evicted = bool(name_evicted)
         # With shards > 1, each holds its share of the capacity.
         self._build_shards(shards, sharding.split_capacity, capacity)
 
@@ -217,7 +219,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
         delay_ms = int(seconds("delay", delay) * 1000)
-        if delay_ms == 0 and (
+        if (delay_ms == 0 and not self.name_evicted) and (
             dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):
             return self._add_plain(encoded)
@@ -231,12 +233,13 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
                 args += (repr(score()), data, dedupe_id or "", delay_ms)
         reply = self._run("pool_add", args)
         send, wake_ms = reply[0] == 1, int(reply[1])
-        statuses = reply[2:]
+        statuses = reply[2 : 2 + len(encoded)]
         results = [_QUIET_RESULTS[status] for status in statuses]
         if send or wake_ms >= 0:
             # Only the first result carries the drain the call asked for.
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
-        return results
+        victims = reply[2 + len(encoded) :]
+        return name_victims(results, victims, self) if victims else results
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.

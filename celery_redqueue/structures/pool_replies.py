@@ -1,5 +1,5 @@
 """What crosses the wire per popped call: reading a ``pool_pop`` reply into a `PoolBatch`, and
-the arguments of its ``pool_ack`` (and the lost calls a ``pool_reap`` replies).
+the arguments of its ``pool_ack`` (and the lost calls a ``pool_reap`` or ``pool_add`` replies).
 
 A drain runs this for every call it takes, so it is written for that: the reply lists each
 entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
@@ -8,12 +8,14 @@ lua/pool_reply_entries.lua); an ack names only the calls that did not succeed. U
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..redis.lua import AGAIN, LATER, LINGER
 from .pool_types import PoolBatch, PoolItem
+from .receipts import Receipt
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,20 @@ def decodable(raws: Sequence[bytes], loads: Callable[[bytes], Any], name: str) -
         except Exception as exc:
             logger.warning("%s: a lost call's payload is undecodable: %s", name, exc)
     return tuple(payloads)
+
+
+def name_victims(results: list[Receipt], victims: Sequence[bytes], pool: Any) -> list[Receipt]:
+    """``results`` (of a ``pool_add`` reply) with each evicting call's receipt naming the call
+    it pushed out (``evicted_calls``): the reply lists the members after the statuses, one per
+    call that evicted, in order."""
+    victims_left = iter(victims)
+    for index, result in enumerate(results):
+        member = next(victims_left, None) if result.evicted else None
+        if member is not None:
+            raw = member if pool.coalesce else member.partition(b":")[2]
+            named = decodable([raw], pool.serializer.loads, pool.keys.base)
+            results[index] = dataclasses.replace(result, evicted_calls=named)
+    return results
 
 
 def _member_id(entry_id: str) -> bytes:

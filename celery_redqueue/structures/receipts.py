@@ -70,6 +70,9 @@ class Receipt:
     drain_error: str | None = None
     #: Pools (``sample``, ``newest``): an older entry was pushed out to make room.
     evicted: bool = False
+    #: Pools opened with ``name_evicted=True``: the decoded payload of the call pushed out
+    #: (so that its waiter can be told; per-call results).
+    evicted_calls: tuple[Any, ...] = ()
     #: Coalescing pools: the call merged into an equal entry.
     merged: bool = False
     #: Buckets: the key was full (``max_depth``) and its oldest item was dropped to make room.

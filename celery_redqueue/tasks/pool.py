@@ -201,6 +201,7 @@ class PoolTask(ProducerTask):
             max_receives=self.pool_max_receives,
             dedupe_window=self.pool_dedupe_window,
             processed_guard=self.pool_processed_guard,
+            name_evicted=self.pool_results,  # so that an evicted call's waiter is told
         )
 
     # Producing

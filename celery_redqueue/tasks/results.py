@@ -173,9 +173,14 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
 
 def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
     """``receipt`` carrying its call's id; a refused call's result is stored at once when
-    per-call results are on (nobody waits on its id forever)."""
+    per-call results are on, and so is that of the call it evicted (nobody waits on its id
+    forever)."""
     results = task.redqueue_results
     named = receipt.named(call_id, outcome_reader(task, bool(receipt), results))
+    if results and receipt.evicted_calls:
+        store_lost(
+            task, receipt.evicted_calls, "evicted: a later call took its place in the full pool"
+        )
     if results and not named:  # (a delayed call is truthy: held, not refused)
         why = "a duplicate of a call seen within the dedupe window" if named.duplicate else "full"
         refused = CallRefusedError(f"{task.name}: the call was not stored ({why})")

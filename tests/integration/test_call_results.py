@@ -4,7 +4,7 @@ receipt's id; off by default."""
 import pytest
 from celery.result import AsyncResult
 
-from celery_redqueue import BucketTask, CallRefusedError, PoolTask
+from celery_redqueue import BucketTask, CallLostError, CallRefusedError, PoolTask
 
 from .conftest import running_worker
 
@@ -86,6 +86,33 @@ def test_a_refused_call_has_its_result_at_once(backend_app):
     assert not refused.kept
     with pytest.raises(CallRefusedError, match="not stored"):
         refused.get(timeout=5)
+
+
+@pytest.mark.parametrize("policy", ["newest", "sample"])
+def test_an_evicted_calls_waiter_is_told_at_once(backend_app, policy):
+    """A full pool pushes a call out for a later one (counted evicted): with results on, the
+    pushed-out call's result is CallLostError, stored by the store that evicted it."""
+    app = backend_app
+
+    @app.task(base=PoolTask, pool_size=2, pool_policy=policy, pool_results=True)
+    def record(i):
+        return i
+
+    receipts = [record.delay(i) for i in range(20)]
+    receipts += record.add_many([((i,), {}) for i in range(20, 30)])
+    with record.buffer():
+        receipts += [record.delay(i) for i in range(30, 40)]
+    stats = record.pool.stats()
+    assert stats.depth == 2 and stats.evicted > 0
+    kept = [AsyncResult(r.id, app=app) for r in receipts if r.kept]
+    lost = [r for r in kept if r.state == "FAILURE"]
+    # Every kept call evicted since is told; the two still in the pool wait for their drain.
+    assert len(lost) == stats.evicted and len(kept) - len(lost) == stats.depth
+    with pytest.raises(CallLostError, match="evicted"):
+        lost[0].get(timeout=5)
+    waiting = [r for r in kept if r.state != "FAILURE"]
+    with running_worker(app):
+        assert all(isinstance(r.get(timeout=30), int) for r in waiting)
 
 
 def test_a_bucket_calls_result_and_its_dead_lettered_failure(backend_app):

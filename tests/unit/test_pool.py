@@ -278,6 +278,28 @@ def test_a_lost_batch_with_an_unreadable_record_is_counted_without_its_calls(
     assert pool.stats().lost == 3
 
 
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_pool_naming_evictions_names_each_call_it_pushed_out(make_pool, shards):
+    pool = make_pool(capacity=4, policy="newest", name_evicted=True, shards=shards)
+    receipts = [pool.add({"call": i}) for i in range(10)]
+    receipts += pool.add_many([{"call": i} for i in range(10, 14)])
+    named = [p["call"] for r in receipts for p in r.evicted_calls]
+    assert all(bool(r.evicted_calls) == r.evicted for r in receipts)
+    left = []
+    while batch := pool.pop(10):  # a sharded pool pops one shard at a time
+        left += [item.payload["call"] for item in batch.items]
+    # Every call is either still in the pool or named once by the call that pushed it out.
+    assert sorted(named + left) == list(range(14)) and len(named) == pool.stats().evicted
+    assert len(left) == 4
+
+
+def test_a_pool_not_naming_evictions_keeps_its_lean_store(make_pool):
+    pool = make_pool(capacity=1, policy="newest")
+    pool.add(1)
+    receipt = pool.add(2)
+    assert receipt.evicted and receipt.evicted_calls == ()
+
+
 def test_reaper_leaves_live_batches_alone(make_pool):
     pool = make_pool(capacity=10)
     pool.add_many(range(4))
