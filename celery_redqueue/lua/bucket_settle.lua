@@ -62,6 +62,7 @@ if actual and receives then bucket_charge_cost(b, key, actual - (charged or 1), 
 
 local send = 0
 if action == 'retry' or action == 'backoff' then
+  if action == 'retry' then redis.call('HINCRBY', b.stats, 'retried', 1) end
   if action == 'backoff' then
     -- The key is paused for every worker (GT: a longer pause, or one until resumed, stays);
     -- the call goes back as it came, its receive not counted. Pauses that ran out are

@@ -1,13 +1,17 @@
--- Finish an in-flight batch: count what succeeded; retry (at least once) or count what failed;
--- dead-letter at once what can never succeed (a payload the worker could not decode).
+-- Finish an in-flight batch: count what succeeded; retry (now, or as a delayed call after a
+-- retry delay, in either delivery mode), count what failed, or dead-letter it (at once what can
+-- never succeed: a payload the worker could not decode).
 -- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
--- ARGV[5] batch id, ARGV[6] at least once (1|0), ARGV[7] max receives,
+-- ARGV[5] batch id, ARGV[6] at least once (1|0: unused here, the marks say), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,
 -- ARGV[10] calls the batch holds (as the caller counts them: checked against the pool's count),
 -- ARGV[11] f, then f groups of 4, one per entry that did not succeed (the others did): id, calls
--- it stands for, error text, '' or '!' followed by the raw payload to dead-letter now with that
--- error; then, with the processed guard on, the ids of the entries that succeeded.
+-- it stands for, error text, and a mark: '' failed, '@' and ms: retried after that delay (0:
+-- back in the pool now; past max receives: dead instead), 'd': dead now, '!' and the raw
+-- payload: dead now (undecodable). A delayed retry waits in
+-- `scheduled` as "<id>/<receives>/<count>:<score>:<payload>" (pool_due.lua), counted in depth.
+-- Then, with the processed guard on, the ids of the entries that succeeded.
 -- Reply: {held, send_drain}. held LATE (0): the batch was no longer in flight (the reaper had
 -- taken it back: counted as `late`); HELD (1): acked now; DONE (2): this ack was applied already
 -- (a re-send); send_drain 1: retried calls need a drain job the caller should send.
@@ -26,9 +30,8 @@
 --#include pool_bury
 local pool = pool_keys(KEYS, ARGV)
 local LATE, HELD, DONE = 0, 1, 2
-local batch_id, at_least_once = ARGV[5], ARGV[6] == '1'
-local max_receives, processed_guard_ms, busy = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local named, groups = tonumber(ARGV[10]), tonumber(ARGV[11])
+local batch_id, max_receives, processed_guard_ms = ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[8])
+local named, groups, busy = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[9])
 local now = math.floor(now_ms())
 
 -- Check every argument before writing anything.
@@ -38,8 +41,8 @@ end
 local last = 11 + 4 * groups
 local unsettled = 0
 for i = 12, last, 4 do
-  local count = tonumber(ARGV[i + 1])
-  if not count or ARGV[i + 2] == '' then
+  local count, mark, delay = tonumber(ARGV[i + 1]), ARGV[i + 3], string.match(ARGV[i + 3], '^@(%d+)$')
+  if not count or ARGV[i + 2] == '' or not (delay or mark == '' or mark == 'd' or string.sub(mark, 1, 1) == '!') then
     return redis.error_reply('ERR pool_ack: bad failure ' .. ARGV[i] .. ' ' .. tostring(ARGV[i + 1]))
   end
   unsettled = unsettled + count
@@ -63,11 +66,11 @@ end
 if named ~= calls or unsettled > calls then
   return redis.error_reply('ERR pool_ack: batch holds ' .. calls .. ' calls, the ack names ' .. named)
 end
--- The batch's entries by id, read only when needed: at least once, a failed entry goes back
--- with what was kept about it. A record that cannot be decoded leaves its failed calls counted
--- as failed.
+-- The batch's entries by id, read only when a call failed: a retried or dead-lettered entry goes
+-- back with what was kept about it. A record that cannot be decoded leaves its failed calls
+-- counted as failed.
 local entries = {}
-if at_least_once and unsettled > 0 then
+if unsettled > 0 then
   local packed = redis.call('HGET', pool.inflight_items, batch_id) or ''
   for _, entry in ipairs(pool_unpack_batch(packed, nil, pool.coalesce) or {}) do
     entries[entry[6]] = entry
@@ -78,31 +81,36 @@ redis.call('HDEL', pool.inflight_items, batch_id)
 redis.call('ZREM', pool.inflight, batch_id)
 record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 1, now)
 
-local failed, retried, buried, evicted = 0, 0, 0, 0
+local failed, retried, buried, evicted, pushed = 0, 0, 0, 0, 0
 for i = 12, last, 4 do
-  local id, count, err, bad = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
-  local entry = entries[id]
-  if bad ~= '' or (at_least_once and entry and entry[4] >= max_receives) then
+  local id, count, err, mark = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+  local entry, bad, delay = entries[id], string.sub(mark, 1, 1) == '!', tonumber(string.match(mark, '^@(%d+)$'))
+  if bad or (entry and (mark == 'd' or (delay and entry[4] >= max_receives))) then
     -- ('!' and the raw payload: one the worker could not decode, which can never succeed.)
-    local payload = bad ~= '' and string.sub(bad, 2) or entry[7]
-    pool_bury(pool, payload, count, entry and entry[4] or 1, err, now)
+    pool_bury(pool, bad and string.sub(mark, 2) or entry[7], count, entry and entry[4] or 1, err, now)
     buried = buried + count
-  elseif at_least_once and entry then
+  elseif entry and delay and delay > 0 then
+    -- Back as a delayed call that keeps its receives and count (pool_due.lua offers it); its
+    -- member's id is unique (`seq` only grows; pool_due gives it a fresh one when it is due).
+    local seq = redis.call('HINCRBY', pool.stats, 'seq', 1)
+    redis.call('ZADD', pool.scheduled, now + delay, string.format('%x/%d/%d:%.17g:%s', seq, entry[4], count, entry[2], entry[7]))
+    retried = retried + count
+  elseif entry and delay then
     local status, out = pool_admit(pool, entry[1], entry[2], count, entry[4], entry[5])
-    evicted = evicted + out
-    -- What admit pushed out was waiting in the pool: it leaves the depth too.
-    if out > 0 then redis.call('HINCRBY', pool.stats, 'depth', -out) end
-    if status ~= REFUSED then retried = retried + count else evicted = evicted + count end
+    -- What admit pushed out was waiting in the pool: it leaves the depth too (`pushed`).
+    local back = status ~= REFUSED and count or 0
+    retried, evicted, pushed = retried + back, evicted + out + count - back, pushed + out
   else
     failed = failed + count
   end
 end
 local processed = calls - unsettled
 add_counts(pool.stats, {in_flight = -calls, processed = processed, failed = failed,
-                     retried = retried, depth = retried, evicted = evicted})
+                     retried = retried, depth = retried - pushed, evicted = evicted})
 tick(pool.flow, 'out', processed + failed + buried, now)
 tick(pool.flow, 'busy', busy, now)
 tick(pool.flow, 'done', processed + failed + buried, now)
--- Retried calls wait in the pool: they need a drain job unless one holds the flag.
+-- Retried calls need a drain job unless one holds the flag (for delayed ones, the job's pop
+-- schedules the job that offers them when due).
 if retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease) then return {HELD, 1} end
 return {HELD, 0}

@@ -1,7 +1,9 @@
 -- Offer up to n of the pool's due delayed calls, in due order (pool_pop replies UPKEEP when some
 -- are due, and pops again after this). Each gets a fresh id, so its age and its FIFO place
 -- count from now, and competes for room like any call; one that cannot be read is
--- dead-lettered (counted as offered, accepted and dead, so the identities hold).
+-- dead-lettered (counted as offered, accepted and dead, so the identities hold). A retried call
+-- waiting out its retry delay (pool_ack.lua: "<id>/<receives>/<count>:...") was accepted before
+-- and is counted in depth: it comes back with its receives and count, offered again to nobody.
 -- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms). ARGV[5] n.
 -- Reply: how many delayed calls were dead-lettered as unreadable. Bounded: O(n log N).
@@ -21,29 +23,42 @@ if not (n and n >= 1 and pool.capacity) then return redis.error_reply('ERR pool_
 local now = math.floor(now_ms())
 local due = redis.call('ZRANGEBYSCORE', pool.scheduled, '-inf', now, 'LIMIT', 0, n)
 if #due == 0 then return 0 end
-local c = {delayed = -#due, offered = #due, accepted = 0, rejected = 0, evicted = 0, depth = 0}
+local c = {delayed = 0, offered = 0, accepted = 0, rejected = 0, evicted = 0, depth = 0}
 local malformed = 0
 local seq = pool_take_ids(pool.stats, #due, now)
 for i, entry in ipairs(due) do
   redis.call('ZREM', pool.scheduled, entry)
-  local id, score, payload = string.match(entry, '^(%x+):([^:]*):(.*)$')
+  local id, meta, score, payload = string.match(entry, '^(%x+)([^:]*):([^:]*):(.*)$')
   score = tonumber(score)
-  if not (id and score) then
-    pool_bury(pool, entry, 1, 0, 'malformed entry: unreadable delayed call', now)
-    c.accepted, malformed = c.accepted + 1, malformed + 1
+  -- A retried call (pool_ack.lua) carries its receives and count, and was accepted (and
+  -- counted in depth) already; a delayed call is offered now.
+  local receives, count = 0, 1
+  local retried = meta ~= nil and meta ~= ''
+  if retried then
+    receives, count = string.match(meta, '^/(%d+)/(%d+)$')
+    receives, count = tonumber(receives), tonumber(count)
+  else
+    c.delayed, c.offered = c.delayed - 1, c.offered + 1
+  end
+  if not (id and score and receives and count) then
+    pool_bury(pool, entry, count or 1, receives or 0, 'malformed entry: unreadable delayed call', now)
+    malformed = malformed + 1
+    if retried then c.depth = c.depth - (count or 1) else c.accepted = c.accepted + 1 end
   else
     local member = payload
     if not pool.coalesce then member = string.format('%x:%s', seq + i, payload) end
     if pool.policy ~= 'sample' then score = seq + i end
-    local status, out = pool_admit(pool, member, score, 1, 0, now)
+    local status, out = pool_admit(pool, member, score, count, receives, now)
     c.evicted, c.depth = c.evicted + out, c.depth - out
-    if status == REFUSED then
+    if status == REFUSED and retried then
+      c.evicted, c.depth = c.evicted + count, c.depth - count
+    elseif status == REFUSED then
       c.rejected = c.rejected + 1
-    else
+    elseif not retried then
       c.accepted, c.depth = c.accepted + 1, c.depth + 1
     end
   end
 end
 add_counts(pool.stats, c)
-tick(pool.flow, 'in', #due, now)
+tick(pool.flow, 'in', c.offered, now)
 return malformed

@@ -440,7 +440,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
         extra: tuple[str, ...] = ("receives", "redelivered", "delayed", "duplicates", "purged")
-        extra += ("requeued", "late", "backoffs")
+        extra += ("requeued", "late", "backoffs", "retried")
         return BucketStats(
             **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),

@@ -17,17 +17,16 @@ Accounting is exact and can be read at any moment from any process (``stats()``)
     offered  == accepted + rejected
     accepted == processed + failed + evicted + depth + in_flight + lost + dead + purged
 
-``depth`` counts calls waiting in the pool, ``in_flight`` calls popped but not yet
-acknowledged, ``lost`` calls whose batch was never acknowledged before its deadline (its
-consumer died and the pool delivers at most once, the default). With
-``delivery="at_least_once"`` such calls go back into the pool instead, failed calls are retried,
-and past ``max_receives`` they land in the dead-letter list (``dead``; ``purged`` once purged).
+``depth`` counts calls waiting (in the pool, or out a retry's delay), ``in_flight`` calls popped
+but not acknowledged, ``lost`` calls whose batch missed its deadline (its consumer died and the
+pool delivers at most once, the default). With ``delivery="at_least_once"`` those go back into
+the pool, and past ``max_receives`` into the dead-letter list (``dead``; ``purged`` once purged).
 Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered when due.
 
 The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
 renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
-deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while its bodies
-run. An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
+deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while bodies run.
+An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
 (``dead``); the rest of its batch carries on. ``name_evicted=True``: a call's receipt names the
 call it pushed out (``Receipt.evicted_calls``; stores take ``pool_add``). ``shards=N`` spreads
 the pool over N hash tags (cluster nodes): see `sharding`.
@@ -47,7 +46,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -343,25 +342,25 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         batch: PoolBatch,
         *,
         failures: Mapping[int, str] | None = None,
+        retry_in: Mapping[int, float] | None = None,
+        dead: Collection[int] = (),
         seconds: float = 0.0,
     ) -> bool:
-        """Finish a batch. ``failures`` maps positions in ``batch.items`` to error texts.
-
-        At most once, failed calls are counted as ``failed``. At least once, they go back into
-        the pool to be retried, or to the dead-letter list once received ``max_receives`` times.
-        ``seconds`` (the time the bodies took) feeds the workers-needed figure. Returns False
-        when the batch had already been taken back by the reaper; nothing is counted twice.
-        Returns True, changing nothing, when this batch was acked already (a second ack within
-        a minute, such as a re-send after a lost reply: "already done", not counted as late).
-        Retried calls that need a drain job nobody holds set ``batch.drain_needed``.
-        """
+        """Finish a batch. ``failures`` maps positions in ``batch.items`` to error texts: one
+        in ``retry_in`` is retried after that many seconds in either mode (0: now; else as a
+        delayed call, in ``depth``, its receives kept), one in ``dead`` dead-lettered now, any
+        other counted ``failed`` at most once and back now at least once; past ``max_receives``
+        dead-lettered. ``seconds``: the bodies' time (workers-needed). False: the reaper had
+        taken the batch back (nothing counted twice); True, changing nothing, for a re-sent ack.
+        Retried calls that need a drain job nobody holds set ``batch.drain_needed``."""
+        guard, again = self.processed_guard_ms > 0, "@0" if self.at_least_once else ""
         args: list[Any] = [
             batch.id,
             int(self.at_least_once),
             self.max_receives,
             self.processed_guard_ms,
             repr(float(seconds)),
-            *ack_args(batch, failures or {}, self.processed_guard_ms > 0),
+            *ack_args(batch, failures or {}, guard, retry_in, dead, again),
         ]
         held, send_drain = self._run("pool_ack", args)
         batch.drain_needed = bool(send_drain)

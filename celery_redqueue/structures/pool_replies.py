@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..redis.lua import AGAIN, LATER, LINGER
@@ -120,15 +120,27 @@ def _member_id(entry_id: str) -> bytes:
     return entry_id.encode("utf-8", "surrogateescape")
 
 
-def ack_args(batch: PoolBatch, failures: Mapping[int, str], guard: bool) -> list[Any]:
+def ack_args(
+    batch: PoolBatch,
+    failures: Mapping[int, str],
+    guard: bool,
+    retry_in: Mapping[int, float] | None = None,
+    dead: Collection[int] = (),
+    again: str = "",
+) -> list[Any]:
     """After the batch's id and settings: the calls it holds, then each call that did not
-    succeed (id, count, error text, ``!`` and the raw payload when it is to be buried now),
-    then, for the processed ``guard``, the ids of those that did."""
+    succeed (id, count, error text, and what becomes of it: ``@`` and its retry delay in ms,
+    ``d`` to dead-letter it, ``!`` and the raw payload to bury now, or ``again``, the delivery
+    mode's rule: ``@0`` back now, or nothing: failed), then, for the processed ``guard``, the
+    ids of those that did."""
     items = batch.items
+    retry_in = retry_in or {}
     args: list[Any] = [batch.calls, len(failures) + len(batch.undecodable)]
     for index, error in failures.items():
         item = items[index]
-        args += (_member_id(item.id), item.count, str(error)[:4000] or "failed", "")
+        delay = retry_in.get(index)
+        mark = "d" if index in dead else again if delay is None else f"@{max(int(delay * 1000), 0)}"
+        args += (_member_id(item.id), item.count, str(error)[:4000] or "failed", mark)
     for entry_id, count, raw in batch.undecodable:
         reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
         args += (_member_id(entry_id), count, reason, b"!" + raw)

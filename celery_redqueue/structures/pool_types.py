@@ -100,7 +100,6 @@ class PoolStats(QueueCounters):
     lost: int
     capacity: int
     drains_pending: int
-    retried: int
 
 
 def validate_pool_options(

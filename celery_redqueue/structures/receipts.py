@@ -39,6 +39,9 @@ class QueueCounters(Record):
     purged: int
     #: Handed out again (after a failure or a reap).
     redelivered: int
+    #: Handed back for another try after their body raised (a Celery retry, or a failure an
+    #: at-least-once pool redelivers), counted when they go back; not counted as failed.
+    retried: int
     #: Redelivered calls skipped because the processed guard had them as completed.
     guard_skipped: int
     #: Settled (ack, commit) after the reaper had taken them back: not counted twice, though

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from celery import Task
-from celery.exceptions import Retry
 
 from ..errors import RedQueueError, SerializationError
 from ..structures.protocols import Drained, Producer
@@ -26,6 +25,7 @@ from .config import get_config
 from .handover import handed_over
 from .heartbeat import heartbeat
 from .options import check_drain_options, check_option_names, warn_if_task_cls_dropped
+from .retries import StoredRetry
 from .wire import DRAIN_HEADER, REAPER_TASK
 
 logger = logging.getLogger(__name__)
@@ -112,13 +112,14 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         return heartbeat().holding(self.structure)
 
     def retry(self, *args: Any, **options: Any) -> Any:
-        """Inside a stored call, raise `Retry` for the drain to handle (the structure retries
-        the call, after ``countdown`` or at ``eta``); elsewhere, Celery's retry. It takes
-        Celery's arguments, positional or named."""
+        """Inside a stored call, raise `StoredRetry` for the drain to handle (the structure
+        hands the call out again after ``countdown``, at ``eta``, else after
+        ``default_retry_delay``, within ``max_retries``: `retries.judge`); elsewhere, Celery's
+        retry. It takes Celery's arguments, positional or named."""
         if self._in_stored_call():
             given = inspect.signature(Task.retry).bind(self, *args, **options).arguments
             when = given["countdown"] if given.get("countdown") is not None else given.get("eta")
-            raise Retry(exc=given.get("exc"), when=when)
+            raise StoredRetry(given.get("exc"), when, given.get("max_retries"))
         return super().retry(*args, **options)
 
     @classmethod

@@ -8,6 +8,7 @@ task's ``__call__`` recognises it and drains its structure. The reaper is one ta
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,35 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DrainSummary(Record):
-    """What one drain job did; also its (JSON-friendly) return value."""
+    """What one drain job did, in calls, each word meaning what it means in the structure's
+    stats (docs/glossary.md); also the job's (JSON-friendly) return value."""
 
+    #: Calls whose body completed.
     processed: int = 0
+    #: Calls whose body raised and that are done without a dead letter (at-most-once pools).
     failed: int = 0
+    #: Calls handed back for another try (a Celery retry, or a failure redelivered).
+    retried: int = 0
+    #: Calls dead-lettered (retries or receives spent, or entries that could not be read).
+    dead: int = 0
+    #: Batches popped (pools, streams).
     batches: int = 0
+    #: The job sent or scheduled the drain job that goes on.
     continued: bool = False
+
+    @classmethod
+    def of(
+        cls, counts: Mapping[str, int], batches: int = 0, continued: bool = False
+    ) -> DrainSummary:
+        """A summary of ``counts`` (``processed``, ``failed``, ``retried``, ``dead``)."""
+        return cls(
+            counts.get("processed", 0),
+            counts.get("failed", 0),
+            counts.get("retried", 0),
+            counts.get("dead", 0),
+            batches,
+            continued,
+        )
 
 
 def register_beat(

@@ -6,11 +6,11 @@ import inspect
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import Retry, SoftTimeLimitExceeded
-from celery.utils.time import get_exponential_backoff_interval
+from celery.exceptions import SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -28,6 +28,7 @@ from .metered import MeteredOptions, check_metered_options, limit_options
 from .options import check_key_parameter, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
+from .retries import judge
 
 logger = logging.getLogger(__name__)
 
@@ -248,41 +249,41 @@ class BucketTask(ProducerTask, MeteredOptions):
         (countdown) for when the next key becomes eligible, waiting here only that linger."""
         bucket = self.bucket
         deadline = time.monotonic() + self.bucket_drain_time_budget
-        processed = failed = 0
+        done = Counter[str]()  # processed, retried, dead: the stats' words
         last_work = -math.inf  # a drain that starts on an empty bucket ends at once
         while True:
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
             linger = left > 0 and time.monotonic() < deadline  # an empty poll keeps it listed
             poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger, ahead=True)
-            failed += poll.malformed
+            done["dead"] += poll.malformed  # dead-lettered by the dequeue, with the reason
             reservation = poll.reservation
             if reservation is None:
                 if poll.wait is None:
                     if linger:
                         bucket.listen(left)  # until the next call wakes it or time is up
                         continue
-                    return DrainSummary(processed, failed)
+                    return DrainSummary.of(done)
                 if poll.schedule:
                     self.send_drain_or_release(countdown=poll.wait)
                 if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
                     bucket.listen(poll.wait)  # woken early by a call for another key
                     continue
                 due_in(self.name, poll.wait)  # a consumer looks then itself (no job either way)
-                return DrainSummary(processed, failed, continued=True)
+                return DrainSummary.of(done, continued=True)
             if reservation.fan_out:
                 self.send_drain_or_release()
             with heartbeat().holding(bucket, reservation.id):
-                ok = self._run_reservation(reservation)
+                outcome = self._run_reservation(reservation)
             last_work = time.monotonic()
-            # None: backed off, neither done nor failed.
-            processed, failed = processed + (ok is True), failed + (ok is False)
+            if outcome:  # None: backed off, neither done nor retried
+                done[outcome] += 1
             if time.monotonic() >= deadline:
                 self.send_drain_or_release()
-                return DrainSummary(processed, failed, continued=True)
+                return DrainSummary.of(done, continued=True)
 
-    def _run_reservation(self, reservation: Reservation) -> bool | None:
-        """Run the body on one item; commit, retry later (release), back its key off (None)
-        or dead-letter it."""
+    def _run_reservation(self, reservation: Reservation) -> str | None:
+        """Run the body on one item; commit it (``"processed"``), retry it later (release:
+        ``"retried"``), back its key off (None) or dead-letter it (``"dead"``)."""
         bucket = self.bucket
         self._local.reservation = reservation
         self._local.reported_cost = None
@@ -305,17 +306,6 @@ class BucketTask(ProducerTask, MeteredOptions):
             finally:
                 # Whatever the body did, a commit, release or dead letter follows at once.
                 heartbeat().settling(bucket, reservation.id)
-        except Retry as exc:
-            # self.retry() inside the body: the drain's request knows nothing of this item's
-            # retries, so the item's own receive count decides.
-            if self._retries_left(reservation.receives):
-                delay = exc.when if isinstance(exc.when, int | float) else self.default_retry_delay
-                bucket.retry_later(reservation, delay=float(delay or 0))
-            else:
-                failure = exc.exc if exc.exc is not None else exc
-                bucket.dead_letter(reservation, error_text(failure))
-                store_failure(self, call_id, failure)
-            return False
         except KeyBackoff as exc:
             self._back_off(reservation, exc)
             return None
@@ -324,26 +314,17 @@ class BucketTask(ProducerTask, MeteredOptions):
             self.send_drain_or_release()  # this job ends here; the released item needs one
             raise
         except Exception as exc:
-            if self._should_retry(exc, reservation.receives):
-                delay = self._retry_delay(reservation.receives)
-                logger.warning(
-                    "%s: item for key %r failed (%r); retrying in %.1fs",
-                    self.name,
-                    reservation.key,
-                    exc,
-                    delay,
-                )
-                bucket.retry_later(reservation, delay=delay)
-            else:
-                logger.exception(
-                    "%s: item for key %r dead-lettered after %d receive(s)",
-                    self.name,
-                    reservation.key,
-                    reservation.receives,
-                )
-                bucket.dead_letter(reservation, error_text(exc))
-                store_failure(self, call_id, exc)
-            return False
+            # Celery's retry rules (retries.py); an exception they do not retry is final here.
+            verdict = judge(
+                self, exc, reservation.receives, self.bucket_max_receives, redeliver=None
+            )
+            verdict.log(logger, self.name, call_id or reservation.id, reservation.receives)
+            if verdict.retry:
+                bucket.retry_later(reservation, delay=verdict.delay)
+                return "retried"
+            bucket.dead_letter(reservation, error_text(verdict.error))
+            store_failure(self, call_id, verdict.error)
+            return "dead"
         finally:
             self._local.reservation = None
         store_success(self, call_id, value)
@@ -354,34 +335,7 @@ class BucketTask(ProducerTask, MeteredOptions):
                 self.name,
                 reservation.id,
             )
-        return True
-
-    def _should_retry(self, exc: Exception, receives: int) -> bool:
-        autoretry_for = tuple(getattr(self, "autoretry_for", ()) or ())
-        dont = tuple(getattr(self, "dont_autoretry_for", ()) or ())
-        if not autoretry_for or not isinstance(exc, autoretry_for) or isinstance(exc, dont):
-            return False
-        return self._retries_left(receives)
-
-    def _retries_left(self, receives: int) -> bool:
-        """Another try is allowed: within max_retries and below bucket_max_receives."""
-        within_retries = self.max_retries is None or receives <= self.max_retries
-        return within_retries and receives < self.bucket_max_receives
-
-    def _retry_delay(self, receives: int) -> float:
-        """Celery's own backoff rules, with the receives so far as the retry count."""
-        backoff = getattr(self, "retry_backoff", False)
-        if backoff:
-            factor = 1 if backoff is True else int(backoff)
-            return float(
-                get_exponential_backoff_interval(
-                    factor=factor,
-                    retries=receives - 1,
-                    maximum=getattr(self, "retry_backoff_max", 600),
-                    full_jitter=getattr(self, "retry_jitter", True),
-                )
-            )
-        return float(self.default_retry_delay or 0)
+        return "processed"
 
 
 def bucket_task(*args: Any, **options: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from ..structures.pool import (
     DELIVERIES,
     CappedPool,
     PoolBatch,
+    PoolItem,
     validate_pool_options,
 )
 from ..structures.protocols import in_chunks
@@ -43,6 +45,7 @@ from .results import (
     store_success,
     with_id,
 )
+from .retries import Verdict, judge
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,32 @@ class PoolCall:
     #: The id of the call's receipt, when the stored call carries it (``pool_results=True``,
     #: or a call traced under an active span); else "" (ids are not stored for nothing).
     id: str = ""
+
+
+@dataclass
+class Settled:
+    """What becomes of a batch's failed calls by position (error texts, retry delays, those
+    dead-lettered now) and the calls counted under each stats word."""
+
+    failures: dict[int, str] = field(default_factory=dict)
+    retry_in: dict[int, float] = field(default_factory=dict)
+    dead: set[int] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, index: int, item: PoolItem, verdict: Verdict, task: PoolTask) -> None:
+        """Record ``verdict`` on the call at ``index`` (a call that is done stores its result)."""
+        self.failures[index] = error_text(verdict.error)
+        if verdict.retry:
+            self.retry_in[index] = verdict.delay
+            self.counts["retried"] += item.count
+            return
+        if task.pool_delivery == "at_least_once":
+            self.dead.add(index)
+            self.counts["dead"] += item.count
+        else:
+            self.counts["failed"] += item.count
+        if task.pool_results:
+            store_failure(task, call_id_of(item.payload), verdict.error)
 
 
 class PoolTask(ProducerTask):
@@ -269,7 +298,8 @@ class PoolTask(ProducerTask):
         """Pop and run batches until the pool is empty or the time budget is spent."""
         pool = self.pool
         deadline = time.monotonic() + self.pool_drain_time_budget
-        processed = failed = batches = 0
+        done = Counter[str]()  # processed, failed, retried, dead: the stats' words
+        batches = 0
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
         gather_min = self.pool_batch_min or self.pool_batch_size
         while True:
@@ -279,10 +309,10 @@ class PoolTask(ProducerTask):
                 if gather.wait:
                     if gather.schedule:
                         self.send_drain_or_release(countdown=gather.wait)
-                    return DrainSummary(processed, failed, batches, continued=True)
+                    return DrainSummary.of(done, batches, continued=True)
             left = self.pool_drain_linger - (time.monotonic() - last_work)  # of the linger
             batch = pool.pop(self.pool_batch_size, linger=left > 0, listen=max(left, 0.0))
-            failed += batch.malformed  # dead-lettered by the pop, with the reason
+            done["dead"] += batch.malformed  # dead-lettered by the pop, with the reason
             if batch.fan_out:
                 self.send_drain_or_release()
             if batch.pop_again:
@@ -297,14 +327,20 @@ class PoolTask(ProducerTask):
                         self.send_drain_or_release(countdown=batch.wait)
                     else:  # one is scheduled already; a consumer looks then itself
                         due_in(self.name, batch.wait)
-                    return DrainSummary(processed, failed, batches, continued=True)
-                return DrainSummary(processed, failed, batches)
+                    return DrainSummary.of(done, batches, continued=True)
+                return DrainSummary.of(done, batches)
             started = time.monotonic()
             with heartbeat().holding(pool, batch.id):
-                failures = self._run_batch(batch)
+                settled = self._run_batch(batch)
                 last_work = time.monotonic()  # linger is counted from when the work ended
                 heartbeat().settling(pool, batch.id)
-                acked = pool.ack(batch, failures=failures, seconds=last_work - started)
+                acked = pool.ack(
+                    batch,
+                    failures=settled.failures,
+                    retry_in=settled.retry_in,
+                    dead=settled.dead,
+                    seconds=last_work - started,
+                )
             if not acked:
                 logger.warning(
                     "%s: batch %s finished after its deadline; the reaper had taken it back",
@@ -312,19 +348,22 @@ class PoolTask(ProducerTask):
                     batch.id,
                 )
             batches += 1
-            batch_failed = sum(batch.items[i].count for i in failures) + sum(
-                c for _, c, _ in batch.undecodable
+            undecodable = sum(c for _, c, _ in batch.undecodable)  # dead-lettered by the ack
+            settled.counts["dead"] += undecodable
+            done.update(settled.counts)
+            done["processed"] += (
+                batch.calls - undecodable - sum(batch.items[i].count for i in settled.failures)
             )
-            failed += batch_failed
-            processed += batch.calls - batch_failed
             if time.monotonic() >= deadline:
                 # Hand over to a fresh job so one pool cannot hold a worker forever.
                 self.send_drain_or_release()
-                return DrainSummary(processed, failed, batches, continued=True)
+                return DrainSummary.of(done, batches, continued=True)
 
-    def _run_batch(self, batch: PoolBatch) -> dict[int, str]:
-        """Run the body over a batch; returns the failures by position (each is logged)."""
+    def _run_batch(self, batch: PoolBatch) -> Settled:
+        """Run the body over a batch; returns what became of the calls that failed (each is
+        logged as Celery logs a retry or a failure)."""
         results = self.pool_results
+        settled = Settled()
         if self.pool_batch:
             try:
                 calls = [
@@ -339,17 +378,17 @@ class PoolTask(ProducerTask):
                 self.send_drain_or_release()  # this job ends here; the rest needs one
                 raise
             except Exception as exc:
-                logger.exception("%s: batch of %d calls failed", self.name, len(batch.items))
-                if results:
-                    for item in batch.items:
-                        if self._failed_for_good(item.receives):
-                            store_failure(self, call_id_of(item.payload), exc)
-                return dict.fromkeys(range(len(batch.items)), error_text(exc))
+                # The whole batch goes back (or ends) as one: each call by its own receives.
+                for index, item in enumerate(batch.items):
+                    verdict = self._judge(exc, item.receives)
+                    if index == 0:
+                        verdict.log(logger, self.name, f"batch {batch.id}", item.receives)
+                    settled.add(index, item, verdict, self)
+                return settled
             if results:  # a batch body's one return value is each of its calls' result
                 for item in batch.items:
                     store_success(self, call_id_of(item.payload), value)
-            return {}
-        failures: dict[int, str] = {}
+            return settled
         run, traced = self._stored_runner(), get_config(self.app).tracing  # once per batch
         for index, item in enumerate(batch.items):
             try:
@@ -359,23 +398,27 @@ class PoolTask(ProducerTask):
                 with self._processing([item]) if traced else tracing.OFF:  # tracing hook
                     value = run(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
+                failures = dict(settled.failures)
                 failures.update(dict.fromkeys(range(index, len(batch.items)), "time limit"))
-                self.pool.ack(batch, failures=failures)
+                self.pool.ack(
+                    batch, failures=failures, retry_in=settled.retry_in, dead=settled.dead
+                )
                 self.send_drain_or_release()  # this job ends here; the rest needs one
                 raise
             except Exception as exc:
-                logger.exception("%s: pooled call %r failed", self.name, item.payload)
-                failures[index] = error_text(exc)
-                if results and self._failed_for_good(item.receives):
-                    store_failure(self, call_id_of(item.payload), exc)
+                verdict = self._judge(exc, item.receives)
+                verdict.log(logger, self.name, call_id_of(item.payload) or item.id, item.receives)
+                settled.add(index, item, verdict, self)
             else:
                 if results:
                     store_success(self, call_id_of(item.payload), value)
-        return failures
+        return settled
 
-    def _failed_for_good(self, receives: int) -> bool:
-        """A failed call is not tried again (at most once, or its last receive)."""
-        return self.pool_delivery == "at_most_once" or receives >= self.pool_max_receives
+    def _judge(self, exc: BaseException, receives: int) -> Verdict:
+        """Celery's retry rules (retries.py); what they do not retry goes back at once at least
+        once (until pool_max_receives), and is final at most once."""
+        redeliver = 0.0 if self.pool_delivery == "at_least_once" else None
+        return judge(self, exc, receives, self.pool_max_receives, redeliver=redeliver)
 
     def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
         """The tracing span stored calls run in (a no-op context when tracing is off)."""

@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -27,6 +27,7 @@ from .base import RedQueueTask, error_text
 from .beat import DrainSummary
 from .decorators import decorate_task
 from .options import function_or_name
+from .retries import judge
 from .stream_app import make_stream
 from .wire import DRAIN_HEADER
 
@@ -65,8 +66,10 @@ class StreamTask(RedQueueTask):
     stream_visibility_timeout: float = 60.0
     #: Deliveries (first, retries, claims) before an entry is dead-lettered.
     stream_max_receives: int = 5
-    #: Seconds before a failed entry is handed out again (with ``retry_backoff``: the base of
-    #: Celery's exponential backoff).
+    #: Seconds before an entry whose body raised what Celery would not retry (no
+    #: ``autoretry_for`` names it) is handed out again; with ``retry_backoff=True`` the base of
+    #: Celery's exponential backoff. Celery's retries (``autoretry_for``, ``self.retry``) wait
+    #: as Celery's options say (docs/semantics.md, "Retries").
     stream_retry_delay: float = 1.0
     #: Consumer-side guard (seconds, 0: off): entries whose body completed are remembered and a
     #: redelivered or replayed copy is skipped.
@@ -149,7 +152,8 @@ class StreamTask(RedQueueTask):
         stream = self.stream
         consumer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         deadline = time.monotonic() + self.stream_drain_time_budget
-        processed = failed = batches = 0
+        done = Counter[str]()  # processed, retried, dead: the stats' words
+        batches = 0
         retry_at: float | None = None
         last_work = -float("inf")
         with self._heartbeat(stream, consumer) as working:
@@ -173,7 +177,7 @@ class StreamTask(RedQueueTask):
                 started = time.monotonic()
                 failures, retry_in, dead = self._run_batch(batch)
                 last_work = time.monotonic()
-                stream.ack(
+                acked = stream.ack(
                     batch,
                     failures=failures,
                     retry_in=retry_in,
@@ -182,19 +186,18 @@ class StreamTask(RedQueueTask):
                 )
                 working[:] = []
                 batches += 1
-                failed += len(failures) + len(batch.undecodable)
-                processed += len(batch.events) - len(failures)
+                done.update(processed=acked.processed, retried=acked.retried, dead=acked.dead)
                 if retry_in:
                     soonest = time.monotonic() + min(retry_in.values())
                     retry_at = soonest if retry_at is None else min(retry_at, soonest)
                 if time.monotonic() >= deadline:
                     self.send_drain()  # hand over, so one group cannot hold a worker forever
-                    return DrainSummary(processed, failed, batches, continued=True)
+                    return DrainSummary.of(done, batches, continued=True)
         if retry_at is not None:
             # Failed entries become claimable after their delay: come back for them then.
             self.send_drain(countdown=max(retry_at - time.monotonic(), 0.0))
-            return DrainSummary(processed, failed, batches, continued=True)
-        return DrainSummary(processed, failed, batches)
+            return DrainSummary.of(done, batches, continued=True)
+        return DrainSummary.of(done, batches)
 
     @contextmanager
     def _heartbeat(self, stream: EventStream, consumer: str) -> Iterator[list[str]]:
@@ -252,42 +255,25 @@ class StreamTask(RedQueueTask):
                 )
                 self.send_drain()
                 raise
-            except Retry as exc:
-                failures[event.id] = error_text(exc.exc if exc.exc is not None else exc)
-                when = exc.when if isinstance(exc.when, int | float) else None
-                retry_in[event.id] = self._retry_delay(event.receives, when)
             except Exception as exc:
-                failures[event.id] = error_text(exc)
-                if isinstance(exc, tuple(getattr(self, "dont_autoretry_for", ()) or ())):
-                    dead.add(event.id)
-                    logger.exception("%s: entry %s dead-lettered", self.name, event.id)
+                # Celery's retry rules (retries.py); any other failure is handed out again
+                # after stream_retry_delay, until stream_max_receives.
+                verdict = judge(
+                    self,
+                    exc,
+                    event.receives,
+                    self.stream_max_receives,
+                    redeliver=self.stream_retry_delay,
+                )
+                verdict.log(logger, self.name, event.id, event.receives)
+                failures[event.id] = error_text(verdict.error)
+                if verdict.retry:
+                    retry_in[event.id] = verdict.delay
                 else:
-                    retry_in[event.id] = self._retry_delay(event.receives, None)
-                    logger.warning(
-                        "%s: entry %s failed on delivery %d: %r",
-                        self.name,
-                        event.id,
-                        event.receives,
-                        exc,
-                    )
+                    dead.add(event.id)
             finally:
                 self._local.event = None
         return failures, retry_in, dead
-
-    def _retry_delay(self, receives: int, when: float | None) -> float:
-        """Seconds before a failed entry is handed out again: ``self.retry``'s countdown, else
-        ``stream_retry_delay``; with Celery's ``retry_backoff`` it doubles per delivery from
-        that base (or from ``retry_backoff`` seconds when it is a number), capped by
-        ``retry_backoff_max``, with full jitter when ``retry_jitter`` (Celery's rules, in
-        fractional seconds)."""
-        if when is not None:
-            return float(when)
-        backoff = getattr(self, "retry_backoff", False)
-        if not backoff:
-            return float(self.stream_retry_delay)
-        base = self.stream_retry_delay if backoff is True else float(backoff)
-        delay = min(float(getattr(self, "retry_backoff_max", 600)), base * 2 ** (receives - 1))
-        return random.uniform(0, delay) if getattr(self, "retry_jitter", True) else delay
 
     def reap(self) -> int:
         """Wake this group if it has unread or claimable entries and no drain pending."""

@@ -1,7 +1,7 @@
 """A drain reaches a plain pooled task's body without the per-call ``__call__`` chain (resolved
 once per batch), and the body still runs as a stored call: ``self.retry()`` raises the drain's
-Retry (the call is counted as failed, not sent to the broker), and a base with a ``__call__`` of
-its own is still entered once per call."""
+Retry (the call waits in its pool for its countdown and is counted as retried, not sent to the
+broker), and a base with a ``__call__`` of its own is still entered once per call."""
 
 from celery import Task
 
@@ -20,9 +20,12 @@ def test_a_plain_body_runs_as_a_stored_call(app, redqueue_redis, redqueue_prefix
     record.add_many([((n,), {}) for n in range(4)])
     summary = record.drain()
     assert sorted(seen) == [(0, True), (1, True), (2, True), (3, True)]
-    assert (summary.processed, summary.failed) == (3, 1)
-    # Only the drain job add_many sent: the retry went to the pool, not to the broker.
-    assert redqueue_redis.llen(f"{redqueue_prefix}:broker:celery") == 1
+    assert (summary.processed, summary.failed, summary.retried) == (3, 0, 1)
+    stats = record.pool.stats()
+    assert (stats.processed, stats.failed, stats.retried, stats.depth) == (3, 0, 1, 1)
+    # The drain job add_many sent and the one scheduled for the retry's countdown: the call
+    # itself went back to the pool, not to the broker.
+    assert redqueue_redis.llen(f"{redqueue_prefix}:broker:celery") == 2
     assert not record._in_stored_call()
 
 

@@ -23,6 +23,7 @@ from celery_redqueue import (
     publish,
     stream_task,
 )
+from celery_redqueue.tasks.retries import StoredRetry, judge
 
 from .conftest import ROOT, broker_depth, running_worker
 
@@ -271,11 +272,17 @@ def test_retry_delays_follow_celerys_backoff_options(app):
     def jittered(event):  # Celery's own helper would fail here: randrange of 1.2 seconds
         pass
 
-    assert [plain_delay._retry_delay(d, None) for d in (1, 3)] == [0.25, 0.25]
-    assert [doubling._retry_delay(d, None) for d in (1, 2, 3, 4)] == [0.25, 0.5, 1.0, 1.5]
-    assert doubling._retry_delay(3, 7) == 7.0  # self.retry(countdown=7)
-    assert from_two._retry_delay(3, None) == 8.0
-    delays = [jittered._retry_delay(3, None) for _ in range(50)]
+    def delay(task, receives, exc=None):
+        exc = exc or ValueError("upstream")
+        verdict = judge(task, exc, receives, 99, redeliver=task.stream_retry_delay)
+        assert verdict.retry
+        return verdict.delay
+
+    assert [delay(plain_delay, d) for d in (1, 3)] == [0.25, 0.25]
+    assert [delay(doubling, d) for d in (1, 2, 3, 4)] == [0.25, 0.5, 1.0, 1.5]
+    assert delay(doubling, 3, StoredRetry(when=7)) == 7.0  # self.retry(countdown=7)
+    assert delay(from_two, 3) == 8.0
+    delays = [delay(jittered, 3) for _ in range(50)]
     assert all(0 <= d <= 1.2 for d in delays) and len(set(delays)) > 1
 
 
