@@ -6,8 +6,9 @@
 -- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
--- ARGV[8] reply the payloads of the calls counted lost (1|0; absent: 0), for their waiters
--- Reply: {lost, returned, dead_lettered, send_drain, lost payload...} (a lost batch whose record
+-- ARGV[8] reply the payloads of the calls counted lost, or evicted (a returned call with no room
+-- left, or one it pushed out) (1|0; absent: 0), for their waiters
+-- Reply: {lost, returned, dead_lettered, send_drain, payload...} (a lost batch whose record
 -- cannot be read is counted without its payloads). Bounded: O(limit * batch * log N).
 -- Lost reply: safe to run twice (a second run takes back only what expired since; a drain job
 -- the lost reply asked for is sent by the next reaper run)
@@ -15,6 +16,7 @@
 --#include rearm_drain
 --#include pool_keys
 --#include pool_status
+--#include pool_id
 --#include pool_unpack_batch
 --#include pool_admit
 --#include pool_bury
@@ -53,10 +55,15 @@ for _, b in ipairs(batches) do
           'batch not acknowledged before its deadline (' .. receives .. ' receives)', now)
         buried = buried + count
       else
-        local status, out = pool_admit(pool, member, score, count, receives, offered_at)
+        local status, out, victim = pool_admit(pool, member, score, count, receives, offered_at)
         evicted = evicted + out
         pushed_out = pushed_out + out  -- what admit pushed out leaves the depth
         if status ~= REFUSED then returned = returned + count else evicted = evicted + count end
+        local victim_id = tell_lost and victim and pool_id(victim, pool.coalesce)
+        if tell_lost and status == REFUSED then told[#told + 1] = payload end
+        if victim_id then
+          told[#told + 1] = pool.coalesce and victim or string.sub(victim, #victim_id + 2)
+        end
       end
     end
   else

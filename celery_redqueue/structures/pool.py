@@ -388,7 +388,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     def reap(self, limit: int = 1000, *, lost_calls: bool = False) -> ReapResult:
         """Take back batches past their deadline: lost (at most once) or returned to the pool
         / dead-lettered (at least once). ``lost_calls``: also return the payloads of the calls
-        counted lost (``ReapResult.lost_calls``), so that whoever waits on them can be told."""
+        counted lost or evicted (``ReapResult.lost_calls``), so that their waiters can be told."""
         reply = self._run(
             "pool_reap", [limit, int(self.at_least_once), self.max_receives, int(lost_calls)]
         )

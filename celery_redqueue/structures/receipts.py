@@ -127,8 +127,9 @@ class ReapResult:
     dead_lettered: int = 0
     #: Pools, at most once: calls of expired batches counted as ``lost``.
     lost: int = 0
-    #: Pools, at most once, when asked (``reap(lost_calls=True)``): the decoded payloads of
-    #: those calls, so that their waiters can be told (per-call results).
+    #: Pools, when asked (``reap(lost_calls=True)``): the decoded payloads of the calls counted
+    #: lost, and of those evicted (at least once: a returned call with no room left, or one it
+    #: pushed out), so that their waiters can be told (per-call results).
     lost_calls: tuple[Any, ...] = ()
     #: Work waits and no drain job holds the structure: the caller should send one.
     drain_needed: bool = False

@@ -262,8 +262,8 @@ class PoolTask(ProducerTask):
         store_lost(
             self,
             result.lost_calls,
-            "its at-most-once batch was taken back from a worker that died (counted lost; the "
-            "body may have started)",
+            "its batch was taken back from a worker that died, and it was not kept (at most "
+            "once: counted lost, the body may have started; or no room was left: evicted)",
         )
         return self.reaped(result)
 

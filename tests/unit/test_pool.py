@@ -265,6 +265,24 @@ def test_a_reap_asked_for_lost_calls_returns_their_payloads(make_pool, policy, s
     assert quiet.lost == popped.calls and quiet.lost_calls == ()
 
 
+@pytest.mark.parametrize("policy", ["sample", "newest", "reject"])
+def test_a_reap_names_the_calls_a_returned_batch_could_not_keep(make_pool, policy):
+    """At least once, a returned call competes for room: what the full pool does not keep (the
+    returned call refused, or the call it pushed out) is named like a lost call."""
+    pool = make_pool(capacity=2, policy=policy, delivery="at_least_once", visibility_timeout=0.05)
+    pool.add_many(["a", "b"])
+    pool.pop(2)
+    pool.add_many(["c", "d"])
+    time.sleep(0.1)
+    result = pool.reap(lost_calls=True)
+    stats = pool.stats()
+    assert stats.evicted == len(result.lost_calls) == 2
+    left = []
+    while batch := pool.pop(10):  # a returned call is popped alone
+        left += [item.payload for item in batch.items]
+    assert sorted(left + list(result.lost_calls)) == ["a", "b", "c", "d"]
+
+
 def test_a_lost_batch_with_an_unreadable_record_is_counted_without_its_calls(
     make_pool, redqueue_redis
 ):
