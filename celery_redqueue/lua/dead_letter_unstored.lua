@@ -12,10 +12,12 @@
 -- Reply: the length of the dead-letter list. O(1 + fields).
 -- Lost reply: raises (a store: a second run would list the letter twice)
 --#include clock
+--#include check_keys
 local K_DEAD, K_STATS = KEYS[1], KEYS[2]
 local payload, err, keyed = ARGV[1], ARGV[2], ARGV[3] == '1'
 local info = {count = 1, receives = 0, error = err, at = math.floor(now_ms())}
 if keyed then info.key = '' end
+check_keys({K_DEAD, 'list'}, K_STATS)
 local length = redis.call('RPUSH', K_DEAD, cjson.encode(info) .. '\n' .. payload)
 for i = 4, #ARGV do redis.call('HINCRBY', K_STATS, ARGV[i], 1) end
 return length

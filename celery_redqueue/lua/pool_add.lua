@@ -24,6 +24,7 @@
 --#include pool_status
 --#include pool_take_ids
 --#include pool_admit
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local window = tonumber(ARGV[5])
 local calls = (#ARGV - 5) / 4
@@ -41,6 +42,10 @@ dedupe = dedupe and window > 0
 local now = math.floor(now_ms())
 -- Forget a few expired dedupe ids whenever ids are recorded: bounded work, and the set cannot
 -- grow unbounded (each id recorded forgets up to 100 expired ones).
+check_keys({pool.items, 'zset', pool.counts, 'hash', pool.receives, 'hash', pool.ages, 'zset',
+  pool.arrivals, 'hash', pool.scheduled, 'zset', pool.dedupe, 'zset', pool.flow, 'hash',
+  pool.drains, 'string', pool.wake, 'string', pool.listening, 'zset',
+  pool.signal, 'list'}, pool.stats)
 if dedupe then forget_expired(pool.dedupe, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique and

@@ -16,11 +16,14 @@
 --#include pool_status
 --#include pool_take_ids
 --#include pool_admit
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local action, limit = ARGV[5], tonumber(ARGV[6])
 local now = math.floor(now_ms())
 -- Read and check every dead letter before removing any: one that cannot be parsed stays listed
 -- when requeued (nothing says what it is) and is deleted, counted as one call, when purged.
+check_keys({pool.items, 'zset', pool.counts, 'hash', pool.receives, 'hash', pool.ages, 'zset',
+  pool.arrivals, 'hash', pool.dead, 'list', pool.drains, 'string'}, pool.stats)
 local entries = {}
 for _, entry in ipairs(dead_candidates(pool.dead, ARGV, 7, limit)) do
   local info, payload = parse_letter(entry)

@@ -17,10 +17,13 @@
 --#include pool_take_ids
 --#include pool_admit
 --#include pool_bury
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local n = tonumber(ARGV[5])
 if not (n and n >= 1 and pool.capacity) then return redis.error_reply('ERR pool_due: bad n') end
 local now = math.floor(now_ms())
+check_keys({pool.items, 'zset', pool.counts, 'hash', pool.receives, 'hash', pool.ages, 'zset',
+  pool.arrivals, 'hash', pool.scheduled, 'zset', pool.dead, 'list', pool.flow, 'hash'}, pool.stats)
 local due = redis.call('ZRANGEBYSCORE', pool.scheduled, '-inf', now, 'LIMIT', 0, n)
 if #due == 0 then return 0 end
 local c = {delayed = 0, offered = 0, accepted = 0, rejected = 0, evicted = 0, depth = 0}

@@ -13,12 +13,14 @@
 -- Lost reply: safe to run twice (reads, and re-arms the same flag and wake-up)
 --#include clock
 --#include plan_drain
+--#include check_keys
 local K_ITEMS, K_AGES, K_DRAINS, K_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, min_calls, wait, check =
   tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not (min_calls and wait and check and lease) or check < 1 then
   return redis.error_reply('ERR pool_gather: bad arguments')
 end
+check_keys({K_ITEMS, 'zset', K_AGES, 'zset', K_DRAINS, 'string', K_WAKE, 'string'})
 local n = redis.call('ZCARD', K_ITEMS)
 if n == 0 or n >= min_calls then return {0, 0} end
 local oldest = redis.call('ZRANGE', K_AGES, 0, 0, 'WITHSCORES')

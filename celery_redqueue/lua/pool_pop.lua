@@ -35,6 +35,7 @@
 --#include pool_replay
 --#include pool_reply_entries
 --#include pool_hold
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local max_drains = tonumber(ARGV[8])
@@ -43,6 +44,10 @@ local listener, due_first = ARGV[12] or '', ARGV[14] == '1'
 local scored = ARGV[13] == '1' and pool.policy == 'sample'
 local now = math.floor(now_ms())
 local result = {TAKEN, 0, 0, -1, 0, 0}
+check_keys({pool.items, 'zset', pool.scheduled, 'zset', pool.inflight, 'zset',
+  pool.inflight_calls, 'hash', pool.inflight_items, 'hash', pool.listening, 'zset',
+  pool.signal, 'list', pool.drains, 'string', pool.wake, 'string', pool.receives, 'hash',
+  pool.ages, 'zset', pool.arrivals, 'hash'}, pool.stats)
 local replayed = pool_replay(pool, batch_id, timeout_ms, now, result)
 if replayed then return replayed end
 
@@ -90,6 +95,11 @@ end
 if not taken then
   result[1] = MIXED
   return pool_reply_entries(result, {})
+end
+-- pool_depart counts the entries out of their arrival slots: read them before they leave.
+for slot in pairs(slots) do
+  local held = redis.call('HGET', pool.arrivals, slot)
+  if held and not string.match(held, '^%-?%d+$') then error('CORRUPT ' .. pool.arrivals .. ' field ' .. slot .. ': not an integer', 0) end
 end
 redis.call('ZREMRANGEBYRANK', pool.items, 0, #taken - 1)
 pool_depart(pool.ages, pool.arrivals, slots)

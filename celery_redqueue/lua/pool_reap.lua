@@ -20,12 +20,17 @@
 --#include pool_unpack_batch
 --#include pool_admit
 --#include pool_bury
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local limit, at_least_once, max_receives = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
 local tell_lost = ARGV[8] == '1'
 local now = math.floor(now_ms())
 
 -- Read and decode every expired batch before writing anything.
+check_keys({pool.items, 'zset', pool.counts, 'hash', pool.receives, 'hash', pool.ages, 'zset',
+  pool.arrivals, 'hash', pool.scheduled, 'zset', pool.dead, 'list', pool.inflight, 'zset',
+  pool.inflight_calls, 'hash', pool.inflight_items, 'hash', pool.drains, 'string',
+  pool.wake, 'string'}, pool.stats)
 local batches = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', pool.inflight, '-inf', now, 'LIMIT', 0, limit)) do
   local b = {id = id, calls = tonumber(redis.call('HGET', pool.inflight_calls, id) or '0') or 0}

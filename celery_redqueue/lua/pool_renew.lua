@@ -9,8 +9,10 @@
 --#include clock
 --#include renew_inflight
 --#include pool_keys
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local timeout = tonumber(ARGV[5])
+check_keys({pool.inflight, 'zset', pool.drains, 'string'})
 local ids = {}
 for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
 return renew_inflight(pool.inflight, pool.drains, pool.lease, ids, timeout, math.floor(now_ms()))

@@ -11,8 +11,10 @@
 -- Bounded: O(log L + expired listeners).
 -- Lost reply: safe to run twice (the same member gets the same or a later deadline)
 --#include clock
+--#include check_keys
 local who, ms = ARGV[1] or '', tonumber(ARGV[2])
 if who == '' or not ms then return redis.error_reply('ERR wake_arm: no listener id or ms') end
+check_keys({KEYS[1], 'zset'})
 if ms <= 0 then return redis.call('ZREM', KEYS[1], who) end
 local now = now_ms()
 redis.call('ZADD', KEYS[1], now + ms, who)

@@ -4,6 +4,7 @@ every redis-py error translated into the package's own (see `redis_errors()`).""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ import redis.cluster
 
 from ..errors import (
     ConfigurationError,
+    CorruptDataError,
     RedisCommandError,
     RedisFullError,
     RedisUnavailableError,
@@ -82,6 +84,9 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
 )
 
 #: Redis's OOM text: inside a script Redis 6 reports it as a script error, not as OOM.
+#: A script's check before its first write (lua/check_keys.lua): "CORRUPT <key...>: <what>";
+#: Redis 7 appends " script: <sha>, on @user_script:<line>." to a script's error.
+_CORRUPT = re.compile(r"CORRUPT (.*?)(?: script: \w+, on @user_script:\d+\.)?$", re.S)
 _OOM_TEXT = "command not allowed when used memory > 'maxmemory'"
 
 
@@ -100,6 +105,9 @@ def translate_error(exc: Exception, action: str) -> RedQueueError:
         )
     if isinstance(exc, _UNAVAILABLE):
         return RedisUnavailableError(f"Redis unreachable while {action}: {text}")
+    corrupt = _CORRUPT.search(text)
+    if corrupt:
+        return CorruptDataError(f"{action}: {corrupt.group(1)}; nothing was written")
     return RedisCommandError(f"Redis refused {action}: {type(exc).__name__}: {text}")
 
 

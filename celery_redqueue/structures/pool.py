@@ -424,7 +424,9 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
             depth=counters.get("depth", 0),
             entries=int(entries),
             capacity=self.capacity,
-            drains_pending=int(drains or 0),
+            drains_pending=parse_counters(self.keys("drains"), {b"drains": drains or b"0"})[
+                "drains"
+            ],
         )
 
     def __len__(self) -> int:
