@@ -15,6 +15,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 from .errors import (
+    BrokerConfigurationError,
     CallLostError,
     CallRefusedError,
     ConfigurationError,
@@ -65,6 +66,7 @@ __version__ = "0.2.0.dev0"
 
 __all__ = [
     "AckResult",
+    "BrokerConfigurationError",
     "BucketStats",
     "BucketTask",
     "BufferedReceipt",

@@ -13,6 +13,15 @@ class ConfigurationError(RedQueueError, ValueError):
     """A setting or task option is missing or invalid; the message names it."""
 
 
+class BrokerConfigurationError(ConfigurationError):
+    """The broker can never take a drain job: its kombu transport cannot be loaded (a client
+    library, or a module the transport imports, is not installed), its URL cannot be read, or a
+    send fails with an error that is not a broker being down. Raised when a task binds to its
+    app (finalize) or at the call (the call is then stored, its drain flag released); the
+    original error is chained. Install what the message names, or fix the broker settings.
+    """
+
+
 class SerializationError(RedQueueError, ValueError):
     """A call's arguments cannot be serialized (nothing was stored) or a payload cannot be read."""
 

@@ -19,6 +19,7 @@ from celery import Task
 from ..errors import RedQueueError, SerializationError
 from ..structures.protocols import Drained, Producer
 from .beat import DrainSummary, register_beat
+from .broker import check_transport, is_transient, refused
 from .by_name import ByNameCalls
 from .composition import CallComposition, entry_point
 from .config import get_config
@@ -127,6 +128,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         bound = super().bind(app)
         warn_if_task_cls_dropped(cls, app)
         if cls.name and cls.name != REAPER_TASK:
+            check_transport(app)  # a broker that can never take a drain job fails here
             config = get_config(app)
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
@@ -227,34 +229,39 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def send_drain_or_release(
         self, countdown: float | None = None, routing: dict[str, Any] | None = None
     ) -> str | None:
-        """Send a drain job (now, or after ``countdown`` seconds); if the broker refuses, log a
+        """Send a drain job (now, or after ``countdown`` seconds); if the broker is down, log a
         warning, release what announced the job (the drain flag, or the scheduled wake-up) so
         that the next call, a worker's watchdog (`watchdog`) or beat sends one, and return the
-        error text (None when sent)."""
+        error text (None when sent). A send that can never succeed (not a broker blip) releases
+        the same and raises `BrokerConfigurationError`."""
         options = dict(routing or {})
         if countdown is not None:
             options["countdown"] = countdown
         try:
             self.send_drain(**options)
         except Exception as exc:
-            logger.warning(
-                "%s: could not send a drain job (%s); the calls are stored and the next call, "
-                "a worker's watchdog or beat sends one",
-                self.name,
-                error_text(exc),
-            )
-            # Pools and buckets hold a drain flag; a stream's group lease frees itself.
-            if not isinstance(producer := self.structure, Producer):
-                return error_text(exc)
-            try:
-                producer.release_drain(flag=countdown is None, wake=countdown is not None)
-            except RedQueueError as release_exc:
+            if transient := is_transient(exc):
                 logger.warning(
-                    "%s: could not release the drain flag either (%s); it frees itself when "
-                    "its lease runs out",
+                    "%s: could not send a drain job (%s); the calls are stored and the next "
+                    "call, a worker's watchdog or beat sends one",
                     self.name,
-                    release_exc,
+                    error_text(exc),
                 )
+            # Pools and buckets hold a drain flag; a stream's group lease frees itself.
+            if isinstance(producer := self.structure, Producer):
+                try:
+                    producer.release_drain(flag=countdown is None, wake=countdown is not None)
+                except RedQueueError as release_exc:
+                    logger.warning(
+                        "%s: could not release the drain flag either (%s); it frees itself "
+                        "when its lease runs out",
+                        self.name,
+                        release_exc,
+                    )
+            if not transient:
+                raise refused(
+                    self.app, exc, f" (sending {self.name}'s; its calls are stored)"
+                ) from exc
             return error_text(exc)
         return None
 

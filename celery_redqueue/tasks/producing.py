@@ -248,7 +248,8 @@ class ProducerTask(RedQueueTask):
 
         A send that fails (broker down) does not raise: the call is stored, and raising would
         invite a retry that stores it twice. The drain flag is released in the same call, so
-        the next call (or beat) sends the job; the receipt says ``drain_sent=False``.
+        the next call (or beat) sends the job; the receipt says ``drain_sent=False``. A send
+        that can never succeed raises `BrokerConfigurationError` (the call is stored).
         """
         if call_id:
             receipt = named_receipt(self, receipt, call_id)
