@@ -419,14 +419,13 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
                 ],
             )
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
+        pending = parse_counters(self.keys("drains"), {b"drains": drains or b"0"})["drains"]
         return PoolStats(
             **{name: counters.get(name, 0) for name in COUNTERS},
             depth=counters.get("depth", 0),
             entries=int(entries),
             capacity=self.capacity,
-            drains_pending=parse_counters(self.keys("drains"), {b"drains": drains or b"0"})[
-                "drains"
-            ],
+            drains_pending=pending,
         )
 
     def __len__(self) -> int:

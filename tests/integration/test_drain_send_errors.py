@@ -20,7 +20,7 @@ def test_a_broker_whose_transport_cannot_load_fails_before_storing(
     app.conf.update(celery_test_config(redqueue_server_url, redqueue_prefix))
     app.conf.broker_url = "zookeeper://127.0.0.1:1/"
 
-    @pool_task(app=app, pool_size=10)
+    @pool_task(app=app, pool_size=10, shared=False)  # not registered in later tests' apps
     def record(x):
         pass
 
