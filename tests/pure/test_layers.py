@@ -162,8 +162,3 @@ def test_no_import_cycles():
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
     assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
-
-
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=_dotted)
-def test_no_module_over_450_lines(path):
-    assert len(path.read_text().splitlines()) <= 450
