@@ -14,6 +14,9 @@ Where things are (arrows point down: each layer uses only the layers below it):
 - `celery_redqueue.testing`: the embedded Redis server and the pytest plugin
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     BrokerConfigurationError,
     CallLostError,
@@ -33,36 +36,90 @@ from .errors import (
     UndecodableItemsError,
     retry_after,
 )
-from .redis.serializers import Serializer
-from .structures.bucket import (
-    BucketStats,
-    Dequeued,
-    KeyStats,
-    LeakyBucket,
-    Reservation,
-    parse_rate,
-)
-from .structures.deadletters import DeadLetter
-from .structures.figures import Figures
-from .structures.lease_keeper import LeaseKeeper
-from .structures.leases import Lease, LeaseStats, ResourcePool
-from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
-from .structures.receipts import ReapResult, Receipt
-from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
-from .structures.stream_types import (
-    AckResult,
-    GroupFigures,
-    StreamEvent,
-    StreamRead,
-)
-from .structures.streams import EventStream
-from .tasks import BucketTask, PoolCall, PoolTask, StreamTask, bucket_task, pool_task, stream_task
-from .tasks.beat import DrainSummary
-from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
-from .tasks.lease import LeaseTask, lease_task, resource_pool
-from .tasks.stream import publish
+
+if TYPE_CHECKING:
+    from .redis.serializers import Serializer
+    from .structures.bucket import (
+        BucketStats,
+        Dequeued,
+        KeyStats,
+        LeakyBucket,
+        Reservation,
+        parse_rate,
+    )
+    from .structures.deadletters import DeadLetter
+    from .structures.figures import Figures
+    from .structures.lease_keeper import LeaseKeeper
+    from .structures.leases import Lease, LeaseStats, ResourcePool
+    from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
+    from .structures.receipts import ReapResult, Receipt
+    from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
+    from .structures.stream_types import AckResult, GroupFigures, StreamEvent, StreamRead
+    from .structures.streams import EventStream
+    from .tasks import (
+        BucketTask,
+        PoolCall,
+        PoolTask,
+        StreamTask,
+        bucket_task,
+        pool_task,
+        stream_task,
+    )
+    from .tasks.beat import DrainSummary
+    from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
+    from .tasks.lease import LeaseTask, lease_task, resource_pool
+    from .tasks.stream import publish
 
 __version__ = "0.2.0.dev0"
+
+#: Where each public name lives, imported on first use (PEP 562): ``import celery_redqueue``
+#: loads the errors only; the structures, the Celery glue (and Celery) come with the first name
+#: that needs them, and the worker-only modules (continuous consumer, watchdog, tracing) only
+#: in a worker. ``tests/pure/test_lean_import.py`` checks it.
+_LAZY: dict[str, str] = {
+    "Serializer": ".redis.serializers",
+    "BucketStats": ".structures.bucket",
+    "Dequeued": ".structures.bucket",
+    "KeyStats": ".structures.bucket",
+    "LeakyBucket": ".structures.bucket",
+    "Reservation": ".structures.bucket",
+    "parse_rate": ".structures.bucket",
+    "DeadLetter": ".structures.deadletters",
+    "Figures": ".structures.figures",
+    "LeaseKeeper": ".structures.lease_keeper",
+    "Lease": ".structures.leases",
+    "LeaseStats": ".structures.leases",
+    "ResourcePool": ".structures.leases",
+    "CappedPool": ".structures.pool",
+    "PoolBatch": ".structures.pool",
+    "PoolItem": ".structures.pool",
+    "PoolStats": ".structures.pool",
+    "ReapResult": ".structures.receipts",
+    "Receipt": ".structures.receipts",
+    "ScheduledSet": ".structures.sets",
+    "SortedSet": ".structures.sets",
+    "TimeSortedSet": ".structures.sets",
+    "AckResult": ".structures.stream_types",
+    "GroupFigures": ".structures.stream_types",
+    "StreamEvent": ".structures.stream_types",
+    "StreamRead": ".structures.stream_types",
+    "EventStream": ".structures.streams",
+    "BucketTask": ".tasks",
+    "PoolCall": ".tasks",
+    "PoolTask": ".tasks",
+    "StreamTask": ".tasks",
+    "bucket_task": ".tasks",
+    "pool_task": ".tasks",
+    "stream_task": ".tasks",
+    "DrainSummary": ".tasks.beat",
+    "BufferedReceipt": ".tasks.buffer",
+    "CallBuffer": ".tasks.buffer",
+    "buffer": ".tasks.buffer",
+    "LeaseTask": ".tasks.lease",
+    "lease_task": ".tasks.lease",
+    "resource_pool": ".tasks.lease",
+    "publish": ".tasks.stream",
+}
 
 __all__ = [
     "AckResult",
@@ -126,3 +183,16 @@ __all__ = [
     "retry_after",
     "stream_task",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

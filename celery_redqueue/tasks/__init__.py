@@ -12,8 +12,10 @@
 - `watchdog`: every worker's pass that sends the drains no one else would (no beat needed)
 """
 
-# Each connects its worker step (celeryd_init): the continuous consumer, the watchdog.
-from . import consumer, watchdog  # noqa: F401
+from typing import Any
+
+from celery.signals import celeryd_init
+
 from .base import RedQueueTask
 from .bucket import BucketTask, bucket_task
 from .pool import PoolCall, PoolTask, pool_task
@@ -30,3 +32,16 @@ __all__ = [
     "publish",
     "stream_task",
 ]
+
+
+def _add_worker_steps(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Give every ``celery worker`` the continuous consumer's and the watchdog's steps
+    (``celeryd_init``, before the worker builds its steps). Their modules are imported here, in
+    the worker: a producer that imports the package never loads them."""
+    from . import consumer, watchdog
+
+    consumer.add_step(instance)
+    watchdog.add_step(instance)
+
+
+celeryd_init.connect(_add_worker_steps, weak=False)

@@ -17,7 +17,6 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharding import validate_shards
-from . import tracing
 from .base import error_text
 from .beat import DrainSummary
 from .config import get_config
@@ -236,7 +235,11 @@ class BucketTask(ProducerTask, MeteredOptions):
         call = [list(args or ()), dict(kwargs or {})]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
-        traced = get_config(self.app).tracing and tracing.stamp(call)
+        traced = False
+        if get_config(self.app).tracing:
+            from . import tracing  # loaded once tracing is on
+
+            traced = tracing.stamp(call)
         data = self.bucket.encode(with_id(call, call_id if traced or self.bucket_results else None))
         cost = self._call_cost(args, kwargs)
         return (key, data) if cost is None else (key, data, cost)
@@ -284,6 +287,8 @@ class BucketTask(ProducerTask, MeteredOptions):
     def _run_reservation(self, reservation: Reservation) -> str | None:
         """Run the body on one item; commit it (``"processed"``), retry it later (release:
         ``"retried"``), back its key off (None) or dead-letter it (``"dead"``)."""
+        from . import tracing  # a worker's module: not loaded by producers
+
         bucket = self.bucket
         self._local.reservation = reservation
         self._local.reported_cost = None

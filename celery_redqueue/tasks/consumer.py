@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import celeryd_init
 
 from ..errors import ConfigurationError
 from . import consumer_loop
@@ -138,13 +137,11 @@ class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.stop(parent)
 
 
-def _add_step(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    app = getattr(instance, "app", None)
+def add_step(worker: Any) -> None:
+    """Add the step to ``worker``'s app (from the package's ``celeryd_init`` receiver)."""
+    app = getattr(worker, "app", None)
     if app is not None:
         app.steps["worker"].add(ConsumerStep)
-
-
-celeryd_init.connect(_add_step, weak=False)
 
 
 def add_worker_option(command: Any) -> None:

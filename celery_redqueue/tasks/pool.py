@@ -7,6 +7,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,6 @@ from ..validation import (
     positive_int,
     seconds,
 )
-from . import tracing
 from .base import error_text
 from .beat import DrainSummary
 from .config import get_config
@@ -282,7 +282,11 @@ class PoolTask(ProducerTask):
         call = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
-        traced = get_config(self.app).tracing and not self.pool_coalesce and tracing.stamp(call)
+        traced = False
+        if get_config(self.app).tracing and not self.pool_coalesce:
+            from . import tracing  # loaded once tracing is on
+
+            traced = tracing.stamp(call)
         return self.pool.encode(with_id(call, call_id if traced or self.pool_results else None))
 
     # Consuming
@@ -395,7 +399,7 @@ class PoolTask(ProducerTask):
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:
                     call_kwargs[self.pool_count_kwarg] = item.count
-                with self._processing([item]) if traced else tracing.OFF:  # tracing hook
+                with self._processing([item]) if traced else nullcontext():  # tracing hook
                     value = run(*call_args, **call_kwargs)
             except SoftTimeLimitExceeded:
                 failures = dict(settled.failures)
@@ -423,7 +427,9 @@ class PoolTask(ProducerTask):
     def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
         """The tracing span stored calls run in (a no-op context when tracing is off)."""
         if not get_config(self.app).tracing:
-            return tracing.OFF
+            return nullcontext()
+        from . import tracing  # loaded once tracing is on
+
         return tracing.processing(
             self,
             [tracing.call_context(item.payload) for item in items],

@@ -22,7 +22,6 @@ from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import positive_int, seconds
-from . import tracing
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary
 from .decorators import decorate_task
@@ -225,6 +224,8 @@ class StreamTask(RedQueueTask):
     def _run_batch(self, batch: StreamRead) -> tuple[dict[str, str], dict[str, float], set[str]]:
         """Run the body on each event; returns failures, their retry delays and the ids to
         dead-letter at once."""
+        from . import tracing  # a worker's module: not loaded by producers
+
         failures: dict[str, str] = {}
         retry_in: dict[str, float] = {}
         dead: set[str] = set()

@@ -12,7 +12,6 @@ from ..errors import ConfigurationError
 from ..structures.receipts import Receipt
 from ..structures.streams import EventStream
 from .config import get_config
-from .tracing import trace_stream
 
 if TYPE_CHECKING:
     from .stream import StreamTask
@@ -99,6 +98,8 @@ def make_stream(
     if app.conf.task_always_eager:
         stream.publish_many = _eager_publish(stream, tasks)  # type: ignore[method-assign]
     elif config.tracing:
+        from .tracing import trace_stream  # loaded once tracing is on
+
         trace_stream(stream)  # tracing hook: publishes keep the caller's context (tracing.py)
     return stream
 

@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import celeryd_init
 
 from ..errors import RedQueueError
 from .base import RedQueueTask
@@ -132,10 +131,8 @@ def _consumer_served(parent: Any) -> set[str]:
     return set()
 
 
-def _add_step(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    app = getattr(instance, "app", None)
+def add_step(worker: Any) -> None:
+    """Add the step to ``worker``'s app (from the package's ``celeryd_init`` receiver)."""
+    app = getattr(worker, "app", None)
     if app is not None:
         app.steps["worker"].add(WatchdogStep)
-
-
-celeryd_init.connect(_add_step, weak=False)
