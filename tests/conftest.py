@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket
-from celery_redqueue.embedded import EmbeddedRedisCluster
+from celery_redqueue.embedded import EmbeddedRedisCluster, die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,8 @@ def celery_procs(proc_env, tmp_path):
     """``start(app_module, *args, env=None)``: run ``celery -A app_module *args`` in its own
     session (so its prefork children die with it), logging to ``tmp_path/<arg>-<n>.log``
     (``proc.log_path``); ``env`` overrides :func:`proc_env`. Every process still running at
-    teardown gets SIGTERM, then SIGKILL after 20 s."""
+    teardown gets SIGTERM, then SIGKILL after 20 s; on Linux each gets SIGTERM when pytest ends,
+    however it ends."""
     procs = []
 
     def start(app_module, *args, env=None):
@@ -106,6 +107,8 @@ def celery_procs(proc_env, tmp_path):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # A killed run (even SIGKILL) stops its workers: their warm shutdown.
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
         proc.log_path = log_path
         procs.append((proc, log))

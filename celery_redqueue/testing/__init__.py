@@ -30,6 +30,11 @@ try:
         redqueue_redis,
         redqueue_server_url,
     )
+    from .hooks import (  # noqa: F401 (the plugin's hooks)
+        pytest_configure,
+        pytest_runtest_makereport,
+        pytest_unconfigure,
+    )
 except ModuleNotFoundError as exc:  # pragma: no cover - without pytest there is no plugin
     if exc.name != "pytest":
         raise

@@ -15,7 +15,7 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
-from celery_redqueue.embedded import find_server_binary
+from celery_redqueue.embedded import die_with_parent, find_server_binary
 from celery_redqueue.testing import celery_test_config
 from tests.conftest import _wait_for  # the root conftest's wait_for fixture serves tests
 
@@ -108,7 +108,12 @@ class StoppableRedis:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
         args += ["--dir", self.dir.name, "--save", "", "--appendonly"]
         args += ["yes" if self.appendonly else "no"]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),  # a killed run leaves no server behind
+        )
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
         try:
             _wait_for(lambda: self._ping(client), timeout=20, message="the broker to start")

@@ -11,6 +11,8 @@ from pathlib import Path
 import django
 import pytest
 
+from celery_redqueue.embedded import die_with_parent
+
 django.setup()
 
 from celery.contrib.django.task import DjangoTask  # noqa: E402
@@ -33,6 +35,7 @@ def celery(*args):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),  # a killed run stops it
     )
     proc.log = log
     return proc
