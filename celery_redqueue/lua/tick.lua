@@ -17,11 +17,12 @@ local function tick(flow, kind, n, now)
   local sec = math.floor(now / 1000)
   local field = kind .. ':' .. sec
   local value
-  -- A whole 'busy' tick can follow a fractional one in the same second: HINCRBY refuses a
-  -- field that holds a fraction (an error reply, a table here), and failing here would fail
-  -- the caller's script half-way.
+  -- Never fails (it would fail the caller's script half-way): HINCRBY refuses a fraction (a
+  -- whole 'busy' tick after a fractional one; an error reply is a table), and a field holding
+  -- garbage (HINCRBYFLOAT refuses it too) is a figure lost, reset to n.
   if n == math.floor(n) then value = redis.pcall('HINCRBY', flow, field, n) end
-  if type(value) ~= 'number' then value = redis.call('HINCRBYFLOAT', flow, field, n) end
+  if type(value) ~= 'number' then value = redis.pcall('HINCRBYFLOAT', flow, field, n) end
+  if type(value) == 'table' then redis.call('HSET', flow, field, n) value = n end
   -- The field holds exactly n only after the kind's first tick in this second. Rolling reads
   -- the whole hash, so it runs once a minute (the field "rolled" says when it last ran), not
   -- on every kind's first tick of every second.

