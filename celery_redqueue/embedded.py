@@ -20,6 +20,7 @@ import ctypes
 import functools
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -197,10 +198,30 @@ def _terminate(process: subprocess.Popen[bytes] | None) -> None:
         process.wait()
 
 
-def _free_port() -> int:
+def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+# A cluster node also listens on its port + 10000 (the cluster bus), so its port must be at most
+# 55535 and that bus port free too; the kernel's ephemeral range often starts above 55535.
+CLUSTER_BUS_OFFSET = 10000
+
+
+def _free_port(cluster: bool = False) -> int:
+    while True:
+        if cluster:
+            port = random.randint(20000, 65535 - CLUSTER_BUS_OFFSET)
+            if _port_is_free(port) and _port_is_free(port + CLUSTER_BUS_OFFSET):
+                return port
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
 
 
 def _wait_ready(process: subprocess.Popen[bytes] | None, port: int, timeout: float) -> bool:
@@ -289,7 +310,8 @@ class EmbeddedRedis(_Running):
         log = self.directory / "redis.log"
         # Another process may take a free port between probe and bind: try a few.
         for _ in range(1 if self.requested_port else 5):
-            self.port = self.requested_port or _free_port()
+            cluster = "--cluster-enabled" in self.extra_args
+            self.port = self.requested_port or _free_port(cluster)
             with log.open("ab") as output:
                 # The server logs to the file once running; errors before that go to stderr.
                 self.process = subprocess.Popen(

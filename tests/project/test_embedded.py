@@ -153,3 +153,16 @@ def test_concurrent_fetches_wait_for_one_complete_binary(monkeypatch, tmp_path):
         "redis-cli",
         "redis-server",
     ]
+
+
+def test_a_cluster_node_port_leaves_room_for_its_bus_port():
+    # redis-server refuses a cluster port above 55535 (its bus listens on port + 10000); the
+    # kernel's ephemeral ports often lie above it, which failed CI's cluster tests at random.
+    from celery_redqueue.embedded import CLUSTER_BUS_OFFSET, _free_port
+
+    for _ in range(200):
+        port = _free_port(cluster=True)
+        assert 1024 < port <= 65535 - CLUSTER_BUS_OFFSET
+        for candidate in (port, port + CLUSTER_BUS_OFFSET):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", candidate))  # free: binding it succeeds
