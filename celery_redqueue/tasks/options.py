@@ -72,6 +72,45 @@ REFUSED_OPTIONS = {
 }
 
 
+_RATE = (
+    "rate_limit= would limit this task's drain jobs in each worker, not its calls (one drain "
+    "job runs many calls)"
+)
+
+#: Celery task options a stored-call task (pool, bucket, stream) refuses at its declaration,
+#: by kind, with what to use instead: Celery would apply them to the argument-less drain job
+#: alone, so the calls would silently go without them.
+REFUSED_TASK_OPTIONS: dict[str, dict[str, str]] = {
+    "rate_limit": {
+        "pool": f"{_RATE}: to release calls at a rate, use a bucket task (bucket_rate=...)",
+        "bucket": f"{_RATE}: use bucket_rate= (per key) or bucket_total_rate= (all keys)",
+        "stream": f"{_RATE}: to release work at a rate, use a bucket task (bucket_rate=...)",
+    },
+    "serializer": {
+        kind: (
+            "stored calls are encoded with the app's redqueue_serializer setting (JSON by "
+            "default); serializer= would only apply to the argument-less drain job"
+        )
+        for kind in ("pool", "bucket", "stream")
+    },
+    "expires": {
+        "pool": REFUSED_OPTIONS["expires"],
+        "bucket": REFUSED_OPTIONS["expires"],
+        "stream": "an entry waits in the stream, bounded by stream_maxlen, not in the broker",
+    },
+}
+
+
+def check_task_options(cls: type, kind: str) -> None:
+    """Refuse the Celery task options (`REFUSED_TASK_OPTIONS`) that ``cls`` sets itself."""
+    for name, reasons in REFUSED_TASK_OPTIONS.items():
+        if kind in reasons and vars(cls).get(name) is not None:
+            raise ConfigurationError(
+                f"{cls.__qualname__}: {name}={vars(cls)[name]!r} is refused on a {kind} task: "
+                f"{reasons[kind]}"
+            )
+
+
 def drain_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Check a call's ``apply_async`` options; returns those meant for its drain job.
 
@@ -164,6 +203,7 @@ def check_option_names(cls: type) -> None:
         )
     if "redqueue_kind" in vars(cls):
         return  # the kind's own class declares its options
+    check_task_options(cls, next(iter(kinds), "redqueue"))
     if cls.__dict__.get("_decorated"):
         # Made by Celery's decorator: every other name in the class dict is a keyword given.
         check_decoration_keywords(cls.__mro__[1], vars(cls), next(iter(kinds), "redqueue"))

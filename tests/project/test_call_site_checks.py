@@ -95,7 +95,7 @@ def test_app_task_keywords_nothing_reads_are_refused(app):
 def test_celery_task_options_are_accepted(app):
     @pool_task(
         queue="pooled",
-        rate_limit="10/s",
+        time_limit=60,
         autoretry_for=(ValueError,),
         retry_backoff=True,
         ignore_result=True,

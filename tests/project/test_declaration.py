@@ -98,3 +98,31 @@ def test_a_misspelt_stream_option_is_refused_with_a_hint():
         ConfigurationError, match=r"stream_max_recieves .*did you mean stream_max_receives"
     ):
         stream_task(stream="orders", group="g", stream_max_recieves=3)(body)
+
+
+@pytest.mark.parametrize(
+    "option, hint",
+    [
+        ({"rate_limit": "10/s"}, "use a bucket task"),
+        ({"serializer": "pickle"}, "redqueue_serializer"),
+        ({"expires": 60}, "pool_policy"),
+    ],
+)
+def test_celery_options_that_would_only_reach_the_drain_job_are_refused(celery_app, option, hint):
+    # Celery would apply them to the argument-less drain job alone: the calls would go without.
+    name = next(iter(option))
+    with pytest.raises(ConfigurationError, match=rf"{name}=.*refused on a pool task.*{hint}"):
+        celery_app.task(base=PoolTask, **option)(body).name  # noqa: B018  (makes its class)
+    with pytest.raises(ConfigurationError, match=rf"{name}=.*refused on a pool task"):
+        pool_task(**option)(body)
+
+    class Subclassed(PoolTask):
+        abstract = True
+
+    with pytest.raises(ConfigurationError, match=rf"Limited: {name}="):
+        type("Limited", (Subclassed,), {name: option[name], "pool_size": 5})
+
+
+def test_a_bucket_task_with_celerys_rate_limit_is_told_of_bucket_rate():
+    with pytest.raises(ConfigurationError, match=r"rate_limit=.*use bucket_rate="):
+        bucket_task(bucket_key="x", bucket_rate="5/s", rate_limit="5/s")(body)
