@@ -250,7 +250,7 @@ class Run:
                 )
                 out[kind] = "holds" if ok else f"BROKEN {st}"
             b = LeakyBucket(client, "torture_app.bucket", prefix=self.prefix).stats()
-            ok = b.enqueued == b.processed + b.dropped + b.purged + b.dead + b.depth + b.in_flight
+            ok = b.enqueued == b.processed + b.evicted + b.purged + b.dead + b.depth + b.in_flight
             out["bucket"] = "holds" if ok else f"BROKEN {b}"
         finally:
             client.close()

@@ -13,7 +13,7 @@ local function bucket_append(b, key, slot, now)
     if b.overflow ~= 'drop_oldest' then return REFUSED, nil end
     redis.call('HDEL', b.items, key .. '\0' .. head)
     head = redis.call('HINCRBY', b.heads, key, 1)
-    redis.call('HINCRBY', b.stats, 'dropped', 1)
+    redis.call('HINCRBY', b.stats, 'evicted', 1)
     status = DROPPED
   end
   redis.call('HINCRBY', b.tails, key, 1)

@@ -11,7 +11,7 @@
 -- KEYS[7] inflight   zset: reservation id -> deadline (ms)
 -- KEYS[8] res_keys   hash: reservation id -> key
 -- KEYS[9] res_items  hash: reservation id -> slot
--- KEYS[10] stats     hash: counters (seq, enqueued, rejected, dropped, processed, dead, ...)
+-- KEYS[10] stats     hash: counters (seq, enqueued, rejected, evicted, processed, dead, ...)
 -- KEYS[11] keystats  hash: key NUL counter -> n (in_flight, processed, dead per key)
 -- KEYS[12] dead      list: dead letters, "json NL payload"
 -- KEYS[13] drains    string: number of drain jobs pending; absent when none is

@@ -111,10 +111,10 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
             )
         ]
     if kind == "bucket":
-        parts = ("processed", "dropped", "purged", "dead", "depth", "in_flight")
+        parts = ("processed", "evicted", "purged", "dead", "depth", "in_flight")
         return [
             (
-                "enqueued == processed + dropped + purged + dead + depth + in_flight",
+                "enqueued == processed + evicted + purged + dead + depth + in_flight",
                 c["enqueued"],
                 sum(c[n] for n in parts),
             )

@@ -13,7 +13,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigurationError, RedQueueError
-from .reading import DROP_REASONS, Operations
+from .reading import SHED_REASONS, Operations
 
 #: Per bucket, how many of the busiest keys get per-key series.
 TOP_KEYS = 10
@@ -46,7 +46,7 @@ FAMILIES = {
     ),
     "offered": ("counter", "offered", "Items offered.", ""),
     "processed": ("counter", "processed", "Items processed.", ""),
-    "dropped": ("counter", "dropped", "Items shed, by reason.", "reason"),
+    "shed": ("counter", "shed", "Items shed, by reason.", "reason"),
     "key_depth": ("gauge", "key_depth", "Depth of a bucket's busiest keys.", "key"),
     "key_flight": ("gauge", "key_in_flight", "In-flight items of a bucket's busiest keys.", "key"),
     "resources": ("gauge", "resources", "Resources of a resource pool by state.", "state"),
@@ -110,8 +110,8 @@ class RedQueueCollector:
                     f[name].add_metric(ids, figures[name])
             f["offered"].add_metric(ids, figures["offered"])
             f["processed"].add_metric(ids, figures["processed"])
-            for reason in DROP_REASONS.get(target.kind, ()):
-                f["dropped"].add_metric([*ids, reason], counters.get(reason, 0))
+            for reason in SHED_REASONS.get(target.kind, ()):
+                f["shed"].add_metric([*ids, reason], counters.get(reason, 0))
             for group in view.get("groups", ()):
                 ids_group = [*ids, group["group"]]
                 f["group_lag"].add_metric(ids_group, group["lag"])

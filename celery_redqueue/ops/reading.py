@@ -42,8 +42,8 @@ REGISTRY_TTL = 5.0
 GROUP_WINDOW = 50
 
 #: The stats counters that identify why work was shed, by kind (Prometheus ``reason`` label).
-DROP_REASONS = {
-    "pool": CappedPool.figure_names[2],  # the counters its figures count as dropped
+SHED_REASONS = {
+    "pool": CappedPool.figure_names[2],  # the counters its figures count as shed
     "bucket": LeakyBucket.figure_names[2],
     "stream": ("trimmed",),
 }

@@ -35,12 +35,12 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
     lines = [f"redqueue top - {stamp} - prefix {overview['prefix']} - Ctrl-C to leave", ""]
     lines += [f"! {warning}" for warning in overview["warnings"]]
     # The name column is as wide as the longest name (at most 40): with the usual short names a
-    # row and its sparkline fit in 120 columns beside the dropped column.
+    # row and its sparkline fit in 120 columns beside the shed column.
     named = [v["id"] for v in overview["structures"]]
     named += ["  group " + g["group"] for v in overview["structures"] for g in v.get("groups", ())]
     w = min(40, max([len("structure"), *map(len, named)]))
     header = (
-        f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'dropped':>7} {'in/s':>8} "
+        f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'shed':>7} {'in/s':>8} "
         f"{'out/s':>8} {'oldest':>8} {'drain':>8} {'workers':>7}  in, last minute"
     )
     lines += [header, "-" * min(len(header) + 8, width)]
@@ -57,10 +57,10 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
         else:
             f = view["figures"]
             spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""
-            # dropped: everything shed (a pool's rejected + evicted + lost, a bucket's rejected
-            # + dropped + duplicates, a stream's trimmed); `stats NAME` has the split.
+            # shed: a pool's rejected + evicted + lost, a bucket's rejected + evicted
+            # + duplicates, a stream's trimmed); `stats NAME` has the split.
             lines.append(
-                f"{name:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} {f['dropped']:7} "
+                f"{name:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} {f['shed']:7} "
                 f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
                 f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
             )

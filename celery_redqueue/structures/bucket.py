@@ -115,7 +115,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
     figure_names = (
         "depth",
         ("enqueued", "rejected", "duplicates"),
-        ("rejected", "dropped", "duplicates"),
+        ("rejected", "evicted", "duplicates"),
     )
     parts = PARTS
     dead_script = "bucket_dead"
@@ -438,7 +438,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
                 [("HGETALL", self.keys("stats"), ()), ("ZCARD", self.keys("ready"), ())],
             )
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
-        fields = ("enqueued", "rejected", "dropped", "depth", "in_flight", "processed", "dead")
+        fields = ("enqueued", "rejected", "evicted", "depth", "in_flight", "processed", "dead")
         extra: tuple[str, ...] = ("receives", "redelivered", "delayed", "duplicates", "purged")
         extra += ("requeued", "late", "backoffs", "retried")
         return BucketStats(

@@ -126,7 +126,7 @@ class BucketStats(QueueCounters):
 
     enqueued: int
     rejected: int
-    dropped: int
+    evicted: int
     receives: int
     keys_ready: int
     requeued: int
@@ -207,7 +207,7 @@ def _enqueue_result(
 ) -> Receipt:
     return Receipt(
         kept=status in (1, 2),
-        dropped_oldest=status == 2,
+        evicted_oldest=status == 2,
         drain_needed=drain_needed,
         duplicate=status == 4,
         delayed=status == 5,

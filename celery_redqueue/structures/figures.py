@@ -59,8 +59,8 @@ class Figures:
     #: Counters since the structure was created.
     offered: int
     processed: int
-    #: Refused, evicted, dropped or lost: everything shed.
-    dropped: int
+    #: Everything shed: rejected, evicted, lost (and a bucket's duplicates, a stream's trimmed).
+    shed: int
     #: Items offered per second over the last minute.
     rate_in: float
     #: Items finished (processed, failed or dead-lettered) per second over the last minute.
@@ -188,7 +188,7 @@ def compute(
     delayed: int,
     offered: int,
     processed: int,
-    dropped: int,
+    shed: int,
     sums: dict[str, float],
     oldest_ms: float | None,
     now_ms: float,
@@ -207,7 +207,7 @@ def compute(
         delayed=delayed,
         offered=offered,
         processed=processed,
-        dropped=dropped,
+        shed=shed,
         rate_in=rate_in,
         rate_out=rate_out,
         oldest_age=max(now_ms - oldest_ms, 0.0) / 1000 if oldest_ms is not None else None,
@@ -226,11 +226,11 @@ def structure_figures(
     *,
     depth: str,
     offered: tuple[str, ...],
-    dropped: tuple[str, ...],
+    shed: tuple[str, ...],
 ) -> Figures:
     """Figures of one structure, read from each of its parts (``keys``: one, or a sharded
     structure's shards: counters, rates and history summed, the oldest waiting call of any);
-    the arguments name the counters that mean depth, offered and dropped in its stats hash
+    the arguments name the counters that mean depth, offered and shed in its stats hash
     (pools and buckets count those under different names)."""
     counters: dict[str, int] = {}
     sums: dict[str, float] = {}
@@ -260,7 +260,7 @@ def structure_figures(
         delayed=counters.get("delayed", 0),
         offered=total(offered),
         processed=counters.get("processed", 0),
-        dropped=total(dropped),
+        shed=total(shed),
         sums=sums,
         oldest_ms=min(oldest) if oldest else None,
         now_ms=now,

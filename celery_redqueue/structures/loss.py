@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 #: Totals kept per structure; ``offered`` and ``processed`` only ever grow while Redis keeps
 #: its data, the others say how much was held.
-TOTALS = ("offered", "processed", "dropped", "depth", "in_flight", "delayed", "dead")
+TOTALS = ("offered", "processed", "shed", "depth", "in_flight", "delayed", "dead")
 #: Also kept: calls offered in the minute before the reading (the inflow it saw).
 INFLOW = "offered_last_minute"
 

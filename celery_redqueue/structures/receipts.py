@@ -78,8 +78,8 @@ class Receipt:
     evicted_calls: tuple[Any, ...] = ()
     #: Coalescing pools: the call merged into an equal entry.
     merged: bool = False
-    #: Buckets: the key was full (``max_depth``) and its oldest item was dropped to make room.
-    dropped_oldest: bool = False
+    #: Buckets: the key was full (``max_depth``) and its oldest item was evicted to make room.
+    evicted_oldest: bool = False
     #: Streams: entries the cap removed while appending (on the first receipt of a call).
     trimmed: int = 0
     #: Streams: groups whose drain lease this call armed (on the first receipt of a call).

@@ -37,7 +37,7 @@ class Sharded:
     serializer: Any
     #: The plain structures of this logical one (None: one shard, itself).
     shards: list[Any] | None = None
-    #: The counter names meaning depth, offered and dropped in the kind's stats hash.
+    #: The counter names meaning depth, offered and shed in the kind's stats hash.
     figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
     #: The shard a sweep asks first: the one after the last that gave work (round robin).
     next_shard = 0
@@ -167,9 +167,9 @@ class Sharded:
         """Backpressure figures in one bounded read per shard: depth, in flight, dead, delayed,
         rates in and out over the last minute, oldest waiting call, time to drain, workers
         needed (counters, rates and history summed over the shards)."""
-        depth, offered, dropped = self.figure_names
+        depth, offered, shed = self.figure_names
         keys = [part.keys for part in self.shards or [self]]
-        return structure_figures(self.client, keys, depth=depth, offered=offered, dropped=dropped)
+        return structure_figures(self.client, keys, depth=depth, offered=offered, shed=shed)
 
     @on_every(nothing)
     def clear(self) -> None:

@@ -392,7 +392,7 @@ class EventStream(Structure):
 
     def figures(self, per_group: Sequence[GroupFigures] | None = None) -> Figures:
         """The stream as one structure, for lists of every structure: depth is the sum of the
-        groups' lags, in flight their pending entries, dropped what the cap trimmed.
+        groups' lags, in flight their pending entries, shed what the cap trimmed.
         ``per_group``: every group's figures, when the caller has just read them."""
         if per_group is None:
             per_group = [self.group_figures(g) for g in self._known_groups()]
@@ -407,7 +407,7 @@ class EventStream(Structure):
             delayed=0,
             offered=stats["published"],
             processed=sum(f.processed for f in per_group),
-            dropped=stats["trimmed"],
+            shed=stats["trimmed"],
             sums={
                 "in": max((f.rate_in for f in per_group), default=0.0) * 60,
                 "out": sum(f.rate_out for f in per_group) * 60,

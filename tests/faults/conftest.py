@@ -77,7 +77,7 @@ def pool_identities_hold(stats):
 def bucket_identity_holds(stats):
     # The CLI's identity: a requeued dead letter moves from dead to depth, enqueued stays.
     return stats.enqueued == (
-        stats.depth + stats.in_flight + stats.processed + stats.dead + stats.dropped + stats.purged
+        stats.depth + stats.in_flight + stats.processed + stats.dead + stats.evicted + stats.purged
     )
 
 

@@ -264,7 +264,7 @@ def test_read_only_page_shows_no_action_controls(app, serve, browser, evil):
     page.screenshot("read-only")
 
 
-def test_page_explains_its_columns_shows_dropped_and_charts_a_burst_per_second(
+def test_page_explains_its_columns_shows_shed_and_charts_a_burst_per_second(
     dashboard, browser, redqueue_redis, redqueue_prefix
 ):
     base, _ = dashboard
@@ -288,7 +288,7 @@ def test_page_explains_its_columns_shows_dropped_and_charts_a_burst_per_second(
         "Object.fromEntries([...document.querySelectorAll('#structures thead th')]"
         ".map((th) => [th.textContent, th.title]))"
     )
-    assert list(titles)[-2:] == ["workers", "dropped"]
+    assert list(titles)[-2:] == ["workers", "shed"]
     assert all(titles.values()), titles
     assert "worker processes needed" in titles["workers"]
     assert "workers" in page.eval("document.getElementById('columns-help').textContent")

@@ -39,8 +39,8 @@ def test_metrics_endpoint_parses_with_conventional_names(
     assert found["redqueue_offered_total", pool_labels] == 14
     assert found["redqueue_processed_total", pool_labels] == 3
     assert found["redqueue_dead", pool_labels] == 0
-    assert found["redqueue_dropped_total", pool_labels | {("reason", "rejected")}] == 4
-    assert found["redqueue_dropped_total", pool_labels | {("reason", "evicted")}] == 0
+    assert found["redqueue_shed_total", pool_labels | {("reason", "rejected")}] == 4
+    assert found["redqueue_shed_total", pool_labels | {("reason", "evicted")}] == 0
     assert found["redqueue_oldest_age_seconds", pool_labels] >= 0
     assert found["redqueue_structure_up", pool_labels] == 1
     bucket_labels = frozenset({("kind", "bucket"), ("name", "crawl")})

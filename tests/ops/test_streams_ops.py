@@ -89,7 +89,7 @@ def test_metrics_export_lag_and_pending_per_group_for_the_most_behind_groups(
     assert ("redqueue_stream_group_oldest_pending_age_seconds", g06) not in found
     stream_labels = frozenset({("kind", "stream"), ("name", "clicks")})
     assert found["redqueue_depth", stream_labels] == 2 + 3 * (GROUP_WINDOW - 1)
-    assert found["redqueue_dropped_total", stream_labels | {("reason", "trimmed")}] == 0
+    assert found["redqueue_shed_total", stream_labels | {("reason", "trimmed")}] == 0
 
 
 def test_page_lists_groups_under_their_stream_and_in_its_detail(

@@ -14,16 +14,16 @@ def columns(lines, name):
     return header.split()[: len(header.split()) - 3], row.split()  # "in, last minute" aside
 
 
-def test_top_shows_what_each_pool_dropped(redqueue_redis, redqueue_prefix):
+def test_top_shows_what_each_pool_shed(redqueue_redis, redqueue_prefix):
     full = CappedPool(redqueue_redis, "full", 5, policy="reject", prefix=redqueue_prefix)
     full.add_many(range(8))
     ring = CappedPool(redqueue_redis, "ring", 4, policy="newest", prefix=redqueue_prefix)
     ring.add_many(range(10))
     lines = frame(Operations(redqueue_redis, redqueue_prefix).overview(history=True))
     for pool, dropped in ((full, 3), (ring, 6)):
-        assert pool.figures().dropped == dropped  # rejected, evicted: counted exactly
+        assert pool.figures().shed == dropped  # rejected, evicted: counted exactly
         names, row = columns(lines, f"pool:{pool.name}")
-        assert dict(zip(names[1:], row[1:], strict=False))["dropped"] == str(dropped)
+        assert dict(zip(names[1:], row[1:], strict=False))["shed"] == str(dropped)
 
 
 def test_the_operations_page_shows_tops_columns():
@@ -34,7 +34,7 @@ def test_the_operations_page_shows_tops_columns():
     kinds = ("pool:", "bucket:", "stream:", "lease:")
     rows = [line.split()[0] for line in sample if line.startswith(kinds)]
     assert len(rows) == 4
-    zeros = dict.fromkeys(("depth", "in_flight", "dead", "dropped", "rate_in", "rate_out"), 0)
+    zeros = dict.fromkeys(("depth", "in_flight", "dead", "shed", "rate_in", "rate_out"), 0)
     zeros.update(oldest_age=None, drain_eta=None, workers_needed=None)
     views = [{"id": name, "figures": zeros} for name in rows]
     drawn = frame({"time": 0, "prefix": "redqueue", "warnings": [], "structures": views})

@@ -227,9 +227,9 @@ def test_max_depth_reject_and_drop_oldest(make_bucket):
     assert rejecting.stats().rejected == 2
     dropping = make_bucket("d", max_depth=2, overflow="drop_oldest", default_rate="1000/s")
     results = dropping.enqueue_many([("k", i) for i in range(4)])
-    assert [r.dropped_oldest for r in results] == [False, False, True, True]
+    assert [r.evicted_oldest for r in results] == [False, False, True, True]
     assert dropping.dequeue().reservation.payload == 2
-    assert dropping.stats().dropped == 2
+    assert dropping.stats().evicted == 2
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ def identity_holds(stats):
     """Every item enqueued is in exactly one place (a requeued dead letter leaves ``dead`` for
     ``depth``, so it is not counted again)."""
     return stats.enqueued == (
-        stats.depth + stats.in_flight + stats.processed + stats.dead + stats.dropped + stats.purged
+        stats.depth + stats.in_flight + stats.processed + stats.dead + stats.evicted + stats.purged
     )
 
 
@@ -39,7 +39,7 @@ def batch_enqueue(bucket, key, payload):
 
 def plain_enqueue(bucket, key, payload):
     result = bucket.enqueue(key, payload)
-    status = 0 if not result.kept else 2 if result.dropped_oldest else 1
+    status = 0 if not result.kept else 2 if result.evicted_oldest else 1
     return int(result.drain_needed), result.wake_in is not None, status
 
 
@@ -158,7 +158,7 @@ def test_folded_counters_keep_the_identity_through_a_full_cycle(make_bucket, red
     assert bucket.requeue_dead(limit=1) == 1
     stats = bucket.stats()
     assert stats.enqueued == 8 and stats.processed == 1 and stats.requeued == 1
-    assert stats.dead == 1 and stats.depth == 6 and stats.in_flight == 0 and stats.dropped == 0
+    assert stats.dead == 1 and stats.depth == 6 and stats.in_flight == 0 and stats.evicted == 0
     assert identity_holds(stats)
     # Readers of the raw hash add the folded field back: figures, key by key and in total.
     assert (
@@ -177,11 +177,11 @@ def test_a_full_key_counts_every_item_exactly(make_bucket, redqueue_redis, overf
     stats = bucket.stats()
     if overflow == "reject":
         assert [r.kept for r in results] == [True] * 2 + [False] * 5
-        assert (stats.enqueued, stats.rejected, stats.dropped) == (3, 5, 0)
+        assert (stats.enqueued, stats.rejected, stats.evicted) == (3, 5, 0)
         kept = [0, 1]
     else:
-        assert [r.dropped_oldest for r in results] == [False] * 2 + [True] * 5
-        assert (stats.enqueued, stats.rejected, stats.dropped) == (8, 0, 5)
+        assert [r.evicted_oldest for r in results] == [False] * 2 + [True] * 5
+        assert (stats.enqueued, stats.rejected, stats.evicted) == (8, 0, 5)
         kept = [5, 6]
     assert stats.depth == 3 and identity_holds(stats)
     assert flow_in(redqueue_redis, bucket) == 8  # every offer, kept or not

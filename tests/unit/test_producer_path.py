@@ -95,11 +95,11 @@ def test_bucket_ages_point_at_the_head_item(make_bucket, redqueue_redis):
     bucket.enqueue("k", "first")
     first_at = redqueue_redis.zscore(bucket.keys("ages"), "k")
     time.sleep(0.02)
-    assert bucket.enqueue("k", "second").dropped_oldest
+    assert bucket.enqueue("k", "second").evicted_oldest
     second_at = redqueue_redis.zscore(bucket.keys("ages"), "k")
     assert second_at > first_at
     stats = bucket.stats()
-    assert (stats.enqueued, stats.dropped, stats.depth) == (2, 1, 1)
+    assert (stats.enqueued, stats.evicted, stats.depth) == (2, 1, 1)
     assert ring_totals(redqueue_redis, bucket.keys("flow"), "in") == (2, 2)
 
 

@@ -141,10 +141,10 @@ function renderOverview(data) {
         [fmtNum(f.delayed), "num"], [fmtNum(f.dead), f.dead ? "num bad" : "num"],
         [fmtNum(f.rate_in, 2), "num"], [fmtNum(f.rate_out, 2), "num"],
         [fmtSecs(f.oldest_age), "num"], [fmtSecs(f.drain_eta), "num"],
-        [fmtNum(f.workers_needed, 2), "num"], [fmtNum(f.dropped), f.dropped ? "num warn" : "num"]]));
-      // The dropped cell's split by reason, on hover.
+        [fmtNum(f.workers_needed, 2), "num"], [fmtNum(f.shed), f.shed ? "num warn" : "num"]]));
+      // The shed cell's split by reason, on hover.
       tr.lastChild.title = Object.entries(s.counters || {})
-        .filter(([k]) => DROP_REASONS.includes(k)).map(([k, v]) => `${k} ${fmtNum(v)}`).join(", ");
+        .filter(([k]) => SHED_REASONS.includes(k)).map(([k, v]) => `${k} ${fmtNum(v)}`).join(", ");
       // A stream's groups, a line each under it: lag as depth, pending as in flight.
       for (const g of s.groups || []) {
         const gr = row(s);
@@ -173,8 +173,8 @@ function select(id) {
   refresh();
 }
 
-// The stats counters that count shed calls (ops/reading.py's DROP_REASONS, every kind).
-const DROP_REASONS = ["rejected", "evicted", "lost", "dropped", "duplicates", "trimmed"];
+// The stats counters that count shed calls (ops/reading.py's SHED_REASONS, every kind).
+const SHED_REASONS = ["rejected", "evicted", "lost", "duplicates", "trimmed"];
 
 // "auto": per second when every minute of the hour with traffic is among its last two (a short
 // burst, which the hour's per-minute bars would show as a sliver), else the hour.
