@@ -1,14 +1,13 @@
--- Charge `units` to a key's current cost window (a release, or a reported excess: the units
--- were spent, whenever the call went). A refund (negative) counts only in the call's own window
--- (`window`): that window's units were charged, a later window's were not. Returns the window
--- (nil: the bucket meters no cost).
---#include bucket_cost_window
-local function bucket_charge_cost(b, key, units, now, window)
+-- Charge a release of `units` at `at` (ms) to its key's cost schedule: its units run from
+-- max(tat, at) on, so the key's next call waits until tat - burst * interval (GCRA). In any
+-- sliding window of the period a key's releases then hold at most the budget plus the burst
+-- plus the cost of the window's last call. Returns the new tat as stored, the release's mark
+-- (kept in its slot for a refund), or nil when the bucket meters no cost.
+--#include bucket_cost_tat
+local function bucket_charge_cost(b, key, units, at)
   if b.cost_interval <= 0 then return nil end
-  local w, used, allowance = bucket_cost_window(b, key, now)
-  if units < 0 and window ~= w then return w end
-  used = math.max(used + units, 0)
-  redis.call('HSET', b.tat, key .. '\0cost',
-             w .. ' ' .. string.format('%.17g', used) .. ' ' .. string.format('%.17g', allowance))
-  return w
+  local tat, _, interval = bucket_cost_tat(b, key)
+  local mark = string.format('%.17g', math.max(tat, at) + units * interval)
+  redis.call('HSET', b.tat, key .. '\0cost', mark .. ' ' .. mark)
+  return mark
 end

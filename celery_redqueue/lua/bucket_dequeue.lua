@@ -8,7 +8,7 @@
 -- EMPTY only when lingering), else takes it off (wake_listener.lua).
 -- ARGV[15] ahead ms (0: off): a key due within it is released now at its slot (its schedules
 -- advance from the slot, not from a later wake-up); the caller waits out the lead before the
--- body runs, without a wake-up round trip (never across a cost window: see below).
+-- body runs, without a wake-up round trip.
 -- Reply: a status first (take_status.lua):
 --   {UPKEEP, key}                     delayed items came due, the head of `key` (absent: none)
 --                                     is unreadable or completed already (processed guard), or
@@ -23,7 +23,7 @@
 --                                   long after now it was released at (ahead), else 0
 -- Times go back as "%.17g" strings: tostring() keeps 14 digits, which rounds ms timestamps
 -- to 0.1 ms and would let a fast key with a burst drift above its rate. Bounded: O(log K)
--- (plus at most 100 keys whose head waits for its cost window).
+-- (plus at most 100 keys whose cost schedule moved on).
 -- Lost reply: safe to run twice: a poll whose id recorded a reservation still held replies that
 -- reservation again (no fan-out) and takes nothing.
 --#include bucket_keys
@@ -35,7 +35,6 @@
 --#include recorded
 --#include listen_for
 --#include bucket_parse_slot
---#include bucket_cost_window
 --#include bucket_limits_at
 --#include bucket_head
 --#include bucket_take_head
@@ -97,12 +96,11 @@ for _ = 1, 100 do
     local total = tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0
     when = math.max(when, total - b.total_burst * b.total_interval)
   end
-  -- The head's cost must fit its key's cost window; its ready time may have been set for
-  -- another head (the reaper puts a call back at the head of a key eligible already).
+  -- The key's cost schedule must allow it; its ready time may predate a correction (a
+  -- reported excess, or a call the reaper put back at the head of a key eligible already).
   local cost_at = b.cost_interval > 0 and select(2, bucket_limits_at(b, key, now)) or 0
-  -- Released ahead, a call is charged in the window of its slot; within the current one only.
+  -- Released ahead, a call is charged from its slot on, as if released then.
   local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
-    and (b.cost_interval <= 0 or bucket_cost_window(b, key, when) == bucket_cost_window(b, key, now))
   local head, slot = bucket_head(b, key)
   local receives, id, at, payload, cost = bucket_parse_slot(slot)
   if cost_at > when then

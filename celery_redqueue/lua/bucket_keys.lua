@@ -3,7 +3,8 @@
 -- (the settings, from LeakyBucket._script_head); its own ARGV start at 8.
 -- KEYS[1] ready      zset: key -> time (ms) since which the key may release its head item
 -- KEYS[2] tat        hash: key -> theoretical arrival time (ms) of its next item (GCRA); also
---                    "key NUL cost" (its cost window: "window used allowance") and "NUL total"
+--                    "key NUL cost" (its cost schedule: "tat mark", bucket_cost_tat.lua) and
+--                    "NUL total" (the total rate's tat)
 -- KEYS[3] rates      hash: key -> "interval_ms burst"; "key NUL cost" -> "interval burst max"
 -- KEYS[4] items      hash: key NUL position -> slot (bucket_parse_slot.lua)
 -- KEYS[5] heads      hash: key -> position of its head item

@@ -1,11 +1,11 @@
 -- What one queued item is stored as: "receives:id:at:payload", "receives:id:at/cost:payload"
--- for a call with a cost (a bucket with bucket_cost); a reserved call's slot adds "@window"
--- after its cost, the cost window it was charged in (bucket_make_slot.lua writes them).
--- Returns receives, id, at, payload, cost (nil: none) and window (nil: none); all nil when the
--- slot is malformed (only corruption makes one).
+-- for a call with a cost (a bucket with bucket_cost); a reserved call's slot adds "@mark" after
+-- its cost, the cost schedule its release left (bucket_charge_cost.lua), as stored.
+-- Returns receives, id, at, payload, cost (nil: none) and mark (a string; nil: none); all nil
+-- when the slot is malformed (only corruption makes one).
 local function bucket_parse_slot(slot)
-  local receives, id, at, cost, window, payload =
-    string.match(slot or '', '^(%d+):(%d+):(%d+)/?([%d.]*)@?(%d*):(.*)$')
+  local receives, id, at, cost, mark, payload =
+    string.match(slot or '', '^(%d+):(%d+):(%d+)/?([%d.eE+%-]*)@?([%d.eE+%-]*):(.*)$')
   if not receives then return nil end
-  return tonumber(receives), id, tonumber(at), payload, tonumber(cost), tonumber(window)
+  return tonumber(receives), id, tonumber(at), payload, tonumber(cost), mark ~= '' and mark or nil
 end

@@ -1,7 +1,7 @@
 -- Reserve a released item until at_ms + timeout_ms (at_ms: its release slot, `now` or ahead of
 -- it) and advance its key's schedules: GCRA from the key's own theoretical arrival time (so a
 -- consumer late by less than the burst allowance loses no throughput, and none can exceed the
--- rate), its cost window by the call's cost, the bucket's total schedule (b.tat "NUL total")
+-- rate), its cost schedule by the call's cost (bucket_charge_cost.lua), the bucket's total schedule (b.tat "NUL total")
 -- by one call. The key stays eligible, from the latest of its schedules and limits, while it has
 -- items (`remaining`) and room for another call in flight. Counts the release for the
 -- noisy-neighbour figures (b.releases; bucket_upkeep.lua rolls the minute). Returns the
@@ -17,7 +17,7 @@ local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining
   local tat = tonumber(redis.call('HGET', b.tat, key) or '0') or 0
   local next_tat = math.max(tat, at_ms) + interval
   redis.call('HSET', b.tat, key, string.format('%.17g', next_tat))
-  local window = bucket_charge_cost(b, key, cost or 1, at_ms)
+  local mark = bucket_charge_cost(b, key, cost or 1, at_ms)
   if b.total_interval > 0 then
     local total = tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0
     redis.call('HSET', b.tat, '\0total', string.format('%.17g', math.max(total, at_ms) + b.total_interval))
@@ -34,7 +34,7 @@ local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining
   local reservation, deadline = id .. '.' .. receives, at_ms + timeout_ms
   redis.call('ZADD', b.inflight, deadline, reservation)
   redis.call('HSET', b.res_keys, reservation, key)
-  redis.call('HSET', b.res_items, reservation, bucket_make_slot(receives, id, at, payload, cost, window))
+  redis.call('HSET', b.res_items, reservation, bucket_make_slot(receives, id, at, payload, cost, mark))
   redis.call('HINCRBY', b.stats, 'in_flight', 1)
   redis.call('HINCRBY', b.stats, 'receives', 1)
   if receives > 1 then redis.call('HINCRBY', b.stats, 'redelivered', 1) end

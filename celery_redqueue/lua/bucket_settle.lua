@@ -5,8 +5,8 @@
 -- ARGV[10] retry, backoff: delay ms before the key may release again; dead: the error text
 -- ARGV[11] processed-guard window ms (commit; 0: off), ARGV[12] seconds the body took
 -- ARGV[13] the call's actual cost as the body reported it ('' when it did not): the key's cost
--- window is corrected by (actual - charged), a refund only in the window the call was charged
--- in (bucket_charge_cost.lua). A backoff that reported none refunds the charge
+-- schedule is corrected by (actual - charged), a refund only while the call is the key's
+-- latest release (bucket_correct_cost.lua). A backoff that reported none refunds the charge
 -- (the upstream refused the call); its receive is not counted, so it is never dead-lettered
 -- for backing off.
 -- Reply: {held, send_drain}. held NOT_HELD (0): the reservation is not (or no longer) held (a
@@ -26,7 +26,7 @@
 --#include bucket_parse_slot
 --#include bucket_make_slot
 --#include bucket_take_reservation
---#include bucket_charge_cost
+--#include bucket_correct_cost
 --#include bucket_push_head
 --#include bucket_eligible_at
 --#include bucket_make_eligible
@@ -56,9 +56,9 @@ if not key then
 end
 record_call(b.calls, b.calls_at, 'settle:' .. reservation, 1, now)
 tick(b.flow, 'busy', busy, now)
-local receives, id, at, payload, charged, window = bucket_parse_slot(slot)
+local receives, id, at, payload, charged, mark = bucket_parse_slot(slot)
 if action == 'backoff' and not actual then actual = 0 end
-if actual and receives then bucket_charge_cost(b, key, actual - (charged or 1), now, window) end
+if actual and receives then bucket_correct_cost(b, key, actual - (charged or 1), mark) end
 
 local send = 0
 if action == 'retry' or action == 'backoff' then

@@ -4,11 +4,13 @@ per period), a total rate over all keys, a concurrency limit per key, pauses (an
 mixes this in; the scripts' side is ``lua/bucket_limits_at.lua`` and its includes. See
 docs/metered-apis.md.
 
-Costs are counted per aligned window of the cost rate's period (server clock): a key releases its
-head call only when the units charged in the current window plus that call's cost fit the budget
-(plus up to the burst left unused by the previous window), so no window ever holds more. The body
-may report the actual cost; the difference is charged at its commit, a refund only while the
-call's own window lasts (a later window never held those units).
+Costs follow a GCRA schedule per key on the server clock, like the call rate: a call goes once
+``now >= tat - burst * interval`` (``interval``: ms per unit), then ``tat = max(tat, now) + cost *
+interval``. Releases are paced, and in every sliding window of the period a key's releases hold
+at most the budget plus the burst plus one call's cost (the window's last). The body may report
+the actual cost; an excess moves the schedule on at its commit, a refund moves it back only while
+the call is its key's latest release (after a later one, the windows it opened hold their budget
+already).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ class MeteredOptions:
     #: Units per key per period ("90000/m"), metered beside bucket_rate: a call goes only when
     #: both allow it. A call costing more than one period allows is refused at the call site.
     bucket_cost_rate: str | float | None = None
-    #: Units a key may use beyond its cost rate after a pause (GCRA burst allowance).
+    #: Units a key may release at once beyond its schedule after a pause (the GCRA burst
+    #: allowance: its cost schedule may lag ``now`` by this many units' time).
     bucket_cost_burst: float = 0
     #: Calls per period over all keys together ("1000/s"), each key still fair below it; a
     #: sharded bucket splits it evenly between its shards.

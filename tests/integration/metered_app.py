@@ -19,10 +19,12 @@ COMMON = {"base": BucketTask, "bind": True, "bucket_key": "tenant", "bucket_drai
 
 
 def record(task, tenant, i, cost, started):
-    """What ran: its key, item, cost, the server time it was released at, and its receives."""
+    """What ran: its key, item, cost, the server time it was released at (the script's clock,
+    kept in the reservation), the body's server time, and its receives."""
     held = task.reservation
+    seconds, micros = client().time()
     row = {"tenant": tenant, "i": i, "cost": cost, "start": started, "end": time.time()}
-    row.update(released=held.released_at, receives=held.receives)
+    row.update(released=held.released_at, receives=held.receives, body=seconds + micros / 1e6)
     client().rpush(f"{PREFIX}:{task.name.rsplit('.', 1)[1]}", json.dumps(row))
 
 
@@ -33,6 +35,11 @@ def metered(self, tenant, i, tokens):
     if used != tokens:
         self.report_cost(used)
     record(self, tenant, i, used, time.time())
+
+
+@app.task(**COMMON, bucket_rate="1000/s", bucket_cost="tokens", bucket_cost_rate="300/s")
+def tokens(self, tenant, i, tokens):
+    record(self, tenant, i, tokens, time.time())
 
 
 @app.task(**COMMON, bucket_rate="20/s", bucket_max_receives=1)
@@ -71,6 +78,9 @@ CALLS = {
         for i in range(30)
         for tenant in ("a", "b")
     ],
+    # Two seconds' worth of 60-token calls for an idle key, and a mix of 5 and 60.
+    "tokens": [(("edge", i), {"tokens": 60}) for i in range(10)]
+    + [(("mixed", i), {"tokens": [5, 60, 5, 5, 60, 5][i % 6]}) for i in range(24)],
     "backoff": [((tenant, i), {}) for i in range(10) for tenant in ("limited", "free")],
     "concurrent": [(("a", i), {}) for i in range(8)] + [(("b", i), {}) for i in range(2)],
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
@@ -87,6 +97,9 @@ def produce(name, action=""):
         return
     if action == "pause":
         task.bucket.pause("held")
+    if action == "edge":  # store them 0.6 s into a second of the server's clock
+        while not 0.6 <= client().time()[1] / 1e6 < 0.65:
+            time.sleep(0.002)
     for args, kwargs in CALLS[name]:
         task.delay(*args, **kwargs)
 
