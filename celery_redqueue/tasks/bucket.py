@@ -83,7 +83,8 @@ class BucketTask(ProducerTask, MeteredOptions):
     bucket_overflow: str = "reject"
     #: Seconds between beat-run drains (a safety net). None: no beat entry.
     bucket_drain_interval: float | None = 30.0
-    #: Most drain jobs releasing this bucket's items at once.
+    #: Most drain jobs releasing this bucket's items at once (unset, bucket_concurrency when
+    #: that is higher: a drain runs one body at a time).
     bucket_drain_concurrency: int = 1
     #: Seconds one drain job works before handing over to a fresh one.
     bucket_drain_time_budget: float = 10.0

@@ -45,8 +45,9 @@ class MeteredOptions:
     #: Calls over all keys beyond the total rate after a pause.
     bucket_total_burst: float = 0
     #: Most calls of one key in flight at once across all workers (reservations count; a dead
-    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. Set
-    #: bucket_drain_concurrency to at least this for one key to reach it.
+    #: worker's frees its slot when reaped). bucket_ordered is 1 with order. A drain job runs
+    #: one body at a time, so bucket_drain_concurrency follows it unless set (and is refused
+    #: when set lower: one key could never reach it).
     bucket_concurrency: int | None = None
 
     if TYPE_CHECKING:  # provided by BucketTask
@@ -103,6 +104,32 @@ def limit_options(cls: Any) -> dict[str, Any]:
     }
 
 
+#: Set on a task class whose bucket_drain_concurrency was set here, from bucket_concurrency.
+_FOLLOWS = "_redqueue_drains_follow_concurrency"
+
+
+def drains_follow_concurrency(cls: Any) -> None:
+    """``bucket_concurrency=N`` needs N drain jobs for one key to reach N (each runs one body at
+    a time): ``bucket_drain_concurrency`` left at its default follows it; set lower, the pair is
+    refused, naming the fix. A class that inherits a value set here follows again."""
+    wanted = cls.bucket_concurrency
+    if not wanted or wanted <= 1:
+        return
+    owner = next(k for k in cls.__mro__ if "bucket_drain_concurrency" in k.__dict__)
+    explicit = "redqueue_kind" not in owner.__dict__ and not owner.__dict__.get(_FOLLOWS)
+    if not explicit:
+        cls.bucket_drain_concurrency = wanted
+        setattr(cls, _FOLLOWS, True)
+    elif cls.bucket_drain_concurrency < wanted:
+        raise ConfigurationError(
+            f"bucket_concurrency={wanted} with bucket_drain_concurrency="
+            f"{cls.bucket_drain_concurrency}: a drain job runs one body at a time, so one key "
+            f"would never have more than {cls.bucket_drain_concurrency} in flight; set "
+            f"bucket_drain_concurrency to at least {wanted}, or leave it unset (it then "
+            "follows bucket_concurrency)"
+        )
+
+
 def check_metered_options(cls: Any) -> Limits:
     """Refuse bad metered options at declaration, naming the option; returns the limits."""
     limits = Limits.build(
@@ -110,6 +137,7 @@ def check_metered_options(cls: Any) -> Limits:
         **limit_options(cls),
         names=lambda name, default: LIMIT_OPTION_NAMES.get(name, default),
     )
+    drains_follow_concurrency(cls)
     function_or_name(cls, "bucket_cost")
     if (cls.bucket_cost is None) != (cls.bucket_cost_rate is None):
         raise ConfigurationError(

@@ -61,6 +61,23 @@ def concurrent(self, tenant, i):
     record(self, tenant, i, 0, started)
 
 
+#: bucket_concurrency alone: its drain concurrency follows it (no bucket_drain_concurrency).
+ALONE = {"base": BucketTask, "bind": True, "bucket_key": "tenant", "bucket_rate": "1000/s"}
+
+
+@app.task(**ALONE, bucket_concurrency=2, bucket_visibility_timeout=2.0)
+def alone(self, tenant, i):
+    started = time.time()
+    running = client().incr(f"{PREFIX}:running:{tenant}")
+    client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
+    # The first two calls' first runs hang when asked: the test kills their worker.
+    if i < 2 and self.reservation.receives == 1 and client().get(f"{PREFIX}:hang"):
+        time.sleep(600)
+    time.sleep(0.3)
+    client().decr(f"{PREFIX}:running:{tenant}")
+    record(self, tenant, i, 0, started)
+
+
 @app.task(**COMMON, bucket_rate="1000/s")
 def pausable(self, tenant, i):
     record(self, tenant, i, 0, time.time())
@@ -83,6 +100,7 @@ CALLS = {
     + [(("mixed", i), {"tokens": [5, 60, 5, 5, 60, 5][i % 6]}) for i in range(24)],
     "backoff": [((tenant, i), {}) for i in range(10) for tenant in ("limited", "free")],
     "concurrent": [(("a", i), {}) for i in range(8)] + [(("b", i), {}) for i in range(2)],
+    "alone": [(("a", i), {}) for i in range(8)],
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
     "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
 }

@@ -3,12 +3,14 @@ call rates, KeyBackoff, per-key concurrency, pause and resume, a total rate acro
 are checked on the server times each call was released at, never on how fast things ran."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from celery_redqueue import LeakyBucket
+from celery_redqueue import BucketTask, ConfigurationError, LeakyBucket, bucket_task
 
 APP = "tests.integration.metered_app"
 
@@ -132,6 +134,72 @@ def test_concurrency_two_never_runs_three_bodies_of_a_key(
     wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:concurrent") == 10, timeout=90)
     seen = [int(x) for x in redqueue_redis.lrange(f"{redqueue_prefix}:running-seen:a", 0, -1)]
     assert len(seen) == 8 and max(seen) == 2  # reached two, never three
+
+
+def test_bucket_concurrency_alone_reaches_two_and_never_three(
+    redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for
+):
+    # No bucket_drain_concurrency: it follows bucket_concurrency (one drain runs one body).
+    run("alone")
+    spawn_metered()
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:alone") == 8, timeout=90)
+    seen = [int(x) for x in redqueue_redis.lrange(f"{redqueue_prefix}:running-seen:a", 0, -1)]
+    assert len(seen) == 8 and max(seen) == 2  # reached two, never three
+
+
+def test_a_dead_workers_slots_are_freed_when_reaped(
+    redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for
+):
+    # Two bodies hang, holding the key's two slots; their worker is SIGKILLed. Once their
+    # reservations expire (2 s), the next worker's watchdog reaps them and every call runs,
+    # still never three at once.
+    redqueue_redis.set(f"{redqueue_prefix}:hang", 1)
+    first = worker_ready(spawn_metered, wait_for)
+    run("alone")
+    seen_key = f"{redqueue_prefix}:running-seen:a"
+    wait_for(lambda: redqueue_redis.llen(seen_key) == 2, timeout=60)
+    held = bucket(redqueue_redis, redqueue_prefix, "alone")
+    assert held.key_stats("a").in_flight == 2
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    redqueue_redis.delete(f"{redqueue_prefix}:hang")
+    redqueue_redis.set(f"{redqueue_prefix}:running:a", 0)  # the dead bodies' counts
+    worker_ready(spawn_metered, wait_for)
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:alone") == 8, timeout=90)
+    seen = [int(x) for x in redqueue_redis.lrange(seen_key, 2, -1)]
+    assert len(seen) == 8 and max(seen) <= 2
+    done = rows(redqueue_redis, redqueue_prefix, "alone")
+    assert sorted(r["i"] for r in done) == list(range(8))
+    assert sorted(r["receives"] for r in done if r["i"] < 2) == [2, 2]  # reaped, run again
+
+
+def test_drain_concurrency_follows_bucket_concurrency_or_is_refused():
+    @bucket_task(bucket_key="x", bucket_concurrency=3)
+    def follows(x):
+        pass
+
+    assert follows.bucket_drain_concurrency == 3
+
+    @bucket_task(bucket_key="x", bucket_concurrency=2, bucket_drain_concurrency=5)
+    def more(x):
+        pass
+
+    assert more.bucket_drain_concurrency == 5
+    with pytest.raises(ConfigurationError, match="set bucket_drain_concurrency to at least 4"):
+
+        @bucket_task(bucket_key="x", bucket_concurrency=4, bucket_drain_concurrency=2)
+        def fewer(x):
+            pass
+
+    # A subclass of a class whose value followed its concurrency follows its own.
+    class Base(BucketTask):
+        bucket_concurrency = 2
+
+    class Wider(Base):
+        bucket_concurrency = 6
+
+    assert (Base.bucket_drain_concurrency, Wider.bucket_drain_concurrency) == (2, 6)
+    assert BucketTask.bucket_drain_concurrency == 1
 
 
 def test_a_paused_key_runs_nothing_until_resumed(
