@@ -1,5 +1,6 @@
-"""The script call path (redis/call.py): a call runs on a connection its thread keeps, and
-every way that connection can go wrong ends as redis-py's own path would."""
+"""The script call path (redis/call.py): a call runs on a connection of the client's pool,
+given back after the call, and every way that connection can go wrong ends as redis-py's own
+path would."""
 
 import multiprocessing
 import threading
@@ -23,21 +24,20 @@ def in_use(client):
     return len(client.connection_pool._in_use_connections)
 
 
-def test_a_thread_keeps_one_connection_and_gives_it_back_when_it_ends(make_pool, client):
+def test_each_call_gives_its_connection_back_to_the_pool(make_pool, client):
     pool = make_pool(capacity=100)
     pool.client = client
     outcome = []
 
     def produce():
         for i in range(5):
-            outcome.append(pool.add(i).kept)
-        outcome.append(in_use(client))
+            outcome.append((pool.add(i).kept, in_use(client)))
 
     worker = threading.Thread(target=produce)
     worker.start()
     worker.join(timeout=30)
-    assert outcome == [True] * 5 + [1]  # five calls, one connection held
-    assert in_use(client) == 0  # the thread ended: its connection is back in the pool
+    assert outcome == [(True, 0)] * 5  # nothing kept between calls
+    assert len(client.connection_pool._available_connections) == 1  # one, reused
     assert pool.stats().depth == 5
 
 
@@ -114,37 +114,15 @@ def test_a_pool_with_a_small_connection_limit_gets_each_connection_back(
     limited.close()
 
 
-def test_threads_keep_at_most_half_of_the_connection_limit(make_pool, redqueue_server_url):
-    client = redis.Redis.from_url(redqueue_server_url, max_connections=4)
-    pool = make_pool(capacity=100)
-    pool.client = client
-    produced, done = threading.Barrier(4), threading.Event()
-
-    def produce(i):
-        pool.add(i)
-        produced.wait(timeout=30)
-        done.wait(timeout=30)
-
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    produced.wait(timeout=30)  # every thread has produced and is still alive
-    assert in_use(client) == 2  # two threads keep one each; the third gave its back
-    assert pool.stats().depth == 3  # and the other commands still find connections
-    done.set()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert in_use(client) == 0
-    client.close()
-
-
 def test_a_thread_that_finds_redis_down_gets_the_packages_error(make_pool, client):
     from celery_redqueue.errors import RedisUnavailableError
 
     pool = make_pool(capacity=100)
     pool.client = client
-    assert pool.add(1).kept  # registered, and this thread keeps a connection
+    assert pool.add(1).kept  # registered; its connection is back in the pool
+    port = client.connection_pool.connection_kwargs["port"]
     client.connection_pool.connection_kwargs["port"] = 1  # new connections go nowhere
+    client.connection_pool.reset()  # and every connection is a new one
     errors = []
 
     def produce():
@@ -157,4 +135,7 @@ def test_a_thread_that_finds_redis_down_gets_the_packages_error(make_pool, clien
     worker.start()
     worker.join(timeout=60)
     assert len(errors) == 1 and isinstance(errors[0], RedisUnavailableError), errors
-    assert pool.add(3).kept  # this thread's kept connection is still up
+    client.connection_pool.connection_kwargs["port"] = port
+    client.connection_pool.reset()
+    assert pool.add(3).kept  # Redis is back: the next call connects
+    assert pool.stats().offered == 2  # the failed call stored nothing
