@@ -34,6 +34,7 @@ from .errors import (
     ReservationError,
     SerializationError,
     UndecodableItemsError,
+    UniqueLockedError,
     retry_after,
 )
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
     from .structures.stream_types import AckResult, GroupFigures, StreamEvent, StreamRead
     from .structures.streams import EventStream
+    from .structures.unique import UniqueLocks, UniqueStats
     from .tasks import (
         BucketTask,
         PoolCall,
@@ -118,6 +120,8 @@ _LAZY: dict[str, str] = {
     "LeaseTask": ".tasks.lease",
     "lease_task": ".tasks.lease",
     "resource_pool": ".tasks.lease",
+    "UniqueLocks": ".structures.unique",
+    "UniqueStats": ".structures.unique",
     "publish": ".tasks.stream",
 }
 
@@ -172,6 +176,9 @@ __all__ = [
     "StreamTask",
     "TimeSortedSet",
     "UndecodableItemsError",
+    "UniqueLockedError",
+    "UniqueLocks",
+    "UniqueStats",
     "__version__",
     "bucket_task",
     "buffer",

@@ -101,6 +101,19 @@ class CallRefusedError(RedQueueError):
     per-call results on, this is the call's result, so whoever waits on its id learns it."""
 
 
+class UniqueLockedError(CallRefusedError):
+    """A unique task's key is held by another call: ``key`` names it, ``holder`` is the task
+    id of the call that holds it (``AsyncResult(holder)`` follows that one)."""
+
+    def __init__(self, message: str, key: str = "", holder: str = "") -> None:
+        super().__init__(message, key, holder)
+        self.key = key
+        self.holder = holder
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class CallLostError(RedQueueError):
     """A stored call was lost without running to its end: its batch was taken back from a dead
     worker by an at-most-once pool (counted ``lost``; the body may have started), or a later

@@ -12,19 +12,27 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import RedQueueError
 from ..validation import seconds
 
 if TYPE_CHECKING:  # leases.py imports this module
-    from .leases import Lease, ResourcePool
+    from .leases import Lease
 
 logger = logging.getLogger("celery_redqueue.structures.leases")
 
 #: What a [`LeaseKeeper`][celery_redqueue.LeaseKeeper] calls, once, when its lease is lost:
 #: ``(lease, reason)``.
 LostCallback = Callable[["Lease", str], None]
+
+
+class Leasing(Protocol):
+    """What holds the leases a keeper renews: a ResourcePool, or a UniqueLocks table."""
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None: ...
+
+    def release(self, lease: Lease) -> bool: ...
 
 
 class LeaseKeeper:
@@ -56,7 +64,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        pool: ResourcePool,
+        pool: Leasing,
         lease: Lease,
         ttl: float,
         *,
