@@ -12,12 +12,15 @@
 -- Lost reply: safe to run twice: an acquire whose token holds the lock replies the same
 -- lease; a refusal is recorded under its token and replied again without counting twice.
 --#include unique_keys
+--#include unique_check
+--#include unique_entry
 --#include lease_now
 --#include record_call
 --#include recorded
 --#include unique_forget_expired
 local ACQUIRED, REFUSED = 1, 0
 local locks = unique_keys(KEYS)
+unique_check(locks)
 local key, token, task, who, phase = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl_ms, claim = tonumber(ARGV[6]), ARGV[7] == '1'
 if not ttl_ms or ttl_ms <= 0 or (phase ~= 'queued' and phase ~= 'running') then
@@ -25,7 +28,7 @@ if not ttl_ms or ttl_ms <= 0 or (phase ~= 'queued' and phase ~= 'running') then
 end
 local now = lease_now()
 local raw = redis.call('HGET', locks.held, key)
-local entry = raw and cjson.decode(raw)
+local entry = raw and unique_entry(locks, key, raw)
 local expiry = tonumber(redis.call('ZSCORE', locks.expiry, key) or '0')
 if entry and entry.token == token and expiry > now then
   -- A re-send whose first reply was lost: the same lease again.

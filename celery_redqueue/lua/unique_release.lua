@@ -11,22 +11,25 @@
 -- Lost reply: safe to run twice: the release is recorded under its token (record_call.lua)
 -- and a second run replies "already done" (2) and changes nothing.
 --#include unique_keys
+--#include unique_check
+--#include unique_entry
 --#include lease_now
 --#include record_call
 --#include recorded
 local NOT_HELD, RELEASED, ALREADY_RELEASED = 0, 1, 2
 local locks = unique_keys(KEYS)
+unique_check(locks)
 local key, token, hand_back_ms, task = ARGV[1], ARGV[2], tonumber(ARGV[3] or '0'), ARGV[4]
 if not hand_back_ms or hand_back_ms < 0 or (hand_back_ms > 0 and not task) then
   return redis.error_reply('ERR unique_release: bad hand-back')
 end
 local raw = redis.call('HGET', locks.held, key)
-if not raw or cjson.decode(raw).token ~= token then
+if not raw or unique_entry(locks, key, raw).token ~= token then
   if recorded(locks.calls, 'release:' .. token) == '1' then return ALREADY_RELEASED end
   return NOT_HELD
 end
 local now = lease_now()
-local entry = cjson.decode(raw)
+local entry = unique_entry(locks, key, raw)
 local expiry = tonumber(redis.call('ZSCORE', locks.expiry, key) or '0')
 local held = RELEASED
 if expiry <= now then

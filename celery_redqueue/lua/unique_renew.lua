@@ -8,14 +8,17 @@
 -- Lost reply: safe to run twice (a second run sets the same expiry again, counted as one more
 -- renewal)
 --#include unique_keys
+--#include unique_check
+--#include unique_entry
 --#include lease_now
 local locks = unique_keys(KEYS)
+unique_check(locks)
 local key, token, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not ttl_ms or ttl_ms <= 0 then
   return redis.error_reply('ERR unique_renew: bad ttl')
 end
 local raw = redis.call('HGET', locks.held, key)
-if not raw or cjson.decode(raw).token ~= token then
+if not raw or unique_entry(locks, key, raw).token ~= token then
   return 0
 end
 local now = lease_now()

@@ -31,6 +31,7 @@ from celery_redqueue.structures import leases as leases_module
 from celery_redqueue.structures import pool as pool_module
 from celery_redqueue.structures import streams as streams_module
 from celery_redqueue.structures.sets import ScheduledSet
+from celery_redqueue.structures.unique import UniqueLocks
 from tests.faults.conftest import bucket_identity_holds, pool_identities_hold
 
 pytestmark = pytest.mark.timeout(300)
@@ -322,6 +323,34 @@ def set_ops():
     }
 
 
+def unique_keys(locks):
+    return {part: (locks.keys(part), type_) for part, type_ in key_table("unique").items()}
+
+
+def fill_unique(locks):
+    held = locks.acquire("k", task_id="a", ttl=30)
+    locks.acquire("gone", task_id="b", ttl=30)
+    return {"held": held}
+
+
+def unique_ops():
+    return {
+        "acquire": lambda u, s: u.acquire("new", task_id="c", ttl=5),
+        "refused": lambda u, s: u.acquire("k", task_id="d", ttl=5),
+        "renew": lambda u, s: u.renew(s["held"], 10),
+        "release": lambda u, s: u.release(s["held"]),
+        "held": lambda u, s: u.held(),
+        "stats": lambda u, s: u.stats(),
+    }
+
+
+def unique_check(locks, client):
+    # Every held key has its lease's expiry (a bogus expiry member is the corruption's own).
+    held = client.hkeys(locks.keys("held"))
+    lost = [k for k in held if client.zscore(locks.keys("expiry"), k) is None]
+    return [f"{k!r} held without an expiry" for k in lost]
+
+
 VARIANTS = {
     "pool": pool_variant(),
     "pool_coalescing": pool_variant(coalesce=True),
@@ -347,6 +376,13 @@ VARIANTS = {
         ops=lease_ops(),
         check=lease_check,
         keys=lease_keys,
+    ),
+    "unique": Variant(
+        build=lambda make, prefix: UniqueLocks(make["client"], "u", prefix=prefix),
+        fill=fill_unique,
+        ops=unique_ops(),
+        check=unique_check,
+        keys=unique_keys,
     ),
     "set": Variant(
         build=lambda make, prefix: ScheduledSet(make["client"], "z", prefix=prefix),

@@ -36,12 +36,12 @@ def test_a_send_that_can_never_succeed_raises_and_releases_the_flag(app, redqueu
     call raises the named error with the cause chained, and the drain flag is released (a
     later call, once the settings are fixed, sends the drain)."""
 
-    @app.task(base=PoolTask, pool_size=10, serializer="no-such-serializer")
+    @app.task(base=PoolTask, pool_size=10)
     def record(x):
         pass
 
     with pytest.raises(BrokerConfigurationError, match="its calls are stored") as raised:
-        record.delay(1)
+        record.apply_async((1,), serializer="no-such-serializer")  # the drain job's serializer
     assert type(raised.value.__cause__).__name__ == "SerializerNotInstalled"
     stats = record.pool.stats()
     assert (stats.depth, stats.drains_pending) == (1, 0)
