@@ -3,8 +3,10 @@ stream consumer whose bodies record how long their call took to reach them.
 
 Configured from the environment: LATENCY_URL (the structures, and the bench's records),
 LATENCY_BROKER_URL (the broker: a Redis of its own, so that its command counts are the
-broker's alone) and LATENCY_PREFIX. Every task message any process of the app publishes (a
-plain call; a drain job) is counted in the hash ``<prefix>:published`` by task name.
+broker's alone), LATENCY_PREFIX, LATENCY_PREFETCH (the worker's prefetch multiplier, 1 unless
+set) and LATENCY_DRAIN_YIELD (0: ``redqueue_drain_yield=False``). Every task message any
+process of the app publishes (a plain call; a drain job) is counted in the hash
+``<prefix>:published`` by task name.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ app.conf.update(
     redqueue_key_prefix=PREFIX,
     redqueue_beat=False,
     worker_hijack_root_logger=False,
-    worker_prefetch_multiplier=1,
+    worker_prefetch_multiplier=int(os.environ.get("LATENCY_PREFETCH", "1")),
+    redqueue_drain_yield=os.environ.get("LATENCY_DRAIN_YIELD", "1") != "0",
 )
 
 

@@ -66,8 +66,18 @@ def percentile(values: list[float], q: float) -> float:
 class Worker:
     """One ``celery -A latency_app worker -c 2`` subprocess."""
 
-    def __init__(self, env: dict[str, str], pool: str, consumer: bool) -> None:
-        command = ["celery", "-A", "latency_app", "worker", "-c", "2", f"--pool={pool}"]
+    def __init__(
+        self, env: dict[str, str], pool: str, consumer: bool, concurrency: int = 2
+    ) -> None:
+        command = [
+            "celery",
+            "-A",
+            "latency_app",
+            "worker",
+            "-c",
+            str(concurrency),
+            f"--pool={pool}",
+        ]
         command += ["--loglevel=WARNING", "--without-mingle", "--without-gossip"]
         if consumer:
             command.append("--redqueue-consumer")
@@ -88,8 +98,8 @@ class Worker:
             self.proc.wait()
 
 
-def send(app_module: Any, kind: str, i: int) -> None:
-    now = time.time()
+def send(app_module: Any, kind: str, i: int, stamp: float | None = None) -> None:
+    now = time.time() if stamp is None else stamp
     if kind == "plain":
         app_module.plain.delay(now)
     elif kind == "bucket":
@@ -123,7 +133,7 @@ def run_pass(
     started = time.monotonic()
     lpush_before = published_before = 0
     for i in range(warmup + calls):
-        if i == warmup:
+        if i == warmup and broker is not None:
             lpush_before = lpushes(broker)
             published_before = int(client.hget(f"{prefix}:published", name) or 0)
         pause = started + i / rate - time.monotonic()
@@ -133,11 +143,129 @@ def run_pass(
     deadline = time.monotonic() + 60
     while client.llen(key) < warmup + calls and time.monotonic() < deadline:
         time.sleep(0.01)
+    if broker is None:  # a warm-up
+        time.sleep(PAUSE)
+        return {}
     lpush = lpushes(broker) - lpush_before
     published = int(client.hget(f"{prefix}:published", name) or 0) - published_before
     values = [float(v) * 1000 for v in client.lrange(key, warmup, -1)]
     time.sleep(PAUSE)
     return {"values": values, "lpush": lpush, "published": published, "calls": calls}
+
+
+def run_mixed(
+    app_module: Any, client: redis.Redis, kinds: list[str], rate: float, calls: int, warmup: int
+) -> dict[str, list[float]]:
+    """Every kind of ``kinds`` at ``rate`` calls/s each, at once (interleaved): ``warmup``
+    calls each, then ``calls`` measured ones; returns the latencies (ms) by kind."""
+    prefix = app_module.PREFIX
+    keys = {kind: f"{prefix}:latency:{kind}" for kind in kinds}
+    client.delete(*keys.values())
+    started = time.monotonic()
+    for i in range(warmup + calls):
+        pause = started + i / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        for kind in kinds:
+            send(app_module, kind, i)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(
+        client.llen(key) < warmup + calls for key in keys.values()
+    ):
+        time.sleep(0.01)
+    values = {
+        kind: [float(v) * 1000 for v in client.lrange(key, warmup, -1)]
+        for kind, key in keys.items()
+    }
+    time.sleep(PAUSE)
+    return values
+
+
+def measure_mixed(
+    app_module: Any, client, env, args, consumer: bool, beside, calls, warmup
+) -> dict[str, dict[str, list[float]]]:
+    """On one worker per setting (drains yield, then not: LATENCY_DRAIN_YIELD=0): the plain
+    task alone, then beside ``beside`` (all at 50 calls/s)."""
+    results = {}
+    for drain_yield in ("1", "0"):
+        worker_env = {**env, "LATENCY_DRAIN_YIELD": drain_yield}
+        worker = Worker(worker_env, args.pool, consumer, args.concurrency)
+        try:
+            for kind in ["plain", *beside]:  # warm up: the worker is ready, connections made
+                run_pass(app_module, client, None, kind, 20.0, 10, 0)
+            alone = run_mixed(app_module, client, ["plain"], 50.0, calls, warmup)
+            mixed = run_mixed(app_module, client, ["plain", *beside], 50.0, calls, warmup)
+            results[drain_yield] = {"alone": alone["plain"], **mixed}
+        finally:
+            worker.stop()
+    return results
+
+
+def cell(series: list[float], calls: int, base: list[float]) -> str:
+    if len(series) < calls:
+        return f"{len(series)}/{calls} arrived"
+    p50, p90 = percentile(series, 0.5), percentile(series, 0.9)
+    b50, b90 = percentile(base, 0.5), percentile(base, 0.9)
+    return f"{p50:.1f} / {p90:.1f} ms ({p50 - b50:+.1f} / {p90 - b90:+.1f})"
+
+
+def print_mixed(title: str, results: dict[str, dict[str, list[float]]], calls: int) -> None:
+    print(f"\n{title}")
+    print(
+        "| 50 calls/s each, p50 / p90 (vs plain alone on the same worker) "
+        "| drains yield (default) | redqueue_drain_yield=False |"
+    )
+    print("|---|---|---|")
+    labels = dict(KINDS)
+    for kind in results["1"]:
+        label = "plain Celery task, alone" if kind == "alone" else f"{labels[kind]}, mixed"
+        cells = [cell(results[y][kind], calls, results[y]["alone"]) for y in ("1", "0")]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def drain_backlog(app_module: Any, client, env, args, drain_yield: str, kinds, backlog: int):
+    """``backlog`` calls of each of ``kinds`` stored (all stamped with one moment) before a
+    worker starts; returns the calls served per second, from the first body to the last (the
+    bodies' records), and the drain jobs published meanwhile."""
+    prefix = app_module.PREFIX
+    keys = [f"{prefix}:latency:{kind}" for kind in kinds]
+    client.delete(*keys)
+    jobs_before = sum(int(v) for v in client.hvals(f"{prefix}:published"))
+    stamp = time.time()
+    for i in range(backlog):
+        for kind in kinds:
+            send(app_module, kind, i, stamp)
+    worker = Worker({**env, "LATENCY_DRAIN_YIELD": drain_yield}, args.pool, False, args.concurrency)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and any(client.llen(key) < backlog for key in keys):
+            time.sleep(0.05)
+        moments = [float(v) for key in keys for v in client.lrange(key, 0, -1)]
+    finally:
+        worker.stop()
+    time.sleep(PAUSE)
+    jobs = sum(int(v) for v in client.hvals(f"{prefix}:published")) - jobs_before
+    span = max(moments) - min(moments) if len(moments) > 1 else float("nan")
+    return len(moments), len(moments) / span, jobs
+
+
+def print_drain(app_module: Any, client, env, args, kinds: list[str], backlog: int) -> None:
+    """Drain speed of a backlog in several structures on one worker, yield on and off."""
+    print(
+        f"\ncelery worker -c {args.concurrency} --pool={args.pool}: a backlog of {backlog:,} "
+        f"calls in each of {', '.join(kinds)}, drained"
+    )
+    print("| | drains yield (default) | redqueue_drain_yield=False |")
+    print("|---|---|---|")
+    figures = [drain_backlog(app_module, client, env, args, y, kinds, backlog) for y in "10"]
+    total = len(kinds) * backlog
+    rows = {
+        "calls served": [f"{n:,}/{total:,}" for n, _, _ in figures],
+        "calls/s, first body to last": [f"{rate:,.0f}" for _, rate, _ in figures],
+        "drain jobs sent": [f"{jobs:,}" for _, _, jobs in figures],
+    }
+    for label, cells in rows.items():
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def measure(app_module: Any, client, broker, env, pool: str, consumer: bool, counts, warmup):
@@ -194,6 +322,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="calls at 50/s before measuring")
     parser.add_argument("--pool", default="prefork", help="the worker's pool (prefork, threads)")
     parser.add_argument("--side", choices=sorted(SIDES), help="only this side")
+    parser.add_argument(
+        "--mixed",
+        nargs="?",
+        const="pool,bucket",
+        metavar="KINDS",
+        help="instead: the plain task alone, then beside KINDS (default pool,bucket) at once",
+    )
+    parser.add_argument(
+        "--drain",
+        nargs="?",
+        const="pool,bucket",
+        metavar="KINDS",
+        help="instead: drain speed of a backlog in KINDS (default pool,bucket), yield on and off",
+    )
+    parser.add_argument("--backlog", type=int, default=20_000, help="calls per kind (--drain)")
+    parser.add_argument("-c", "--concurrency", type=int, default=2, help="the worker's -c")
+    parser.add_argument(
+        "--prefetch", type=int, default=1, help="the worker's worker_prefetch_multiplier"
+    )
     args = parser.parse_args(argv)
     counts = {2.0: 10, 50.0: 300} if args.quick else {2.0: 60, 50.0: 1000}
     if args.calls:
@@ -208,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             "LATENCY_BROKER_URL": broker_server.url,
             "LATENCY_PREFIX": prefix,
             "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}",
+            "LATENCY_PREFETCH": str(args.prefetch),
         }
         os.environ.update(
             LATENCY_URL=server.url, LATENCY_BROKER_URL=broker_server.url, LATENCY_PREFIX=prefix
@@ -220,6 +368,23 @@ def main(argv: list[str] | None = None) -> int:
         for side, label in SIDES.items():
             if args.side and side != args.side:
                 continue
+            if args.mixed:
+                beside = [kind.strip() for kind in args.mixed.split(",") if kind.strip()]
+                calls = counts[50.0]
+                values = measure_mixed(
+                    latency_app, client, env, args, side == "consumer", beside, calls,
+                    warmup[50.0],
+                )  # fmt: skip
+                title = (
+                    f"celery worker -c {args.concurrency} --pool={args.pool}, {label}, "
+                    f"worker_prefetch_multiplier={args.prefetch}"
+                )
+                print_mixed(f"{title}: plain beside {', '.join(beside)}", values, calls)
+                continue
+            if args.drain:
+                kinds = [kind.strip() for kind in args.drain.split(",") if kind.strip()]
+                print_drain(latency_app, client, env, args, kinds, args.backlog)
+                break
             results = measure(
                 latency_app, client, broker, env, args.pool, side == "consumer", counts, warmup
             )

@@ -35,13 +35,15 @@ __all__ = [
 
 
 def _add_worker_steps(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """Give every ``celery worker`` the continuous consumer's and the watchdog's steps
-    (``celeryd_init``, before the worker builds its steps). Their modules are imported here, in
-    the worker: a producer that imports the package never loads them."""
-    from . import consumer, watchdog
+    """Give every ``celery worker`` the steps of the continuous consumer, the watchdog and the
+    drains' yield to other work (``celeryd_init``, before the worker builds its steps). Their
+    modules are imported here, in the worker: a producer that imports the package never loads
+    them."""
+    from . import consumer, neighbour, watchdog
 
     consumer.add_step(instance)
     watchdog.add_step(instance)
+    neighbour.add_step(instance)
 
 
 celeryd_init.connect(_add_worker_steps, weak=False)

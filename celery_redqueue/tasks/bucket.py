@@ -24,6 +24,7 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, check_metered_options, limit_options
+from .neighbour import Looker
 from .options import check_key_parameter, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
@@ -255,22 +256,29 @@ class BucketTask(ProducerTask, MeteredOptions):
         deadline = time.monotonic() + self.bucket_drain_time_budget
         done = Counter[str]()  # processed, retried, dead: the stats' words
         last_work = -math.inf  # a drain that starts on an empty bucket ends at once
+        looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
         while True:
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
-            linger = left > 0 and time.monotonic() < deadline  # an empty poll keeps it listed
+            # An empty poll keeps it listed. Other work waiting: no linger, end after this call.
+            linger = left > 0 and time.monotonic() < deadline and not looker.yielding()
             poll = bucket.dequeue(listen=self.bucket_drain_linger, linger=linger, ahead=True)
             done["dead"] += poll.malformed  # dead-lettered by the dequeue, with the reason
             reservation = poll.reservation
             if reservation is None:
                 if poll.wait is None:
                     if linger:
-                        bucket.listen(left)  # until the next call wakes it or time is up
+                        # Until the next call wakes it, time is up or other work waits.
+                        looker.listen(bucket.listen, left)
                         continue
                     return DrainSummary.of(done)
                 if poll.schedule:
                     self.send_drain_or_release(countdown=poll.wait)
-                if poll.wait <= self.bucket_drain_linger and time.monotonic() < deadline:
-                    bucket.listen(poll.wait)  # woken early by a call for another key
+                if (
+                    poll.wait <= self.bucket_drain_linger
+                    and time.monotonic() < deadline
+                    and not looker.yielding(idle=True)
+                ):
+                    looker.listen(bucket.listen, poll.wait)  # woken early by another key's call
                     continue
                 due_in(self.name, poll.wait)  # a consumer looks then itself (no job either way)
                 return DrainSummary.of(done, continued=True)
@@ -281,7 +289,7 @@ class BucketTask(ProducerTask, MeteredOptions):
             last_work = time.monotonic()
             if outcome:  # None: backed off, neither done nor retried
                 done[outcome] += 1
-            if time.monotonic() >= deadline:
+            if looker.yielding() or time.monotonic() >= deadline:
                 self.send_drain_or_release()
                 return DrainSummary.of(done, continued=True)
 

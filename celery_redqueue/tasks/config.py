@@ -57,6 +57,11 @@ class RedQueueConfig:
     #: under no live drain lease needs (a drain killed while it held the lease, a send that
     #: failed while the broker was down), with or without beat; 0 turns it off.
     watchdog_interval: float = 2.0
+    #: ``redqueue_drain_yield``: a drain in a ``celery worker`` ends after the batch at hand
+    #: when the worker has other messages waiting (reserved and not started, or in its queues
+    #: on the broker), handing over to a fresh drain job behind them (`neighbour`); False
+    #: keeps its process for its whole time budget.
+    drain_yield: bool = True
 
     def client(self) -> Any:
         return get_client(self.url, {**self.redis_options, **self.transport_options})
@@ -94,6 +99,9 @@ def load_config(conf: Any) -> RedQueueConfig:
         )
     watchdog = conf.get("redqueue_watchdog_interval")
     watchdog = seconds("redqueue_watchdog_interval", 2.0 if watchdog is None else watchdog)
+    drain_yield = conf.get("redqueue_drain_yield")
+    if drain_yield is not None and not isinstance(drain_yield, bool):
+        raise ConfigurationError(f"redqueue_drain_yield must be True or False, got {drain_yield!r}")
     url = _resolve_url(conf)
     transport = conf.get("redqueue_transport_options")
     if transport is None and is_sentinel_url(url) and url == conf.get("broker_url"):
@@ -111,6 +119,7 @@ def load_config(conf: Any) -> RedQueueConfig:
         tracing=tracing_setting(conf),
         consumer=consumer_setting(conf.get("redqueue_consumer")),
         watchdog_interval=watchdog,
+        drain_yield=True if drain_yield is None else drain_yield,
     )
 
 

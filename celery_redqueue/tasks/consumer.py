@@ -14,7 +14,7 @@ from typing import Any
 from celery import bootsteps
 
 from ..errors import ConfigurationError
-from . import consumer_loop
+from . import consumer_loop, neighbour
 from .base import RedQueueTask
 from .checks import STRUCTURE_KINDS
 from .config import get_config
@@ -126,10 +126,12 @@ class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             reap_interval=reap_interval(parent.app, served),
         )
         self.dispatcher.start()
+        neighbour.set_busy_source(self.dispatcher.running_drains)
         logger.info("redqueue consumer: serving %s", ", ".join(s.name for s in served))
 
     def stop(self, parent: Any) -> None:
         if self.dispatcher is not None:
+            neighbour.set_busy_source(None)
             self.dispatcher.stop()
             self.dispatcher = None
 

@@ -203,6 +203,11 @@ class Dispatcher:
                 os.close(fd)
             self._pipe = None
 
+    def running_drains(self) -> int:
+        """Drains this consumer runs in the pool now (they are not requests: `neighbour`)."""
+        with self._lock:
+            return sum(s.running for s in self.served.values())
+
     # The dispatcher's thread
 
     def _run(self) -> None:

@@ -35,6 +35,7 @@ from .config import get_config
 from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
+from .neighbour import Looker
 from .producing import ProducerTask
 from .results import (
     call_id_of,
@@ -306,6 +307,7 @@ class PoolTask(ProducerTask):
         batches = 0
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
         gather_min = self.pool_batch_min or self.pool_batch_size
+        looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
         while True:
             if self.pool_batch_wait:  # (refused with shards)
                 # Let a batch gather: look again later (a scheduled job), never sleep here.
@@ -315,14 +317,20 @@ class PoolTask(ProducerTask):
                         self.send_drain_or_release(countdown=gather.wait)
                     return DrainSummary.of(done, batches, continued=True)
             left = self.pool_drain_linger - (time.monotonic() - last_work)  # of the linger
-            batch = pool.pop(self.pool_batch_size, linger=left > 0, listen=max(left, 0.0))
+            size = self.pool_batch_size
+            if looker.yielding():
+                left = 0.0  # no linger: end after this batch, a fresh job behind the others
+                if looker.urgent and not self.pool_batch:
+                    size = 1  # a task waits: only the call at hand
+            batch = pool.pop(size, linger=left > 0, listen=max(left, 0.0))
             done["dead"] += batch.malformed  # dead-lettered by the pop, with the reason
             if batch.fan_out:
                 self.send_drain_or_release()
             if batch.pop_again:
                 continue
             if batch.lingering:
-                pool.listen(left)  # until the next call wakes it (wake signal) or time is up
+                # Until the next call wakes it (wake signal), time is up or other work waits.
+                looker.listen(pool.listen, left)
                 continue
             if not batch:
                 if batch.wait is not None:
@@ -358,7 +366,7 @@ class PoolTask(ProducerTask):
             done["processed"] += (
                 batch.calls - undecodable - sum(batch.items[i].count for i in settled.failures)
             )
-            if time.monotonic() >= deadline:
+            if looker.yielding() or time.monotonic() >= deadline:
                 # Hand over to a fresh job so one pool cannot hold a worker forever.
                 self.send_drain_or_release()
                 return DrainSummary.of(done, batches, continued=True)

@@ -25,6 +25,7 @@ from ..validation import positive_int, seconds
 from .base import RedQueueTask, error_text
 from .beat import DrainSummary
 from .decorators import decorate_task
+from .neighbour import Looker
 from .options import function_or_name
 from .retries import judge
 from .stream_app import make_stream
@@ -155,20 +156,27 @@ class StreamTask(RedQueueTask):
         batches = 0
         retry_at: float | None = None
         last_work = -float("inf")
+        looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
         with self._heartbeat(stream, consumer) as working:
             while True:
                 left = self.stream_drain_linger - (time.monotonic() - last_work)
+                size = self.stream_batch_size
+                if looker.yielding():
+                    left = 0.0  # no linger: end after this batch, a fresh job behind the others
+                    if looker.urgent:
+                        size = 1  # a task waits: only the entry at hand
                 batch = stream.read(
                     self.group,
                     consumer,
-                    self.stream_batch_size,
+                    size,
                     linger=left > 0,
                     listen=max(left, 0.0),
                 )
                 if batch.read_again:
                     continue
                 if batch.lingering:
-                    stream.listen(self.group, left)  # woken by the next publish (wake signal)
+                    # Woken by the next publish (wake signal), or other work waits.
+                    looker.listen(lambda wait: stream.listen(self.group, wait), left)
                     continue
                 if not batch:
                     break
@@ -189,7 +197,7 @@ class StreamTask(RedQueueTask):
                 if retry_in:
                     soonest = time.monotonic() + min(retry_in.values())
                     retry_at = soonest if retry_at is None else min(retry_at, soonest)
-                if time.monotonic() >= deadline:
+                if looker.yielding() or time.monotonic() >= deadline:
                     self.send_drain()  # hand over, so one group cannot hold a worker forever
                     return DrainSummary.of(done, batches, continued=True)
         if retry_at is not None:

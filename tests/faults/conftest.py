@@ -258,3 +258,11 @@ def retrying_client(reply_proxy):
     )
     yield client
     client.close()
+
+
+@pytest.fixture
+def neighbour_app(redqueue_server_url, redqueue_prefix, monkeypatch):
+    """tests.faults.neighbour_app imported in this process, on the test's prefix (as a producer)."""
+    yield from _imported(
+        "tests.faults.neighbour_app", redqueue_server_url, redqueue_prefix, monkeypatch
+    )
