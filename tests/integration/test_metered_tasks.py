@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from celery import Celery
 
 from celery_redqueue import BucketTask, ConfigurationError, LeakyBucket, bucket_task
 
@@ -174,20 +175,28 @@ def test_a_dead_workers_slots_are_freed_when_reaped(
 
 
 def test_drain_concurrency_follows_bucket_concurrency_or_is_refused():
-    @bucket_task(bucket_key="x", bucket_concurrency=3)
+    # An app of its own, tasks not shared: no later test's app (or worker) finds them.
+    app = Celery("follows", set_as_current=False)
+    app.conf.redqueue_url = "redis://127.0.0.1:1/0"  # never reached: declarations only
+
+    @bucket_task(app=app, shared=False, bucket_key="x", bucket_concurrency=3)
     def follows(x):
         pass
 
     assert follows.bucket_drain_concurrency == 3
 
-    @bucket_task(bucket_key="x", bucket_concurrency=2, bucket_drain_concurrency=5)
+    @bucket_task(
+        app=app, shared=False, bucket_key="x", bucket_concurrency=2, bucket_drain_concurrency=5
+    )
     def more(x):
         pass
 
     assert more.bucket_drain_concurrency == 5
     with pytest.raises(ConfigurationError, match="set bucket_drain_concurrency to at least 4"):
 
-        @bucket_task(bucket_key="x", bucket_concurrency=4, bucket_drain_concurrency=2)
+        @bucket_task(
+            app=app, shared=False, bucket_key="x", bucket_concurrency=4, bucket_drain_concurrency=2
+        )
         def fewer(x):
             pass
 

@@ -96,4 +96,4 @@ print(json.dumps([before, sorted(s.__name__ for s in app.steps["worker"])]))
     ).stdout
     before, steps = json.loads(out.splitlines()[-1])
     assert before is False
-    assert steps == ["ConsumerStep", "WatchdogStep"]
+    assert steps == ["ConsumerStep", "NeighbourStep", "WatchdogStep"]
