@@ -15,7 +15,7 @@ What it prints per mode:
 
 - utilisation of the tighter limit: for a call rate, per key, the calls released before the
   last over the time from its first release to its last (GCRA: a perfect schedule is exactly
-  100 %), as the mean and the lowest key; for the cost budget (counted per aligned window),
+  100 %), as the mean and the lowest key; for the cost budget (measured over aligned windows),
   per key, the units of its full one-second windows against the budget; for the total rate
   the same as a call rate over all keys; for concurrency, the calls per second against what N
   bodies of that length allow. On the Redis server's release times (each body reads
