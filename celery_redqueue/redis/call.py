@@ -146,7 +146,7 @@ def _send_once(
     single = getattr(target, "connection", None)
     if single is not None:  # a single-connection client: its lock, its connection
         with getattr(target, "single_connection_lock", contextlib.nullcontext()):
-            single.connect()  # connected already, or reconnected (nothing sent yet)
+            _ready(single)
             return _exchange(single, script, keys, args, ask)
     pool = target.connection_pool
     # Lent connected (redis-py's pool reconnects one the server closed while idle): a failure
@@ -156,6 +156,19 @@ def _send_once(
         return _exchange(conn, script, keys, args, ask)
     finally:
         pool.release(conn)
+
+
+def _ready(conn: Any) -> None:
+    """Make a single-connection client's connection ready for a command, as redis-py's pool
+    does for the connections it lends: one the server closed while idle (readable: EOF, or
+    stray bytes) is reconnected first, or its send would look like a lost reply."""
+    try:
+        stale = conn.can_read()  # connects one that is not connected yet
+    except redis.exceptions.ConnectionError:
+        stale = True
+    if stale:
+        conn.disconnect()
+        conn.connect()
 
 
 def _exchange(

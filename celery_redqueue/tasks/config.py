@@ -15,7 +15,7 @@ from ..redis.client import get_client
 from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
 from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
-from ..validation import seconds
+from ..validation import boolean, seconds
 
 REDIS_SCHEMES = (
     "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
@@ -100,8 +100,7 @@ def load_config(conf: Any) -> RedQueueConfig:
     watchdog = conf.get("redqueue_watchdog_interval")
     watchdog = seconds("redqueue_watchdog_interval", 2.0 if watchdog is None else watchdog)
     drain_yield = conf.get("redqueue_drain_yield")
-    if drain_yield is not None and not isinstance(drain_yield, bool):
-        raise ConfigurationError(f"redqueue_drain_yield must be True or False, got {drain_yield!r}")
+    drain_yield = boolean("redqueue_drain_yield", True if drain_yield is None else drain_yield)
     url = _resolve_url(conf)
     transport = conf.get("redqueue_transport_options")
     if transport is None and is_sentinel_url(url) and url == conf.get("broker_url"):
@@ -119,7 +118,7 @@ def load_config(conf: Any) -> RedQueueConfig:
         tracing=tracing_setting(conf),
         consumer=consumer_setting(conf.get("redqueue_consumer")),
         watchdog_interval=watchdog,
-        drain_yield=True if drain_yield is None else drain_yield,
+        drain_yield=drain_yield,
     )
 
 

@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 LOOK = 0.005
 #: Seconds a drain works before it ends for another structure's drain or the broker's messages.
 SLICE = 0.1
+#: Seconds between a drain's looks at the broker's queues (a round trip to the broker per
+#: queue: not at every `LOOK`, or two busy drains would send it hundreds per second).
+BROKER_LOOK = SLICE
 #: Seconds between the main process's publications while requests wait (idle: on receipt).
 PUBLISH = 0.002
 #: Longest wait of the publisher when nothing waits (a receipt wakes it at once).
@@ -162,6 +165,7 @@ class Looker:
         self.own = bit_of(str(task.name)) if self.on else 0
         self.started = time.monotonic()
         self.next_look = 0.0
+        self.next_broker_look = 0.0
         #: Why the drain ends early: "task" or "turn" (another drain, the broker's messages).
         self.seen: str | None = None
         #: The drain ends after the batch at hand.
@@ -192,8 +196,10 @@ class Looker:
             return "task"
         if seen.drains & ~self.own:
             return "turn"
-        if turns and seen.free <= 0 and self._broker_waiting():
-            return "turn"
+        if turns and seen.free <= 0 and time.monotonic() >= self.next_broker_look:
+            self.next_broker_look = time.monotonic() + BROKER_LOOK
+            if self._broker_waiting():
+                return "turn"
         return None
 
     def listen(self, wait: Callable[[float], bool], seconds: float) -> None:

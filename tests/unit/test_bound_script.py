@@ -4,6 +4,7 @@ path would."""
 
 import multiprocessing
 import threading
+import time
 
 import pytest
 import redis
@@ -139,3 +140,23 @@ def test_a_thread_that_finds_redis_down_gets_the_packages_error(make_pool, clien
     client.connection_pool.reset()
     assert pool.add(3).kept  # Redis is back: the next call connects
     assert pool.stats().offered == 2  # the failed call stored nothing
+
+
+def test_a_single_connection_client_reconnects_one_the_server_closed(
+    make_pool, redqueue_server_url
+):
+    # Its connection is no pool's, so nobody else checks it before a call: a send on one the
+    # server closed while idle would look like a lost reply (a store refused as "may have run").
+    single = redis.Redis.from_url(redqueue_server_url, single_connection_client=True)
+    pool = make_pool("single", capacity=100)
+    pool.client = single
+    assert pool.add("a").kept
+    killer = redis.Redis.from_url(redqueue_server_url)
+    own = single.client_id()
+    assert killer.client_kill_filter(_id=own) == 1
+    killer.close()
+    time.sleep(0.1)  # the close reaches this side
+    assert pool.add("b").kept
+    stats = pool.stats()
+    assert (stats.offered, stats.depth) == (2, 2)
+    single.close()
