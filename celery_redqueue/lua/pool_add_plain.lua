@@ -15,8 +15,10 @@
 -- Lost reply: raises (a store: a second run would keep the calls twice)
 --#include clock
 --#include tick
---#include wake_listener
+--#include listener_live
+--#include checked_call
 --#include pool_status
+--#include pool_next_ids
 --#include pool_take_ids
 --#include pool_arrival
 --#include pool_arrive
@@ -34,32 +36,68 @@ for i = 5, #ARGV, 2 do
 end
 
 local now = math.floor(now_ms())
+-- Everything it reads or could fail on, before its first write (Redis does not roll back a
+-- script that fails half-way): a key of another type, or a counter that is not an integer,
+-- stops it here, named (checked_call.lua), nothing written. The commands it runs anyway are
+-- the checks, plus the stats fields and the ages type: 3 us of server time per call over the
+-- unchecked script (+12 %; +3 % per add), bench/script_cost.py pool_add_plain --against <rev>.
+local depth = checked_call('ZCARD', K_ITEMS)
+local fields = checked_call('HMGET', K_STATS, 'seq', 'offered+accepted+depth')
+local last = fields[1] or '0'
+if not (string.match(last, '^%d+$') and string.match(fields[2] or '0', '^%-?%d+$')) then
+  error('CORRUPT ' .. K_STATS .. ' field seq or offered+accepted+depth is not an integer', 0)
+end
+local ok, live = pcall(listener_live, K_LISTENING, now)
+if not ok then error('CORRUPT ' .. K_LISTENING .. ' holds another type than a zset', 0) end
+local signal_empty = live and checked_call('LLEN', K_SIGNAL) == 0
 -- Entries wait: a drain job is needed now unless one holds the flag (plan_drain.lua's rule;
--- the wake key is not touched), or a listener waits on the wake signal (wake_listener.lua):
--- it is woken and takes them.
+-- the wake key is not touched), or a listener waits on the wake signal (wake_listener.lua's
+-- rule): it is woken and takes them. (A drains key of another type: SET NX leaves it.)
 local function entries_wait(result)
   tick(K_FLOW, 'in', calls, now)
-  if not wake_listener(K_LISTENING, K_SIGNAL, lease, now)
-      and redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
+  if live then
+    if signal_empty then
+      redis.call('RPUSH', K_SIGNAL, 1)
+      redis.call('PEXPIRE', K_SIGNAL, lease)
+    end
+  elseif redis.call('SET', K_DRAINS, 1, 'NX', 'PX', lease) then
     result[1] = 1
   end
   return result
 end
--- Ids carry the arrival (pool_take_ids.lua); FIFO policies order by them too. One step for the batch.
-local seq = pool_take_ids(K_STATS, calls, now)
 local result = {0, -1}
-if not coalesce and redis.call('ZCARD', K_ITEMS) + calls <= capacity then
-  local entries, n, slots = {}, 0, {}
+if not coalesce and depth + calls <= capacity then
+  -- Ids carry the arrival (pool_take_ids.lua); FIFO policies order by them too. Known before
+  -- the first write, so the arrival slots are counted first: the first slot's count is the
+  -- first write (checked_call names a bad one), a second slot's (a batch across a slot's last
+  -- ids: rare) is read first, and the ages type is checked.
+  local seq = pool_next_ids(tonumber(last), now)
+  local entries, n, slots, order = {}, 0, {}, {}
   for i = 5, #ARGV, 2 do
     seq, n = seq + 1, n + 2
     local member = string.format('%x:%s', seq, ARGV[i + 1])
     entries[n - 1], entries[n] = sample and ARGV[i] or string.format('%d', seq), member
     result[n / 2 + 2] = KEPT
     local _, slot = pool_arrival(seq)
+    if not slots[slot] then order[#order + 1] = slot end
     slots[slot] = (slots[slot] or 0) + 1
   end
+  local kind = redis.call('TYPE', K_AGES).ok
+  if kind ~= 'zset' and kind ~= 'none' then error('CORRUPT ' .. K_AGES .. ' holds a ' .. kind, 0) end
+  for i = 2, #order do
+    if not string.match(checked_call('HGET', K_ARRIVALS, order[i]) or '0', '^%d+$') then
+      error('CORRUPT ' .. K_ARRIVALS .. ' field ' .. order[i] .. ' is not an integer', 0)
+    end
+  end
+  for i, slot in ipairs(order) do
+    if i == 1 and checked_call('HINCRBY', K_ARRIVALS, slot, slots[slot]) == slots[slot] then
+      redis.call('ZADD', K_AGES, now, slot)
+    elseif i > 1 then
+      pool_arrive(K_AGES, K_ARRIVALS, slot, now, slots[slot])
+    end
+  end
+  pool_take_ids(K_STATS, calls, now)
   redis.call('ZADD', K_ITEMS, unpack(entries))
-  for slot, entries_in in pairs(slots) do pool_arrive(K_AGES, K_ARRIVALS, slot, now, entries_in) end
   -- One folded counter for offered, accepted and depth (three counters) (figures.unfold reads it).
   redis.call('HINCRBY', K_STATS, 'offered+accepted+depth', calls)
   return entries_wait(result)
@@ -71,6 +109,11 @@ end
 local pool = {items = K_ITEMS, counts = KEYS[2], receives = KEYS[5], ages = K_AGES,
   arrivals = K_ARRIVALS, capacity = capacity, policy = ARGV[2], coalesce = coalesce}
 local c = {offered = calls, accepted = 0, rejected = 0, depth = 0, evicted = 0}
+--#include check_keys
+check_keys({K_ITEMS, 'zset', KEYS[2], 'hash', KEYS[5], 'hash', K_AGES, 'zset', K_ARRIVALS,
+  'hash'}, K_STATS)
+check_keys({}, K_ARRIVALS)  -- the slot counts pool_admit and pool_evict change
+local seq = pool_take_ids(K_STATS, calls, now)
 for i = 5, #ARGV, 2 do
   seq = seq + 1
   local member = ARGV[i + 1]

@@ -22,7 +22,8 @@ local function tick(flow, kind, n, now)
   -- garbage (HINCRBYFLOAT refuses it too) is a figure lost, reset to n.
   if n == math.floor(n) then value = redis.pcall('HINCRBY', flow, field, n) end
   if type(value) ~= 'number' then value = redis.pcall('HINCRBYFLOAT', flow, field, n) end
-  if type(value) == 'table' then redis.call('HSET', flow, field, n) value = n end
+  -- A flow key of another type (a corruption, HSET refuses it too) loses the figure.
+  if type(value) == 'table' then value = type(redis.pcall('HSET', flow, field, n)) == 'number' and n or nil end
   -- The field holds exactly n only after the kind's first tick in this second. Rolling reads
   -- the whole hash, so it runs once a minute (the field "rolled" says when it last ran), not
   -- on every kind's first tick of every second.

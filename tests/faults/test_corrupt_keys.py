@@ -53,9 +53,6 @@ NOT_YET: dict[str, str] = {
     "bucket_dequeue": _ROOM,
     "bucket_enqueue": _ROOM,
     "bucket_settle": _ROOM,
-    # The producer's hot path: with an up-front TYPE check, Redis 6.2 at maxmemory no longer
-    # refused it (test_errors_contract's full-Redis case): to be understood before it checks.
-    "pool_add_plain": "at maxmemory",
     # Checks its keys and counters; the arrival-slot fields of the entries it returns to the
     # pool (at least once) are not read before the first write yet.
     "pool_reap": "arrival slots of returned entries",
