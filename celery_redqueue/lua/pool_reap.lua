@@ -17,6 +17,7 @@
 --#include pool_keys
 --#include pool_status
 --#include pool_id
+--#include pool_arrival
 --#include pool_unpack_batch
 --#include pool_admit
 --#include pool_bury
@@ -40,6 +41,28 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', pool.inflight, '-inf', now, 'LIM
     b.bad = at_least_once and b.entries == nil
   end
   batches[#batches + 1] = b
+end
+-- The counts the returned entries will move (pool_admit: their arrival slot, or a coalescing
+-- member's count it merges into; pool_evict: the slot of any entry a full pool pushes out)
+-- must be integers: checked here, before the first write.
+local function integer_or_none(key, field)
+  local value = redis.call('HGET', key, field)
+  if value and not string.match(value, '^%-?%d+$') then
+    error(string.format('CORRUPT %s field %q: %q is not an integer', key, field, value), 0)
+  end
+end
+local returning = 0
+for _, b in ipairs(batches) do
+  for _, entry in ipairs(at_least_once and b.entries or {}) do
+    returning = returning + 1
+    local _, n = pool_id(entry[1], pool.coalesce)
+    if pool.coalesce then integer_or_none(pool.counts, entry[1])
+    elseif n then integer_or_none(pool.arrivals, select(2, pool_arrival(n))) end
+  end
+end
+if returning > 0 and not pool.coalesce
+    and redis.call('ZCARD', pool.items) + returning > pool.capacity then
+  check_keys({}, pool.arrivals)  -- the entry pushed out may be any
 end
 
 local lost, returned, buried, evicted, pushed_out = 0, 0, 0, 0, 0

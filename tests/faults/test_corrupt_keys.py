@@ -53,9 +53,6 @@ NOT_YET: dict[str, str] = {
     "bucket_dequeue": _ROOM,
     "bucket_enqueue": _ROOM,
     "bucket_settle": _ROOM,
-    # Checks its keys and counters; the arrival-slot fields of the entries it returns to the
-    # pool (at least once) are not read before the first write yet.
-    "pool_reap": "arrival slots of returned entries",
     **dict.fromkeys(
         [
             "bucket_dead", "bucket_enqueue_plain", "bucket_pause", "bucket_reap", "bucket_renew",
