@@ -9,6 +9,7 @@
 -- Lost reply: safe to run twice: an acquire whose token holds a lease already replies that
 -- lease again (same resource, expiry and fencing token) and takes nothing.
 --#include lease_keys
+--#include lease_check
 --#include lease_now
 --#include record_call
 --#include recorded
@@ -17,6 +18,7 @@
 --#include lease_wake
 local LEASED, NONE_FREE = 1, 0
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local ttl_ms, token, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local now = lease_now()
 local mine = recorded(leases.calls, 'acquire:' .. token)
@@ -44,7 +46,11 @@ redis.call('HSET', leases.tokens, resource, token)
 record_call(leases.calls, leases.calls_at, 'acquire:' .. token, resource, now)
 redis.call('HINCRBY', leases.stats, 'acquired', 1)
 local fence = lease_next_fence(leases, resource)
-redis.call('HINCRBY', leases.uses, resource, 1)
+-- A use count that is not an integer (a corruption) is a figure lost, reset: the lease is
+-- granted already.
+if type(redis.pcall('HINCRBY', leases.uses, resource, 1)) ~= 'number' then
+  redis.call('HSET', leases.uses, resource, 1)
+end
 -- Reclaimed resources beyond the one taken here are free: wake as many waiting clients.
 lease_wake(leases, returned - 1)
 return {LEASED, resource, expiry, string.format('%d', fence)}

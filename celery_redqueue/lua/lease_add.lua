@@ -6,8 +6,10 @@
 -- holder and becomes free on release. Bounded: O(n log N).
 -- Lost reply: safe to run twice (a set: resources already there are left as they are)
 --#include lease_keys
+--#include lease_check
 --#include lease_wake
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local added, freed = 0, 0
 for _, resource in ipairs(ARGV) do
   if redis.call('SADD', leases.resources, resource) == 1 then

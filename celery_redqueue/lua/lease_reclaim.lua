@@ -4,10 +4,12 @@
 -- Reply: how many leases were reclaimed. Bounded: O(limit * log N).
 -- Lost reply: safe to run twice (a second run reclaims only what expired since)
 --#include lease_keys
+--#include lease_check
 --#include lease_now
 --#include lease_take_back
 --#include lease_wake
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local limit = tonumber(ARGV[1])
 local expired, returned = lease_take_back(leases, limit, lease_now())
 lease_wake(leases, returned)

@@ -10,12 +10,14 @@
 -- and a second run replies what the first did ("already done", 2, for a release in time) and
 -- changes nothing.
 --#include lease_keys
+--#include lease_check
 --#include lease_now
 --#include record_call
 --#include recorded
 --#include lease_wake
 local NOT_HELD, RELEASED, ALREADY_RELEASED = 0, 1, 2
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local resource, token = ARGV[1], ARGV[2]
 if redis.call('HGET', leases.tokens, resource) ~= token then
   -- A re-send of a release that was applied: what it replied, with "already done" for 1.
@@ -23,7 +25,9 @@ if redis.call('HGET', leases.tokens, resource) ~= token then
   return NOT_HELD
 end
 local now = lease_now()
-local expiry = tonumber(redis.call('ZSCORE', leases.leased, resource) or '0')
+local expiry = tonumber(redis.call('ZSCORE', leases.leased, resource))
+-- Its token without its lease: only a corruption parts them (they are written together).
+if not expiry then error('CORRUPT ' .. leases.leased .. ': ' .. resource .. ' has a token, no lease', 0) end
 redis.call('ZREM', leases.leased, resource)
 redis.call('HDEL', leases.tokens, resource)
 

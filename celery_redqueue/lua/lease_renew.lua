@@ -8,8 +8,10 @@
 -- Lost reply: safe to run twice (a second run sets the same expiry again, counted as one more
 -- renewal)
 --#include lease_keys
+--#include lease_check
 --#include lease_now
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local resource, token, ttl_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HGET', leases.tokens, resource) ~= token then
   return 0

@@ -5,8 +5,10 @@
 -- Read-only. Bounded: O(log N + number of counters).
 -- Lost reply: safe to run twice (read-only)
 --#include lease_keys
+--#include lease_check
 --#include lease_now
 local leases = lease_keys(KEYS)
+lease_check(leases)
 local now = lease_now()
 local result = {
   redis.call('SCARD', leases.resources),

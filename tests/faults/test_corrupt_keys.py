@@ -56,10 +56,9 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(
         [
             "bucket_dead", "bucket_enqueue_plain", "bucket_pause", "bucket_reap", "bucket_renew",
-            "bucket_upkeep", "lease_acquire", "lease_add", "lease_reclaim", "lease_release",
-            "lease_remove", "lease_renew", "lease_stats", "stream_ack", "stream_dead",
-            "stream_figures", "stream_publish", "stream_read", "stream_renew", "stream_seek",
-            "stream_wake", "set_add_now", "set_count_due", "set_peek_due", "set_pop_due",
+            "bucket_upkeep", "stream_ack", "stream_dead", "stream_figures", "stream_publish",
+            "stream_read", "stream_renew", "stream_seek", "stream_wake", "set_add_now",
+            "set_count_due", "set_peek_due", "set_pop_due",
         ],
         _LATER,
     ),
