@@ -7,7 +7,8 @@
 -- Lost reply: safe to run twice (a set: the member is added once; its due time moves by the
 -- re-send's delay)
 --#include clock
+--#include checked_call
 local offset, member = tonumber(ARGV[1]), ARGV[2]
 local score = string.format('%.6f', now_ms() / 1000 + offset)
-redis.call('ZADD', KEYS[1], score, member)
+checked_call('ZADD', KEYS[1], score, member)
 return score

@@ -4,4 +4,5 @@
 -- Reply: the count. Read-only. Bounded: O(log N).
 -- Lost reply: safe to run twice (read-only)
 --#include clock
-return redis.call('ZCOUNT', KEYS[1], '-inf', string.format('%.6f', now_ms() / 1000))
+--#include checked_call
+return checked_call('ZCOUNT', KEYS[1], '-inf', string.format('%.6f', now_ms() / 1000))

@@ -4,6 +4,7 @@
 -- Reply: {member} or {} when fewer members are due. Read-only. Bounded: O(log N + position).
 -- Lost reply: safe to run twice (read-only)
 --#include clock
+--#include checked_call
 local position = tonumber(ARGV[1])
 local due = string.format('%.6f', now_ms() / 1000)
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', position, 1)
+return checked_call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', position, 1)

@@ -6,9 +6,10 @@
 -- Lost reply: raises (a second run would pop other members; the first run's are gone with the
 -- reply)
 --#include clock
+--#include checked_call
 local n = tonumber(ARGV[1])
 local due = string.format('%.6f', now_ms() / 1000)
-local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', 0, n)
+local members = checked_call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', 0, n)
 for i = 1, #members do
   redis.call('ZREM', KEYS[1], members[i])
 end
