@@ -38,6 +38,9 @@ def count_error(fingerprint, count=1):
 @bucket_task(
     bucket_key=lambda url: urlsplit(url).netloc,
     bucket_rate="2/s",
+    # Requests reach a server 0.1 s or so after their release (worker pick-up, the request):
+    # rates are spaced over their period plus that, so a server sees at most the rate.
+    bucket_margin=0.1,
     bucket_visibility_timeout=30,
     autoretry_for=(OSError,),
     max_retries=3,

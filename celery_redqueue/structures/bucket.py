@@ -62,6 +62,7 @@ from .bucket_types import (
     _check_key,
     _enqueue_result,
     parse_rate,
+    spaced_interval,
     validate_bucket_options,
 )
 from .figures import parse_counters, unfold
@@ -146,6 +147,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         cost_burst: float = 0,
         total_rate: str | float | None = None,
         total_burst: float = 0,
+        margin: float = 0.0,
         shards: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
@@ -168,11 +170,13 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
             "cost_burst": cost_burst,
             "total_rate": total_rate,
             "total_burst": total_burst,
+            "margin": margin,
         }
         self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
         self._limit_options = limit_options  # for settings()
         self._setup(client, name, prefix, serializer, listed)
-        self.default_interval_ms = parse_rate(default_rate)
+        self._default_rate = 1000.0 / parse_rate(default_rate)  # per second, for settings()
+        self.default_interval_ms = spaced_interval(default_rate, self.limits.margin)
         self.default_burst = float(default_burst)
         self.ordered = self.limits.concurrency == 1
         self.visibility_timeout_ms = int(visibility_timeout * 1000)
@@ -189,7 +193,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
     def settings(self) -> dict[str, Any]:
         """What another process needs to open this bucket (the registry keeps it)."""
         return {
-            "default_rate": 1000.0 / self.default_interval_ms,
+            "default_rate": self._default_rate,
             "default_burst": self.default_burst,
             "ordered": self.ordered,
             "visibility_timeout": self.visibility_timeout_ms / 1000,
@@ -220,7 +224,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
     @sharding.on_key
     def set_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
         """Set a key's rate (and burst) for every process; takes effect at its next release."""
-        interval = parse_rate(rate)
+        interval = spaced_interval(rate, self.limits.margin)
         burst = self.default_burst if burst is None else burst
         _check_burst(burst)
         with redis_errors("setting a rate"):

@@ -25,8 +25,9 @@ from ..errors import ConfigurationError, InvalidArgumentError
 from ..redis.client import redis_errors, server_time
 from ..redis.keys import StructureKeys
 from ..redis.lua import read_atomic
+from ..validation import seconds
 from . import sharding
-from .bucket_types import KeyStats, _check_burst, _check_key, parse_rate
+from .bucket_types import KeyStats, _check_burst, _check_key, parse_rate, spaced_interval
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)")
 
@@ -58,6 +59,9 @@ class Limits:
     #: Milliseconds between releases over all keys (0: no total rate), and its burst.
     total_interval_ms: float = 0.0
     total_burst: float = 0.0
+    #: Seconds added to every rate's period (bucket_margin): the jitter between release and
+    #: arrival at the upstream that the schedules absorb. The intervals above include it.
+    margin: float = 0.0
 
     @classmethod
     def build(
@@ -69,6 +73,7 @@ class Limits:
         cost_burst: float,
         total_rate: str | float | None,
         total_burst: float,
+        margin: float = 0.0,
         names: Callable[[str, str], str] = lambda name, default: default,
     ) -> Limits:
         """Check the options (``names`` gives the caller's name of each) and build them."""
@@ -86,12 +91,15 @@ class Limits:
             )
         _check_burst(cost_burst, names("cost_burst", "cost_burst"))
         _check_burst(total_burst, names("total_burst", "total_burst"))
+        margin = seconds(names("margin", "margin"), margin)
         cost_interval = cost_max = total_interval = 0.0
         if cost_rate is not None:
             cost_interval, per_period = rate_budget(cost_rate, names("cost_rate", "cost_rate"))
             cost_max = per_period + float(cost_burst)
+            cost_interval = spaced_interval(cost_rate, margin)
         if total_rate is not None:
-            total_interval, _ = rate_budget(total_rate, names("total_rate", "total_rate"))
+            rate_budget(total_rate, names("total_rate", "total_rate"))
+            total_interval = spaced_interval(total_rate, margin)
         return cls(
             concurrency=1 if ordered else concurrency or 0,
             cost_interval_ms=cost_interval,
@@ -99,6 +107,7 @@ class Limits:
             cost_max=cost_max,
             total_interval_ms=total_interval,
             total_burst=float(total_burst),
+            margin=margin,
         )
 
     def spec(self) -> str:
@@ -126,6 +135,7 @@ class Limits:
             self.cost_max,
             self.total_interval_ms * shards,
             self.total_burst / shards,
+            self.margin,
         )
 
     def check_cost(self, cost: Any, where: str = "bucket", *, reported: bool = False) -> float:
@@ -208,7 +218,8 @@ class BucketLimits:
         bucket needs a ``cost_rate`` of its own for costs to be metered at all."""
         if not self.limits.cost_interval_ms:
             raise ConfigurationError("set_cost_rate needs a bucket with a cost_rate")
-        interval, per_period = rate_budget(rate)
+        _, per_period = rate_budget(rate)
+        interval = spaced_interval(rate, self.limits.margin)
         burst = self.limits.cost_burst if burst is None else burst
         _check_burst(burst)
         spec = f"{interval!r} {float(burst)!r} {per_period + float(burst)!r}"

@@ -44,6 +44,22 @@ def parse_rate(rate: str | float | int) -> float:
     return 1000.0 / per_second
 
 
+def rate_period(rate: str | float | int) -> float:
+    """Seconds of the window a rate is stated over: ``"10/s"`` 1, ``"100/m"`` 60; a bare number
+    is per second. (The rate itself is checked by `parse_rate`.)"""
+    match = _RATE.match(rate) if isinstance(rate, str) else None
+    return _UNITS[match.group(2) or "s"] if match else 1.0
+
+
+def spaced_interval(rate: str | float | int, margin: float) -> float:
+    """The interval (ms) of ``rate`` spaced for a margin of ``margin`` seconds: the rate's count
+    over its period plus the margin. Releases on that schedule arrive within the rate in every
+    sliding window of its period at the upstream, however their delays on the way differ by up
+    to the margin (with no burst): n arrivals in a window of period P left within P + margin."""
+    period = rate_period(rate)
+    return parse_rate(rate) * (period + margin) / period
+
+
 def _check_key(key: Any) -> str:
     if not isinstance(key, str) or not key or "\0" in key:
         raise ConfigurationError(f"bucket key must be a non-empty string without NUL, got {key!r}")

@@ -24,6 +24,7 @@ LIMIT_OPTION_NAMES = {
     "cost_burst": "bucket_cost_burst",
     "total_rate": "bucket_total_rate",
     "total_burst": "bucket_total_burst",
+    "margin": "bucket_margin",
 }
 
 
@@ -49,6 +50,11 @@ class MeteredOptions:
     #: one body at a time, so bucket_drain_concurrency follows it unless set (and is refused
     #: when set lower: one key could never reach it).
     bucket_concurrency: int | None = None
+    #: Seconds by which the delays between a release and its arrival at the upstream may differ
+    #: (worker pick-up, the network): every rate of the bucket (bucket_rate, bucket_cost_rate,
+    #: bucket_total_rate, set_rate) is spaced over its period plus this, so that the upstream
+    #: sees at most the rate in every sliding window of its period. 0: releases are exact.
+    bucket_margin: float = 0.0
 
     if TYPE_CHECKING:  # provided by BucketTask
         name: str
@@ -101,6 +107,7 @@ def limit_options(cls: Any) -> dict[str, Any]:
         "cost_burst": cls.bucket_cost_burst,
         "total_rate": cls.bucket_total_rate,
         "total_burst": cls.bucket_total_burst,
+        "margin": cls.bucket_margin,
     }
 
 

@@ -7,8 +7,10 @@ Configured from the environment: REDQUEUE_TEST_URL and REDQUEUE_TEST_PREFIX.
 """
 
 import json
+import random
 import sys
 import time
+import urllib.request
 
 from celery_redqueue import BucketTask, KeyBackoff
 from tests.process_app import PREFIX, client, make_app
@@ -88,6 +90,22 @@ def total(self, tenant, i):
     record(self, tenant, i, 0, time.time())
 
 
+def fetch(self, tenant, i, url):
+    """A call to the test's loopback server after a random delay of up to 0.1 s (what a real
+    path to an upstream adds between a release and its arrival, and how it varies)."""
+    time.sleep(random.uniform(0, 0.1))
+    with urllib.request.urlopen(f"{url}/{tenant}/{i}", timeout=10) as response:
+        response.read()
+    record(self, tenant, i, 0, time.time())
+
+
+# The same calls to an upstream that allows 10 a second, with and without a margin of 0.25 s.
+margined = app.task(**COMMON, bucket_rate="10/s", bucket_margin=0.25, name=f"{__name__}.margined")(
+    fetch
+)
+exact = app.task(**COMMON, bucket_rate="10/s", name=f"{__name__}.exact")(fetch)
+
+
 #: What each test produces: (args, kwargs) of every call.
 CALLS = {
     "metered": [
@@ -103,10 +121,12 @@ CALLS = {
     "alone": [(("a", i), {}) for i in range(8)],
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
     "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
+    "margined": [(("a", i), {}) for i in range(30)],
+    "exact": [(("a", i), {}) for i in range(30)],
 }
 
 
-def produce(name, action=""):
+def produce(name, action="", url=""):
     """Store a test's calls through ``.delay()`` (after pausing "held", if asked), or resume
     "held" (the task's bucket sends the drain job that needs)."""
     task = app.tasks[f"tests.integration.metered_app.{name}"]
@@ -119,11 +139,11 @@ def produce(name, action=""):
         while not 0.6 <= client().time()[1] / 1e6 < 0.65:
             time.sleep(0.002)
     for args, kwargs in CALLS[name]:
-        task.delay(*args, **kwargs)
+        task.delay(*args, *((url,) if url else ()), **kwargs)
 
 
 if __name__ == "__main__":
     # Imported by its name, so the tasks' names are the worker's.
     from tests.integration import metered_app
 
-    metered_app.produce(*sys.argv[1:3])
+    metered_app.produce(*sys.argv[1:4])

@@ -7,6 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from celery import Celery
@@ -20,9 +23,12 @@ APP = "tests.integration.metered_app"
 def run(proc_env, spawn_metered, tmp_path):
     """``run(task, action="")``: store the test's calls (or act) through the app's .delay()."""
 
-    def produce(task, action=""):
+    def produce(task, action="", *extra):
         subprocess.run(
-            [sys.executable, "-m", APP, task, action], env=proc_env, cwd=tmp_path, check=True
+            [sys.executable, "-m", APP, task, action, *extra],
+            env=proc_env,
+            cwd=tmp_path,
+            check=True,
         )
 
     return produce
@@ -236,3 +242,66 @@ def test_total_rate_holds_across_keys(
     assert most_in_window([r["released"] for r in done]) <= 10  # bucket_total_rate="10/s"
     first = [r["tenant"] for r in done[:15]]
     assert sorted(first.count(t) for t in "abc") == [5, 5, 5]  # fair below the total
+
+
+@pytest.fixture
+def upstream():
+    """A loopback HTTP server; ``upstream.arrivals`` holds when each request arrived."""
+    arrivals = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            arrivals.append(time.time())  # this host's clock, the test Redis server's too
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.arrivals = arrivals
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_with_a_margin_the_upstream_sees_at_most_the_rate(
+    redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for, upstream
+):
+    # bucket_rate="10/s", bucket_margin=0.25; each body waits 0..0.1 s before its request (the
+    # path's jitter). Without the margin, releases 100 ms apart each late by its own delay put
+    # 11 arrivals in some sliding second; spaced 125 ms apart, any 11 releases span 1.25 s, and
+    # delays that differ by less than 0.25 s cannot bring them within one second.
+    worker_ready(spawn_metered, wait_for)
+    run("margined", "", upstream.url)
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:margined") == 30, timeout=90)
+    done = rows(redqueue_redis, redqueue_prefix, "margined")
+    assert sorted(r["i"] for r in done) == list(range(30))
+    assert len(upstream.arrivals) == 30
+    assert most_in_window([r["released"] for r in done], window=1.25) <= 10
+    assert most_in_window(upstream.arrivals) <= 10
+
+
+def test_a_bad_margin_is_refused_at_declaration(redqueue_redis, redqueue_prefix):
+    app = Celery("margins", set_as_current=False)
+    app.conf.redqueue_url = "redis://127.0.0.1:1/0"  # never reached: declarations only
+    for bad in (-0.1, float("inf"), "0.1", True):
+        with pytest.raises(ConfigurationError, match="bucket_margin must be seconds"):
+
+            @bucket_task(app=app, shared=False, bucket_key="x", bucket_margin=bad)
+            def margined(x):
+                pass
+
+        with pytest.raises(ConfigurationError, match="margin must be seconds"):
+            bucket(redqueue_redis, redqueue_prefix, "m", margin=bad)
+    # Every rate of the bucket is spaced over its period plus the margin.
+    spaced = bucket(
+        redqueue_redis, redqueue_prefix, "m", default_rate="10/s", margin=0.1, total_rate="100/m"
+    )
+    assert spaced.default_interval_ms == pytest.approx(110.0)
+    assert spaced.limits.total_interval_ms == pytest.approx(600.0 * 60.1 / 60)
+    spaced.set_rate("k", "4/s")
+    assert spaced.key_stats("k").interval == pytest.approx(0.275)
+    assert spaced.settings()["default_rate"] == pytest.approx(10.0)

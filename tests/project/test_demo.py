@@ -205,5 +205,10 @@ def test_the_crawler_verdict_says_what_the_server_saw():
     over = " ".join(verdict(True, True, [("a", "10/s", 11, 0.031)]).split())  # unwrapped
     assert "a: 11 at 10/s" in over and "up to 31 ms" in over
     assert "no server saw more" not in over and "no domain above" not in over
+    # Within the task's bucket_margin (0.1 s) that is a defect; beyond it, the margin is short.
+    assert "within the task's bucket_margin (100 ms): a defect" in over
+    short = " ".join(verdict(True, True, [("a", "10/s", 11, 0.15)]).split())
+    assert "more than the task's bucket_margin (100 ms): raise it" in short
+    assert "bucket_margin=0.1" in verdict(True, True, [])
     assert "arrival side: no server saw more" in verdict(True, True, [])
     assert "RELEASES ABOVE" in verdict(True, False, [])
