@@ -1,6 +1,8 @@
--- The key has as many calls in flight as b.concurrency allows (reservations count, whoever
--- holds them; b.keystats "key NUL in_flight").
+-- The key has as many calls in flight as its concurrency allows (bucket_concurrency.lua;
+-- reservations count, whoever holds them; b.keystats "key NUL in_flight").
+--#include bucket_concurrency
 local function bucket_at_capacity(b, key)
-  if b.concurrency <= 0 then return false end
-  return tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0') >= b.concurrency
+  local limit = bucket_concurrency(b, key)
+  if limit <= 0 then return false end
+  return tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0') >= limit
 end

@@ -39,6 +39,7 @@
 --#include bucket_head
 --#include bucket_take_head
 --#include bucket_reserve
+--#include bucket_concurrency
 local b = bucket_keys(KEYS, ARGV)
 local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
@@ -119,12 +120,14 @@ for _ = 1, 100 do
                                                  remaining, timeout_ms, at_ms, now)
     record_call(b.calls, b.calls_at, poll_id, reservation, now)
     -- One drain job per key eligible now, up to the fan-out limit. A key with room for more
-    -- calls in flight wants drain jobs for them (its own rate may make it wait a moment, which
-    -- ZCOUNT does not see); this job holds one.
-    local in_flight = b.concurrency > 1 and remaining > 0
+    -- calls in flight wants a drain job for each of its calls in flight (this one included:
+    -- each job runs one body) and for each free slot its waiting calls can fill (its own rate
+    -- may make it wait a moment, which ZCOUNT does not see).
+    local limit = bucket_concurrency(b, key)
+    local in_flight = limit > 1 and remaining > 0
       and tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0')
     local eligible = redis.call('ZCOUNT', b.ready, '-inf', now)
-      + (in_flight and math.max(b.concurrency - in_flight, 0) + 1 or 0)
+      + (in_flight and in_flight + math.min(math.max(limit - in_flight, 0), remaining) or 0)
     local fan_out = claim_drain(b.drains, b.lease, max_drains, eligible)
     return reply_taken(key, reservation, payload, receives + 1, deadline, at_ms, fan_out, cost)
   end

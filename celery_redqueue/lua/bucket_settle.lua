@@ -29,6 +29,7 @@
 --#include bucket_correct_cost
 --#include bucket_push_head
 --#include bucket_eligible_at
+--#include bucket_concurrency
 --#include bucket_make_eligible
 --#include bucket_bury
 local NOT_HELD, SETTLED, ALREADY_SETTLED = 0, 1, 2
@@ -92,7 +93,7 @@ else
   tick(b.flow, 'done', 1, now)
   -- A key at its concurrency limit (an ordered key: one in flight) left the ready set; once a
   -- call settles, its next may go.
-  if b.concurrency > 0 then bucket_make_eligible(b, key, now) end
+  if bucket_concurrency(b, key) > 0 then bucket_make_eligible(b, key, now) end
 end
 
 -- A correction of its cost moves the key's place in the ready set (a key eligible already

@@ -84,9 +84,9 @@ def paused(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
 
 
 def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
-    """A bucket's limits, and the keys whose rate or cost budget was set apart from them
-    (``set_rate``, ``set_cost_rate``): at most ``top`` keys, found by a bounded HSCAN of
-    the per-key limits (one field per override, so this reads overrides, not keys)."""
+    """A bucket's limits, and the keys whose rate, cost budget or concurrency was set apart from
+    them (``set_rate``, ``set_cost_rate``, ``set_concurrency``): at most ``top`` keys, found by a
+    bounded HSCAN of the per-key limits (one field per override: it reads overrides, not keys)."""
     keys: dict[str, dict[str, Any]] = {}
     for part in bucket.shards or [bucket]:
         with redis_errors(f"reading rates of {part.keys.base}"):
@@ -95,8 +95,11 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
                 cursor, page = part.client.hscan(part.keys("rates"), cursor, count=1000)
                 for field, spec in page.items():
                     name, _, what = field.decode().partition("\0")
-                    interval_ms, burst = (float(x) for x in spec.split()[:2])
                     row = keys.setdefault(name, {"key": name})
+                    if what == "conc":  # set_concurrency: one integer
+                        row["concurrency"] = int(spec)
+                        continue
+                    interval_ms, burst = (float(x) for x in spec.split()[:2])
                     prefix = "cost_" if what == "cost" else ""
                     row[f"{prefix}rate"] = round(1000.0 / interval_ms, 6)
                     row[f"{prefix}burst"] = burst
@@ -106,7 +109,6 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
     defaults = {
         "rate": round(1000.0 / bucket.default_interval_ms, 6),
         "burst": bucket.default_burst,
-        # One number for the whole bucket: a key's concurrency cannot be set apart.
         "concurrency": limits.concurrency or None,
         "cost_rate": round(1000.0 / limits.cost_interval_ms, 6)
         if limits.cost_interval_ms

@@ -260,13 +260,18 @@ def show_overrides(figures: dict[str, Any], as_json: bool) -> None:
         return
     shown = f" ({len(rows)} of {figures['count']} shown)" if len(rows) < figures["count"] else ""
     click.echo(f"keys with their own limits{shown}:")
-    click.echo(f"  {'key':40} {'rate/s':>10} {'burst':>6} {'cost/s':>10} {'burst':>6}")
+    click.echo(
+        f"  {'key':40} {'rate/s':>10} {'burst':>6} {'cost/s':>10} {'burst':>6} {'in flight':>9}"
+    )
     for row in rows:
         cells = [
             "-" if row.get(name) is None else f"{row[name]:g}"
-            for name in ("rate", "burst", "cost_rate", "cost_burst")
+            for name in ("rate", "burst", "cost_rate", "cost_burst", "concurrency")
         ]
-        click.echo(f"  {row['key']:40} {cells[0]:>10} {cells[1]:>6} {cells[2]:>10} {cells[3]:>6}")
+        click.echo(
+            f"  {row['key']:40} {cells[0]:>10} {cells[1]:>6} {cells[2]:>10} {cells[3]:>6} "
+            f"{cells[4]:>9}"
+        )
 
 
 @redqueue.command()

@@ -1,5 +1,5 @@
-"""The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate, pause,
-resume, reap, seek, beat-prune. Registered on the group of `cli_base`; `cli`
+"""The ``celery -A proj redqueue`` commands that act: requeue, purge, drain, set-rate,
+set-concurrency, pause, resume, reap, seek, beat-prune. Registered on the group of `cli_base`; `cli`
 imports this module."""
 
 from __future__ import annotations
@@ -63,6 +63,21 @@ def set_rate(ctx: click.Context, bucket: str, key: str, rate: str, burst: float 
     """Set one key's rate (e.g. 5/s, 100/m) for every process; takes effect at its next release."""
     ops, target = open_target(ctx, bucket, ("bucket",))
     click.echo(ops.set_rate(target, key, rate, burst))
+
+
+@redqueue.command(name="set-concurrency")
+@click.argument("bucket")
+@click.argument("key")
+@click.argument("limit")
+@click.pass_context
+@cli_errors
+def set_concurrency(ctx: click.Context, bucket: str, key: str, limit: str) -> None:
+    """Set how many calls of one key may be in flight at once across all workers (LIMIT: an
+    integer >= 1, or "default" for the bucket's own); takes effect at once."""
+    if limit != "default" and not limit.isdigit():
+        raise click.BadParameter(f"an integer >= 1 or 'default', got {limit!r}", param_hint="LIMIT")
+    ops, target = open_target(ctx, bucket, ("bucket",))
+    click.echo(ops.set_concurrency(target, key, None if limit == "default" else int(limit)))
 
 
 @redqueue.command()

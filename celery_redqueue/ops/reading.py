@@ -359,6 +359,12 @@ class Operations:
         self._bucket(target).set_rate(key, rate, burst)
         return f"rate of {key!r} set to {rate}" + ("" if burst is None else f" (burst {burst:g})")
 
+    def set_concurrency(self, target: Target, key: str, limit: int | None) -> str:
+        """Set one key's concurrency limit (None: the bucket's own again)."""
+        changed = self._bucket(target).set_concurrency(key, limit)
+        what = "the bucket's own" if limit is None else str(limit)
+        return f"concurrency of {key!r} set to {what}" + ("" if changed else " (unchanged)")
+
     def _bucket(self, target: Target) -> LeakyBucket:
         bucket = target.structure
         if not isinstance(bucket, LeakyBucket):

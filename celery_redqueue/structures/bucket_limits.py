@@ -227,6 +227,35 @@ class BucketLimits:
             self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
 
     @sharding.on_key
+    def set_concurrency(self, key: str, limit: int | None) -> bool:
+        """Set how many calls of ``key`` may be in flight at once across all workers, at runtime
+        (None: the bucket's own ``concurrency`` again), as BullMQ Pro's setGroupConcurrency.
+        Raised, the key's waiting calls may go at once (a drain job is sent through
+        `drain_sender`); lowered, calls in flight finish and the key releases none until it is
+        under the limit. Returns whether the limit changed."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ConfigurationError(f"a concurrency is an integer >= 1 (or None), got {limit!r}")
+        if self.limits.concurrency == 1 and getattr(self, "ordered", False):
+            raise ConfigurationError(
+                "set_concurrency on an ordered bucket: its keys release one call at a time to "
+                "keep their order"
+            )
+        drains = getattr(self, "max_drains", 1)
+        if limit is not None and limit > drains:
+            raise ConfigurationError(
+                f"set_concurrency({key!r}, {limit}): the bucket runs at most {drains} drain "
+                f"jobs at once (bucket_drain_concurrency), each one body at a time, so the key "
+                f"could never have {limit} in flight; raise bucket_drain_concurrency first"
+            )
+        args = [_check_key(key), "" if limit is None else str(limit)]
+        changed, send = self._run("bucket_set_concurrency", args)
+        if send and self.drain_sender is not None:
+            self.drain_sender()
+        return bool(changed)
+
+    @sharding.on_key
     def pause(self, key: str, seconds: float | None = None) -> bool:
         """Release nothing of ``key`` for ``seconds`` (None: until `resume()`), in every
         process; the key keeps accepting calls. A pause never shortens a longer one. Returns

@@ -63,6 +63,16 @@ def concurrent(self, tenant, i):
     record(self, tenant, i, 0, started)
 
 
+@app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2, name=f"{__name__}.adjustable")
+def adjustable(self, tenant, i):
+    started = time.time()
+    running = client().incr(f"{PREFIX}:running:{tenant}")
+    client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
+    time.sleep(0.3)
+    client().decr(f"{PREFIX}:running:{tenant}")
+    record(self, tenant, i, 0, started)
+
+
 #: bucket_concurrency alone: its drain concurrency follows it (no bucket_drain_concurrency).
 ALONE = {"base": BucketTask, "bind": True, "bucket_key": "tenant", "bucket_rate": "1000/s"}
 
@@ -121,6 +131,7 @@ CALLS = {
     "alone": [(("a", i), {}) for i in range(8)],
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
     "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
+    "adjustable": [(("a", i), {}) for i in range(16)],
     "margined": [(("a", i), {}) for i in range(30)],
     "exact": [(("a", i), {}) for i in range(30)],
 }
@@ -132,6 +143,9 @@ def produce(name, action="", url=""):
     task = app.tasks[f"tests.integration.metered_app.{name}"]
     if action == "resume":
         task.bucket.resume("held")
+        return
+    if action.startswith("concurrency="):  # at runtime, through the task's bucket
+        task.bucket.set_concurrency("a", int(action.split("=")[1]))
         return
     if action == "pause":
         task.bucket.pause("held")

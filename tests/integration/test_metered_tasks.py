@@ -305,3 +305,21 @@ def test_a_bad_margin_is_refused_at_declaration(redqueue_redis, redqueue_prefix)
     spaced.set_rate("k", "4/s")
     assert spaced.key_stats("k").interval == pytest.approx(0.275)
     assert spaced.settings()["default_rate"] == pytest.approx(10.0)
+
+
+def test_set_concurrency_at_runtime_reaches_the_new_limit_and_never_more(
+    redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for
+):
+    # bucket_concurrency=2, 4 drain jobs, bodies of 0.3 s; raised to 3 while they run.
+    worker_ready(spawn_metered, wait_for)
+    run("adjustable")
+    seen = f"{redqueue_prefix}:running-seen:a"
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:adjustable") >= 4, timeout=60)
+    changed_at = redqueue_redis.llen(seen)  # bodies that started before the change
+    run("adjustable", "concurrency=3")
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:adjustable") == 16, timeout=90)
+    running = [int(x) for x in redqueue_redis.lrange(seen, 0, -1)]
+    assert max(running[:changed_at]) == 2  # the bucket's own limit, reached
+    assert max(running) == 3  # the new one, reached, and never more
+    done = rows(redqueue_redis, redqueue_prefix, "adjustable")
+    assert sorted(r["i"] for r in done) == list(range(16))

@@ -254,6 +254,10 @@ def test_keys_lists_paused_keys_and_per_key_overrides(proc_env, redqueue_redis, 
     bucket.enqueue_many([("acme", 1), ("globex", 2), ("initech", 3)])
     bucket.set_rate("acme", "10/s", burst=2)
     bucket.set_cost_rate("globex", "60/s")
+    out = redqueue(proc_env, "set-concurrency", "metered", "initech", "1").stdout
+    assert "concurrency of 'initech' set to 1" in out
+    bad = redqueue(proc_env, "set-concurrency", "metered", "initech", "two", check=False)
+    assert bad.returncode == 2 and "an integer >= 1 or 'default'" in bad.stderr
     bucket.pause("acme", 600)
     bucket.pause("initech")
 
@@ -284,10 +288,17 @@ def test_keys_lists_paused_keys_and_per_key_overrides(proc_env, redqueue_redis, 
     assert over["overrides"] == [
         {"key": "acme", "rate": 10.0, "burst": 2.0},
         {"key": "globex", "cost_rate": 60.0, "cost_burst": 0.0},
+        {"key": "initech", "concurrency": 1},
     ]
     out = redqueue(proc_env, "keys", "metered", "--overrides").stdout
     assert "every key: rate 2/s, burst 0, concurrency 3 per key, cost 10/s (burst 0)" in out
-    assert re.search(r"acme\s+10\s+2\s+-\s+-", out) and re.search(r"globex\s+-\s+-\s+60\s+0", out)
+    assert re.search(r"acme\s+10\s+2\s+-\s+-\s+-", out) and re.search(
+        r"globex\s+-\s+-\s+60\s+0", out
+    )
+    assert re.search(r"initech\s+-\s+-\s+-\s+-\s+1$", out, re.MULTILINE), out
+    back = redqueue(proc_env, "set-concurrency", "metered", "initech", "default").stdout
+    assert "concurrency of 'initech' set to the bucket's own" in back
+    assert bucket.settings()["concurrency"] == 3
 
     both = redqueue(proc_env, "keys", "metered", "--paused", "--search", "acme", check=False)
     assert both.returncode == 2 and "does not apply to --paused" in both.stderr

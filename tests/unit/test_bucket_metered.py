@@ -142,6 +142,48 @@ def test_concurrency_limits_in_flight_per_key_and_the_reaper_frees_a_slot(make_b
     assert sorted(r.key for r in again) == ["a", "a", "b"]  # the reaped slots, no more
 
 
+def test_set_concurrency_changes_one_keys_limit_at_runtime(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", concurrency=2, max_drains=4)
+    bucket.enqueue_many([("a", i) for i in range(8)] + [("b", i) for i in range(4)])
+    held = take(bucket, 6)
+    assert sorted(r.key for r in held) == ["a", "a", "b", "b"]
+    sent = []
+    bucket.drain_sender = lambda: sent.append(1)
+    # Raised: the key at its old limit may go at once (a drain job is asked for), up to 4.
+    assert bucket.set_concurrency("a", 4) and sent == [1]
+    assert not bucket.set_concurrency("a", 4)  # the same again: nothing changed
+    more = take(bucket, 6)
+    assert [r.key for r in more] == ["a", "a"]  # a: 4 in flight; b still at 2
+    # Lowered: calls in flight finish; none goes until the key is under the new limit.
+    assert bucket.set_concurrency("a", 1)
+    of_a = [r for r in held + more if r.key == "a"]
+    for r in of_a[:3]:
+        bucket.commit(r)
+    assert [r.key for r in take(bucket, 3)] == []  # a: 1 in flight, its limit
+    bucket.commit(of_a[3])
+    assert [r.key for r in take(bucket, 3)] == ["a"]
+    # Cleared: the bucket's own limit again (2 for a).
+    assert bucket.set_concurrency("a", None)
+    assert [r.key for r in take(bucket, 3)] == ["a"]
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigurationError, match="concurrency"):
+            bucket.set_concurrency("a", bad)
+    with pytest.raises(ConfigurationError, match="bucket_drain_concurrency"):
+        bucket.set_concurrency("a", 5)  # 4 drain jobs at most: it could never reach 5
+    with pytest.raises(ConfigurationError, match="ordered"):
+        make_bucket(ordered=True).set_concurrency("a", 2)
+
+
+def test_a_key_limit_works_on_a_bucket_without_concurrency(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", max_drains=2)
+    bucket.enqueue_many([("a", i) for i in range(4)])
+    assert bucket.set_concurrency("a", 1)
+    held = take(bucket, 3)
+    assert len(held) == 1
+    bucket.commit(held[0])  # its settle makes the key eligible again
+    assert len(take(bucket, 3)) == 1
+
+
 def test_ordered_is_concurrency_one(make_bucket):
     assert make_bucket(ordered=True).limits.concurrency == 1
     assert make_bucket(concurrency=1).ordered
