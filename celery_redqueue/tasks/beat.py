@@ -76,7 +76,7 @@ def reaped_count(result: Any) -> int:
     return int(result.returned + result.dead_lettered + result.lost + len(result.groups))
 
 
-@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[misc, untyped-decorator]
+@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
 def reap(self: Task) -> dict[str, int]:
     """Beat-run: take back expired reservations of every redqueue structure.
 

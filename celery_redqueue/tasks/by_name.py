@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Ignore, Reject
 
 from ..errors import RedisFullError, RedisUnavailableError, RedQueueError
+from ..privates import exec_options
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ class ByNameCalls:
         ) -> tuple[Any, float, str | None]: ...
         def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any: ...
         def _after_add(self, receipt: Any, routing: Any = None, call_id: str = "") -> Any: ...
-        def _get_exec_options(self) -> dict[str, Any]: ...
 
         @property
         def structure(self) -> Any: ...
@@ -141,7 +141,7 @@ class ByNameCalls:
         headers = {STORE_ATTEMPTS_HEADER: attempts}
         if getattr(request, DEDUPE_HEADER, None) is not None:
             headers[DEDUPE_HEADER] = getattr(request, DEDUPE_HEADER)
-        options = dict(self._get_exec_options(), countdown=countdown, headers=headers)
+        options = dict(exec_options(self), countdown=countdown, headers=headers)
         try:
             self.app.send_task(self.name, args, kwargs, task_id=request.id, **options)
         except Exception as send_exc:

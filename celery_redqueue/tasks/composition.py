@@ -138,6 +138,6 @@ def _ends_at_task_call(cls: type) -> bool:
         known = _ENDS_AT_TASK_CALL[cls] = (
             owner is not None
             and getattr(call, "_redqueue_inner", None) is None
-            and super(owner, cls).__call__ is Task.__call__  # type: ignore[misc]
+            and super(owner, cls).__call__ is Task.__call__
         )
     return known

@@ -7,6 +7,7 @@ and so on; Celery strips the namespace, so both spellings arrive here as ``redqu
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,13 +123,22 @@ def load_config(conf: Any) -> RedQueueConfig:
     )
 
 
+#: Each app's validated settings, read once (kept here, not as an attribute on the app).
+_configs: weakref.WeakKeyDictionary[Any, RedQueueConfig] = weakref.WeakKeyDictionary()
+
+
 def get_config(app: Any) -> RedQueueConfig:
-    """The app's validated settings, read once and kept on the app."""
-    config: RedQueueConfig | None = getattr(app, "_redqueue_config", None)
+    """The app's validated settings, read once per app."""
+    config = _configs.get(app)
     if config is None:
-        config = load_config(app.conf)
-        app._redqueue_config = config
+        config = _configs[app] = load_config(app.conf)
     return config
+
+
+def forget_config(app: Any) -> None:
+    """Read the app's ``redqueue_*`` settings again on next use (after changing them, say in a
+    test; structures already built keep their client)."""
+    _configs.pop(app, None)
 
 
 def consumer_setting(value: Any) -> bool | tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 from celery import bootsteps
 
 from ..errors import ConfigurationError
+from ..privates import exec_options
 from . import consumer_loop, neighbour
 from .base import RedQueueTask
 from .checks import STRUCTURE_KINDS
@@ -34,7 +35,7 @@ REAP_BOUNDS = (0.5, 30.0)
 
 def queue_of(app: Any, task: Any) -> str:
     """The queue the task's drain jobs are routed to (its options, then the app's routes)."""
-    route = app.amqp.router.route(dict(task._get_exec_options()), task.name)
+    route = app.amqp.router.route(exec_options(task), task.name)
     queue = route.get("queue")
     return str(getattr(queue, "name", queue))
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task
-from celery._state import _get_active_apps, connect_on_app_finalize, get_current_app
+from celery import Task, current_app
 from celery.local import Proxy
 
 from ..errors import ConfigurationError
+from ..privates import active_apps, finalize_lock, on_app_finalize
 from .options import PREFIXES, check_decoration_keywords
 
 
@@ -58,10 +58,10 @@ def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], 
             fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
         )
 
-    connect_on_app_finalize(create)
-    for app in _get_active_apps():
+    on_app_finalize(create)
+    for app in active_apps():
         if app.finalized:
-            with app._finalize_mutex:
+            with finalize_lock(app):
                 try:
                     create(app)
                 except ConfigurationError:
@@ -70,7 +70,7 @@ def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], 
                     continue
 
     def task_by_app() -> Any:
-        app = get_current_app()
+        app = current_app
         return app.tasks[options.get("name") or app.gen_task_name(fun.__name__, fun.__module__)]
 
     return Proxy(task_by_app)

@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ from .options import check_option_names, check_structure_name, warn_if_task_cls_
 logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
+#: Each app's resource pools and declared resources (kept here, not as an attribute on the app).
+_registries: weakref.WeakKeyDictionary[Any, _LeaseRegistry] = weakref.WeakKeyDictionary()
 
 #: The lease task whose call holds a lease in this context (one lease per call).
 _LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing", default=None)
@@ -58,9 +61,9 @@ def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -
     names = list(resources or ())
     key = (os.getpid(), name)
     with _registry_lock:
-        registry = getattr(app, "_redqueue_leases", None)
+        registry = _registries.get(app)
         if registry is None:
-            registry = app._redqueue_leases = _LeaseRegistry()
+            registry = _registries[app] = _LeaseRegistry()
         pool = registry.pools.get(key)
         if pool is None:
             config = get_config(app)
@@ -136,7 +139,7 @@ class LeaseTask(Task):  # type: ignore[misc]
                 call = (
                     functools.partial(inner, self)
                     if inner is not None
-                    else super(cls, self).__call__  # type: ignore[misc]
+                    else super(cls, self).__call__
                 )
                 return self._leased(call, args, kwargs)
 

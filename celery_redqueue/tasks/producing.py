@@ -110,7 +110,7 @@ class ProducerTask(RedQueueTask):
         call_id = task_id or new_call_id()
         prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
         # 3. Store: at once in eager mode, in an open ``buffer()`` block, or in the structure.
-        if self._always_eager():
+        if self.app.conf.task_always_eager:
             return self._run_eagerly(prepared)
         held = buffered_call(self, prepared, delay, dedupe_id, call_id)
         if held is not None:
@@ -129,32 +129,6 @@ class ProducerTask(RedQueueTask):
             f"would store nothing and only send a drain job); to drain now, call "
             f"{self.name}.send_drain()"
         )
-
-    def _always_eager(self) -> bool:
-        """``app.conf.task_always_eager``, the same answer for a third of the cost.
-
-        Celery's lookup tries every spelling of the name (namespace, old names) in every layer
-        of the configuration and raises and catches a KeyError for each it misses, on every
-        call; here the spellings are worked out once per configuration object and looked up
-        with ``in``. Anything unexpected falls back to Celery's own lookup.
-        """
-        conf = self.app.conf
-        cached = self.__dict__.get("_redqueue_eager_keys")
-        maps = getattr(conf, "maps", None)  # a list Celery extends in place (add_defaults)
-        if cached is None or cached[0] is not conf or cached[2] is not maps:
-            try:
-                keys = tuple(conf._key(k) for k in conf._to_keys("task_always_eager"))
-            except Exception:
-                return bool(conf.task_always_eager)
-            if not isinstance(maps, list):
-                return bool(conf.task_always_eager)
-            cached = self.__dict__["_redqueue_eager_keys"] = (conf, keys, maps)
-        keys = cached[1]
-        for mapping in maps:
-            for key in keys:
-                if key in mapping:
-                    return bool(mapping[key])
-        return bool(conf.task_always_eager)
 
     def buffer(self, *, flush_on_error: bool = False) -> CallBuffer:
         """``with task.buffer():`` holds this task's calls and stores them on exit (see

@@ -120,7 +120,7 @@ class StreamTask(RedQueueTask):
 
     # Producing: events are published to the stream, never sent as calls.
 
-    def apply_async(  # type: ignore[override]  # only drain jobs: the rest rides in options
+    def apply_async(  # only drain jobs: the rest rides in options
         self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
         """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed

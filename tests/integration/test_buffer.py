@@ -22,6 +22,7 @@ from celery_redqueue import (
     buffer,
 )
 from celery_redqueue.redis.lua import script
+from celery_redqueue.tasks.config import forget_config
 
 from .conftest import running_worker
 
@@ -172,7 +173,7 @@ def test_buckets_and_pools_together(app, pooled, limited, recorded, redqueue_red
 
 def test_a_failed_store_fails_every_receipt_it_did_not_store(app, pooled):
     app.conf.redqueue_url = "redis://127.0.0.1:1/0"  # nothing listens there
-    app._redqueue_config = None
+    forget_config(app)
     pooled.__dict__.pop("_redqueue_pool", None)
     with pytest.raises(RedisUnavailableError), pooled.buffer():
         receipt = pooled.delay(1)

@@ -424,6 +424,7 @@ logging.basicConfig(level=logging.WARNING)
 from celery import Celery
 from celery_redqueue import PoolTask
 from celery_redqueue.tasks import tracing
+from celery_redqueue.tasks.config import get_config
 from celery_redqueue.testing import celery_test_config
 app = Celery("p", set_as_current=False)
 app.conf.update(celery_test_config(sys.argv[2], sys.argv[3]))
@@ -432,7 +433,7 @@ app.conf.redqueue_tracing = sys.argv[1] != "off"
 def record(x):
     pass
 record.delay(1)
-print(json.dumps({"otel_loaded": bool(tracing._api), "traced": app._redqueue_config.tracing,
+print(json.dumps({"otel_loaded": bool(tracing._api), "traced": get_config(app).tracing,
                   "items": record.pool.keys("items")}))
 """
 

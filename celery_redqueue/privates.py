@@ -1,0 +1,72 @@
+"""Every private attribute of Celery, kombu or redis-py the package uses, in one place.
+
+Each function says what public API is missing; ``tests/pure/test_privates.py`` checks each one
+against the installed releases (nox runs it on the oldest and the newest supported), so an
+upgrade that moves one fails there, by name, rather than somewhere in a worker. Nothing else in
+the package touches another library's underscore names (``tests/pure/test_privates.py`` greps).
+
+It imports nothing of Celery, kombu or redis-py at module level: the Redis layer uses it too, and
+structures never import Celery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any
+
+
+def active_apps() -> Iterable[Any]:
+    """The Celery apps created so far. ``celery.shared_task`` reads the same list to add a task
+    to apps that are already finalized; Celery exposes no public way to iterate them."""
+    from celery._state import _get_active_apps
+
+    apps: Iterable[Any] = _get_active_apps()
+    return apps
+
+
+def on_app_finalize(callback: Callable[[Any], Any]) -> None:
+    """Have ``callback(app)`` run for every app when it is finalized, as ``shared_task`` does
+    (``celery._state.connect_on_app_finalize``; Celery has no public hook for it)."""
+    from celery._state import connect_on_app_finalize
+
+    connect_on_app_finalize(callback)
+
+
+def finalize_lock(app: Any) -> AbstractContextManager[Any]:
+    """The lock ``app.finalize()`` holds while it adds shared tasks: ``shared_task`` takes it to
+    add a task to a finalized app without racing a finalize in another thread (no public
+    equivalent)."""
+    lock: AbstractContextManager[Any] = app._finalize_mutex
+    return lock
+
+
+def exec_options(task: Any) -> dict[str, Any]:
+    """The routing and delivery options a task's messages are sent with (queue, routing_key,
+    exchange, priority, ...), as ``Task.apply_async`` reads them. Celery's
+    ``Task._get_exec_options`` is the only accessor; copying its attribute list would drift."""
+    options: dict[str, Any] = task._get_exec_options()
+    return options
+
+
+def check_arguments(task: Any, args: Any, kwargs: Any) -> None:
+    """Raise TypeError when the body cannot take ``args``/``kwargs``: Celery's own check for
+    ``Task.typing`` (``Task.__header__``, a function with the body's signature that
+    ``apply_async`` calls); there is no public one."""
+    task.__header__(*(args or ()), **(kwargs or {}))
+
+
+def undecorated_body(task: Any) -> Callable[..., Any]:
+    """The body without Celery's ``autoretry_for`` wrapper (Celery keeps the original as
+    ``task._orig_run`` when it wraps ``run``): redqueue applies the retry options to each
+    stored call itself, so the wrapper must not retry the whole drain."""
+    body: Callable[..., Any] = getattr(task, "_orig_run", None) or task.run
+    return body
+
+
+def socket_identity(conn: Any) -> int | None:
+    """Something that changes when a redis-py connection reconnects (its socket object's id), or
+    None when it is not connected: ``CLIENT UNBLOCK`` needs the server's id of the connection,
+    which a reconnect changes, and redis-py tells no one it reconnected."""
+    sock = getattr(conn, "_sock", None)
+    return None if sock is None else id(sock)
