@@ -130,7 +130,7 @@ class Operations:
                 structure: Any
                 if kind == ResourcePool.kind:
                     # It is listed already: reading must not write.
-                    structure = ResourcePool(self.client, name, prefix=self.prefix, listed=True)
+                    structure = ResourcePool(self.client, name, prefix=self.prefix, register=False)
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)

@@ -1,8 +1,9 @@
 """Redis structures: they know Redis, never Celery.
 
-- `base`: what every queue structure shares (keys, scripts, registration, dead letters)
+- `base`: what every queue structure shares (keys, scripts, registration, dead letters);
+  `sharded`: its subclass with shards and a wake signal, the base of pools and buckets
 - `pool`: [`CappedPool`][celery_redqueue.CappedPool], a bounded pool that sheds load and counts it
-  (what it hands back: `pool_types`)
+  (with what it hands back, its replies, gathering and its sharding)
 - `bucket`: [`LeakyBucket`][celery_redqueue.LeakyBucket], per-key rate-limited queues
   (`bucket_types`)
 - `sharding`: a pool or bucket with ``shards=N``, one logical structure over N hash tags (so over

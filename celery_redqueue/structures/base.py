@@ -8,7 +8,7 @@ registered structure from its recorded settings without importing user code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..redis.client import redis_errors
@@ -16,7 +16,7 @@ from ..redis.keys import StructureKeys
 from ..redis.lua import script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
-from .deadletters import DeadLetterTools
+from .deadletters import CHUNK, UNREADABLE, DeadLetter, parse_dead_letter, readable
 
 if TYPE_CHECKING:
     from .protocols import Renewable
@@ -33,7 +33,7 @@ def decode_ids(reply: Any) -> list[str]:
     return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
 
 
-class Structure(DeadLetterTools, catalog.Registered):
+class Structure(catalog.Registered):
     """Base of pools, buckets and other queue structures (not used directly).
 
     Subclasses set ``kind`` (the middle of the hash tag: ``prefix:{<kind>:<name>}:<part>``),
@@ -44,6 +44,13 @@ class Structure(DeadLetterTools, catalog.Registered):
 
     kind: ClassVar[str]
     parts: ClassVar[Sequence[str]]
+    #: The kind's dead-letter script: takes ``action, limit, *entries``, returns
+    #: ``{count, send_drain}``.
+    dead_script: str
+    #: Counters a call dead-lettered before it was stored adds one to (see bury_unstored).
+    unstored_counters: tuple[str, ...] = ("dead",)
+    #: Dead letters of this kind carry their key (buckets).
+    keyed_letters = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -56,14 +63,14 @@ class Structure(DeadLetterTools, catalog.Registered):
         name: str,
         prefix: str,
         serializer: str | Serializer | None,
-        listed: bool = False,
+        register: bool = True,
     ) -> None:
         self.client = client
         self.name = name
         self.serializer = get_serializer(serializer)
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in self.parts]
-        self._registered = listed
+        self._registered = not register
         #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
         self._keys_of: dict[str, list[str]] = {}
 
@@ -110,6 +117,62 @@ class Structure(DeadLetterTools, catalog.Registered):
         """Delete everything of this structure (its own keys only)."""
         with redis_errors(f"clearing {self.keys.base}"):
             self.client.delete(*self._keys)
+
+    # Dead letters: list, requeue and purge (pools, buckets, streams)
+
+    def dead_letters(self, start: int = 0, stop: int = 99) -> list[DeadLetter]:
+        """Dead letters from the oldest: payload, receives, last error (and key, count)."""
+        with redis_errors("reading dead letters"):
+            raw = self.client.lrange(self.keys("dead"), start, stop)
+        return [self._parse_letter(entry) for entry in raw]
+
+    def _parse_letter(self, raw: bytes) -> DeadLetter:
+        if not readable(raw):  # still listed, with its bytes: it can be looked at and purged
+            return DeadLetter(raw, 0, UNREADABLE, 0.0, raw=raw)
+        return parse_dead_letter(raw, self.serializer)
+
+    def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
+        if letters is not None:
+            raws = [letter.raw for letter in letters]
+            return int(self._run(self.dead_script, [action, 0, *raws])[0]) if raws else 0
+        # The oldest ``limit``: read a window, name its letters to the script. A letter that
+        # cannot be requeued stays where it is, so the next window starts after it: a run of
+        # them at the head never stops the letters behind it being requeued.
+        total = offset = 0
+        while limit != 0:
+            chunk = CHUNK if limit < 0 else min(limit, CHUNK)
+            with redis_errors("reading dead letters"):
+                window = self.client.lrange(self.keys("dead"), offset, offset + chunk - 1)
+            if not window:
+                break
+            named = [raw for raw in window if action == "purge" or readable(raw)]
+            count = int(self._run(self.dead_script, [action, 0, *named])[0]) if named else 0
+            total += count
+            # Letters the script refused (or that went meanwhile) are stepped over too.
+            offset += len(window) - (len(named) if count else 0)
+            limit = limit - len(named) if limit > 0 else limit
+        return total
+
+    def bury_unstored(self, payload: bytes, error: str) -> None:
+        """Dead-letter a call that never entered the structure (a by-name message that could
+        not be stored as a call), with ``error`` as its reason; counted so that the structure's
+        identities still hold."""
+        with redis_errors(f"dead-lettering a call in {self.keys.base}"):
+            script("dead_letter_unstored")(
+                self.client,
+                [self.keys("dead"), self.keys("stats")],
+                [payload, error, "1" if self.keyed_letters else "0", *self.unstored_counters],
+            )
+
+    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Put dead letters back in the queue with their receives reset: the ``letters`` given,
+        or the oldest ``limit`` (-1: all). Returns how many calls or items went back."""
+        return self._act_on_dead("requeue", letters, limit)
+
+    def purge_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
+        """Delete dead letters (counted as ``purged``): the ``letters`` given, or the oldest
+        ``limit`` (-1: all). Returns how many."""
+        return self._act_on_dead("purge", letters, limit)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.keys.base}>"

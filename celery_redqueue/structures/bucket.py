@@ -47,7 +47,7 @@ from ..redis.lua import EMPTY, LATER, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import seconds
 from . import sharding
-from .base import DRAIN_LEASE, Structure, decode_ids
+from .base import DRAIN_LEASE, decode_ids
 from .bucket_limits import BucketLimits, KeyLoad, Limits
 from .bucket_producer import ENQUEUE_CHUNK, BucketProducer, _cost_arg
 from .bucket_types import (
@@ -68,7 +68,7 @@ from .bucket_types import (
 from .figures import parse_counters, unfold
 from .receipts import ReapResult, Receipt
 from .sharded import Sharded
-from .wake import Listening, listen_ms, listener_id
+from .wake import listen_ms, listener_id
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -109,7 +109,7 @@ logger = logging.getLogger(__name__)
 AHEAD = 0.02
 
 
-class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
+class LeakyBucket(Sharded, BucketProducer, BucketLimits):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
@@ -141,7 +141,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         max_drains: int = 1,
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
-        listed: bool = False,
+        register: bool = True,
         concurrency: int | None = None,
         cost_rate: str | float | None = None,
         cost_burst: float = 0,
@@ -174,7 +174,7 @@ class LeakyBucket(Sharded, Structure, BucketProducer, BucketLimits, Listening):
         }
         self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
         self._limit_options = limit_options  # for settings()
-        self._setup(client, name, prefix, serializer, listed)
+        self._setup(client, name, prefix, serializer, register)
         self._default_rate = 1000.0 / parse_rate(default_rate)  # per second, for settings()
         self.default_interval_ms = spaced_interval(default_rate, self.limits.margin)
         self.default_burst = float(default_burst)

@@ -38,7 +38,7 @@ class Registered:
     the first script call of a process records the structure and its settings,
     so the reaper and the operators' tools find it without importing user code.
 
-    ``listed=True`` at construction means "never record it": a shard (the registry lists its
+    ``register=False`` at construction means "never record it": a shard (the registry lists its
     logical structure), or a structure a reader opened from the registry (reading must not
     write).
     """

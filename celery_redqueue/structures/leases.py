@@ -71,7 +71,7 @@ class ResourcePool(catalog.Registered):
         resources: Iterable[str] = (),
         *,
         prefix: str = DEFAULT_PREFIX,
-        listed: bool = False,
+        register: bool = True,
     ) -> None:
         self.client = client
         self.name = name
@@ -79,7 +79,7 @@ class ResourcePool(catalog.Registered):
         self._keys = [self.keys(part) for part in PARTS]
         self._undeclared: list[str] = []
         self._declare_lock = threading.Lock()
-        self._registered = listed
+        self._registered = not register
         self.declare(resources)
 
     def _run(self, name: str, args: list[Any]) -> Any:

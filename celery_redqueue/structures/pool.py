@@ -43,36 +43,30 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import MIXED, UPKEEP
+from ..redis.lua import AGAIN, LATER, LINGER, MIXED, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from . import sharding
-from .base import DRAIN_LEASE, Structure, decode_ids
+from .base import DRAIN_LEASE, decode_ids
 from .figures import parse_counters, unfold
-from .pool_gather import PoolGathering
-from .pool_replies import ack_args, decodable, name_victims, read_pop
-from .pool_types import (
-    COUNTERS,
-    DELIVERIES,
-    POLICIES,
-    PoolBatch,
-    PoolItem,
-    PoolStats,
-    validate_pool_options,
-)
-from .protocols import Producer, in_chunks
-from .receipts import ReapResult, Receipt
+from .protocols import in_chunks
+from .receipts import QueueCounters, ReapResult, Receipt
 from .sharded import Sharded
-from .wake import Listening, listen_ms, listener_id
+from .sharding import _routing, earliest, release_claims, split_id, stable_hash
+from .wake import listen_ms, listener_id
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "COUNTERS",
@@ -86,6 +80,329 @@ __all__ = [
     "Receipt",
     "validate_pool_options",
 ]
+
+
+# What a pool hands back (results, batches, counters) and its option checks (shared with
+# PoolTask).
+
+POLICIES = ("sample", "newest", "reject")
+DELIVERIES = ("at_most_once", "at_least_once")
+
+
+@dataclass(frozen=True)
+class PoolItem:
+    """One popped entry: the payload and how many calls it stands for (1 unless coalescing)."""
+
+    payload: Any
+    count: int = 1
+    #: Times this entry has been handed out, this time included (at-least-once redelivery).
+    receives: int = 1
+    #: The entry's id (what the processed-guard records).
+    id: str = ""
+
+
+@dataclass
+class PoolBatch:
+    """Entries popped in one atomic step; acknowledge them with ``pool.ack(batch)``."""
+
+    id: str
+    items: list[PoolItem]
+    #: Calls still waiting in the pool right after this pop.
+    remaining: int = 0
+    #: The pool is deep enough that one more drain job should be sent to share the work.
+    fan_out: bool = False
+    #: Entries whose payload could not be decoded: (id, count, raw); ack dead-letters them.
+    undecodable: list[tuple[str, int, bytes]] = field(default_factory=list)
+    #: Why each undecodable entry could not be decoded, by id.
+    errors: dict[str, str] = field(default_factory=dict)
+    #: Only delayed calls remain: the first is due in this many seconds (else None).
+    wait: float | None = None
+    #: With ``wait``: no drain job is scheduled for then yet; the caller should send one with
+    #: that countdown (the pop released the drain flag, so calls due now send their own).
+    schedule: bool = False
+    #: Entries that could not be parsed, dead-lettered by this pop (counted in ``dead``).
+    malformed: int = 0
+    #: Empty, and the drain flag was kept because the pop asked to linger.
+    lingering: bool = False
+    #: Empty only because the processed-guard skipped what was popped; more waits.
+    pop_again: bool = False
+    #: Set by ``pool.ack``: retried calls wait and no drain job holds the pool; send one.
+    drain_needed: bool = False
+
+    @property
+    def calls(self) -> int:
+        return sum(item.count for item in self.items) + sum(c for _, c, _ in self.undecodable)
+
+    def __len__(self) -> int:
+        return len(self.items) + len(self.undecodable)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+#: PoolStats fields read straight from the stats hash under the same name.
+COUNTERS = (
+    "offered",
+    "accepted",
+    "rejected",
+    "evicted",
+    "processed",
+    "failed",
+    "in_flight",
+    "lost",
+    "dead",
+    "purged",
+    "delayed",
+    "duplicates",
+    "retried",
+    "redelivered",
+    "guard_skipped",
+    "late",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolStats(QueueCounters):
+    """A consistent snapshot of one pool's counters (read in one MULTI/EXEC); the counters
+    every queue kind keeps are `QueueCounters`'."""
+
+    offered: int
+    accepted: int
+    rejected: int
+    evicted: int
+    failed: int
+    entries: int
+    lost: int
+    capacity: int
+    drains_pending: int
+
+
+def validate_pool_options(
+    *, capacity: Any, policy: Any, max_drains: Any = 1, names: Mapping[str, str] | None = None
+) -> None:
+    """Shared by CappedPool and PoolTask; ``names`` maps each parameter to the caller's name
+    for it (PoolTask says ``pool_size`` where CappedPool says ``capacity``)."""
+    name = (names or {}).get
+    positive_int(name("capacity", "capacity"), capacity)
+    one_of(name("policy", "policy"), policy, POLICIES)
+    positive_int(name("max_drains", "max_drains"), max_drains)
+
+
+# What crosses the wire per popped call: reading a ``pool_pop`` reply into a `PoolBatch`, and
+# the arguments of its ``pool_ack`` (and the lost calls a ``pool_reap`` or ``pool_add`` replies).
+# A drain runs this for every call it takes, so it is written for that: the reply lists each
+# entry's member once (``id:payload``), with counts and receives only where they are not 1 (see
+# lua/pool_reply_entries.lua); an ack names only the calls that did not succeed.
+
+_new, _set = object.__new__, object.__setattr__
+
+
+def _item(payload: Any, count: int, receives: int, entry_id: str) -> PoolItem:
+    """``PoolItem(...)`` without the call through the dataclass's ``__init__`` (a quarter of
+    the cost, once per popped call). Set field by field, never through ``__dict__``: that would
+    give every item a dict object of its own, and a batch's items live long enough for the
+    garbage collector to promote them, which makes its full collections come sooner."""
+    item = _new(PoolItem)
+    _set(item, "payload", payload)
+    _set(item, "count", count)
+    _set(item, "receives", receives)
+    _set(item, "id", entry_id)
+    return item
+
+
+def read_pop(
+    reply: list[Any], batch_id: str, loads: Callable[[bytes], Any], coalesce: bool, name: str
+) -> PoolBatch:
+    """The batch a ``pool_pop`` reply describes; payloads that cannot be decoded are listed in
+    ``undecodable`` (``ack`` dead-letters them) with the reason in ``errors``."""
+    status, fan_out, remaining, wait_ms, schedule, malformed, k = reply[:7]
+    batch = PoolBatch(
+        id=batch_id,
+        items=[],
+        fan_out=bool(fan_out),
+        remaining=int(remaining),
+        wait=int(wait_ms) / 1000.0 if status == LATER else None,
+        schedule=bool(schedule),
+        malformed=int(malformed),
+        lingering=status == LINGER,
+        pop_again=status == AGAIN,
+    )
+    if batch.malformed:
+        logger.warning("%s: %d malformed entries dead-lettered by a pop", name, batch.malformed)
+    if not k:
+        return batch
+    members = reply[7 : 7 + k]
+    extras = reply[7 + k :]
+    if coalesce:
+        parts = [(member, b"", member) for member in members]
+    else:
+        parts = [member.partition(b":") for member in members]
+    if not extras:
+        # The common case: fresh calls, one each. Any decoding error takes the path below.
+        try:
+            batch.items = [_item(loads(raw), 1, 1, head.decode()) for head, _, raw in parts]
+            return batch
+        except Exception:
+            pass
+    special = {extras[j] - 1: (extras[j + 1], extras[j + 2]) for j in range(0, len(extras), 3)}
+    for index, (head, _, raw) in enumerate(parts):
+        count, receives = special.get(index, (1, 1))
+        # Lossless: a coalescing pool's id is its payload, binary with msgpack or pickle, and
+        # ack_args encodes it back to the very member the ack must find.
+        entry_id = head.decode(errors="surrogateescape")
+        try:
+            payload = loads(raw)
+        except Exception as exc:
+            # It can never succeed: ack() dead-letters it at once, with the reason.
+            logger.warning(
+                "%s: entry %r is undecodable (%s); it will be dead-lettered", name, entry_id, exc
+            )
+            batch.undecodable.append((entry_id, int(count), raw))
+            batch.errors[entry_id] = f"undecodable payload: {type(exc).__name__}: {exc}"
+        else:
+            batch.items.append(_item(payload, int(count), int(receives), entry_id))
+    return batch
+
+
+def decodable(raws: Sequence[bytes], loads: Callable[[bytes], Any], name: str) -> tuple[Any, ...]:
+    """The payloads among ``raws`` (a reap's lost calls) that decode: one that does not is
+    logged, and has no id to tell its waiter by."""
+    payloads = []
+    for raw in raws:
+        try:
+            payloads.append(loads(raw))
+        except Exception as exc:
+            logger.warning("%s: a lost call's payload is undecodable: %s", name, exc)
+    return tuple(payloads)
+
+
+def name_victims(results: list[Receipt], victims: Sequence[bytes], pool: Any) -> list[Receipt]:
+    """``results`` (of a ``pool_add`` reply) with each evicting call's receipt naming the call
+    it pushed out (``evicted_calls``): the reply lists the members after the statuses, one per
+    call that evicted, in order."""
+    victims_left = iter(victims)
+    for index, result in enumerate(results):
+        member = next(victims_left, None) if result.evicted else None
+        if member is not None:
+            raw = member if pool.coalesce else member.partition(b":")[2]
+            named = decodable([raw], pool.serializer.loads, pool.keys.base)
+            results[index] = dataclasses.replace(result, evicted_calls=named)
+    return results
+
+
+def _member_id(entry_id: str) -> bytes:
+    """The id's bytes as stored (read_pop decoded them with ``surrogateescape``)."""
+    return entry_id.encode("utf-8", "surrogateescape")
+
+
+def ack_args(
+    batch: PoolBatch,
+    failures: Mapping[int, str],
+    guard: bool,
+    retry_in: Mapping[int, float] | None = None,
+    dead: Collection[int] = (),
+    again: str = "",
+) -> list[Any]:
+    """After the batch's id and settings: the calls it holds, then each call that did not
+    succeed (id, count, error text, and what becomes of it: ``@`` and its retry delay in ms,
+    ``d`` to dead-letter it, ``!`` and the raw payload to bury now, or ``again``, the delivery
+    mode's rule: ``@0`` back now, or nothing: failed), then, for the processed ``guard``, the
+    ids of those that did."""
+    items = batch.items
+    retry_in = retry_in or {}
+    args: list[Any] = [batch.calls, len(failures) + len(batch.undecodable)]
+    for index, error in failures.items():
+        item = items[index]
+        delay = retry_in.get(index)
+        mark = "d" if index in dead else again if delay is None else f"@{max(int(delay * 1000), 0)}"
+        args += (_member_id(item.id), item.count, str(error)[:4000] or "failed", mark)
+    for entry_id, count, raw in batch.undecodable:
+        reason = batch.errors.get(entry_id, "undecodable payload")[:4000]
+        args += (_member_id(entry_id), count, reason, b"!" + raw)
+    if guard:
+        args += [item.id for index, item in enumerate(items) if index not in failures]
+    return args
+
+
+# Gathering:
+# Gathering: whether a drain should pop a pool now or let a batch fill first.
+#
+# A ``pool_batch`` body that writes to a database wants batches, not single calls: "every 10 s or
+# every 100 calls". `CappedPool.gather()` answers, in one atomic read, whether the pool
+# holds ``min_calls`` or its oldest call has waited ``wait`` seconds (pop now), or how long the
+# drain should let calls gather. When it says wait, it holds the drain flag until then (calls
+# arriving meanwhile send no drain job) and marks the wake-up, so that of all the drains that ask
+# (a call's, beat's) one schedules the next look.
+
+
+@dataclass(frozen=True)
+class Gather:
+    """A gather answer: ``wait`` 0 means pop now; else look again in ``wait`` seconds, sending
+    a drain job with that countdown when ``schedule`` (none is scheduled for then yet)."""
+
+    wait: float = 0.0
+    schedule: bool = False
+
+
+# Sharded pools (see `sharding`)
+
+
+def pool_shard(pool: Any, call: bytes, dedupe_id: str | None) -> int:
+    """The shard a pooled call goes to, with probability proportional to its capacity."""
+    if pool.coalesce:
+        point = stable_hash(call) % pool.capacity
+    elif dedupe_id:
+        point = stable_hash(dedupe_id.encode()) % pool.capacity
+    else:
+        point = random.randrange(pool.capacity)
+    # Capacities as even as they divide: the first ``rest`` shards hold one entry more.
+    big, rest = pool.capacity // len(pool.shards) + 1, pool.capacity % len(pool.shards)
+    shard = point // big if point < rest * big else rest + (point - rest * big) // (big - 1)
+    return int(shard)
+
+
+def split_capacity(pool: Any, shard: Any, index: int) -> None:
+    """Shard ``index``'s capacity: the logical one split as evenly as it divides."""
+    n = len(pool.shards)
+    shard.capacity = pool.capacity // n + (1 if index < pool.capacity % n else 0)
+
+
+def _on_batch(
+    method: Callable[..., Any], self: Any, batch: PoolBatch, *args: Any, **kw: Any
+) -> Any:
+    i, inner = split_id(batch.id, len(self.shards))  # the shard its id names
+    own = dataclasses.replace(batch, id=inner)
+    held = method(self.shards[i], own, *args, **kw)
+    batch.drain_needed = own.drain_needed  # what ack tells the batch, the caller's batch tells
+    return held
+
+
+#: Run on the shard a batch came from, the batch under its id there (`ack`).
+on_batch = _routing("on_owner", _on_batch)
+
+
+def batch_has_work(batch: PoolBatch) -> bool:
+    return bool(batch) or batch.pop_again
+
+
+def merge_pop(
+    pool: Any, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
+) -> PoolBatch:
+    """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
+    every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
+    are the earliest shard's."""
+    malformed = sum(b.malformed for _, b in empties)
+    if batch is not None:
+        batch.id = f"{i}:{batch.id}"
+        batch.malformed += malformed
+        return batch
+    result = PoolBatch(id="", items=[], malformed=malformed)
+    result.lingering = any(b.lingering for _, b in empties)
+    first = None if result.lingering else earliest(empties)
+    release_claims(pool, empties, keep=None if first is None else first[0])
+    if first is not None:
+        result.wait, result.schedule = first[1].wait, first[1].schedule
+    return result
 
 
 #: The keys every pool script receives, in this order (see lua/pool_keys.lua).
@@ -102,7 +419,6 @@ PARTS = (
 #: Calls per script invocation in add_many: keeps every script call short (O(chunk)).
 ADD_CHUNK = 1000
 
-logger = logging.getLogger(__name__)
 
 #: What became of an offered call (lua/pool_status.lua names the same values).
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
@@ -126,7 +442,7 @@ def held_batch(pool: Any, kwargs: dict[str, Any]) -> tuple[int, str] | None:
     return None
 
 
-class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
+class CappedPool(Sharded):
     """A capped Redis pool; see the module docstring for policies and accounting."""
 
     kind = "pool"
@@ -154,7 +470,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
         name_evicted: bool = False,
-        listed: bool = False,
+        register: bool = True,
         shards: int = 1,
     ) -> None:
         validate_pool_options(capacity=capacity, policy=policy, max_drains=max_drains)
@@ -169,7 +485,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
                 "processed_guard is not available on coalescing pools: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
-        self._setup(client, name, prefix, serializer, listed)
+        self._setup(client, name, prefix, serializer, register)
         self.capacity = capacity
         self.policy = policy
         self.coalesce = coalesce
@@ -182,10 +498,9 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         self.processed_guard_ms = int(processed_guard * 1000)
         self.name_evicted = bool(name_evicted)
         # With shards > 1, each holds its share of the capacity.
-        self._build_shards(shards, sharding.split_capacity, capacity)
+        self._build_shards(shards, split_capacity, capacity)
 
     #: A sharded pool has no one oldest call to count a gathering wait from.
-    gather = sharding.unsharded(PoolGathering.gather)
 
     def __repr__(self) -> str:
         return f"<CappedPool {self.keys.base} capacity={self.capacity} policy={self.policy}>"
@@ -194,6 +509,20 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
 
     def _script_head(self) -> list[Any]:
         return [self.capacity, self.policy, int(self.coalesce), self.drain_lease_ms]
+
+    @sharding.unsharded
+    def gather(self, min_calls: int, wait: float, *, check_every: float | None = None) -> Gather:
+        """Pop now, or how long to let calls gather (see Gathering above).
+
+        ``check_every`` (default: a quarter of ``wait``) bounds how long before the drain looks
+        again, so a batch that reaches ``min_calls`` early does not wait out the whole ``wait``.
+        """
+        wait_ms = int(wait * 1000)
+        if wait_ms <= 0:
+            return Gather()
+        check_ms = max(int((check_every if check_every is not None else wait / 4) * 1000), 1)
+        reply = self._run("pool_gather", [min_calls, wait_ms, check_ms])
+        return Gather(int(reply[0]) / 1000.0, bool(reply[1]))
 
     @sharding.recorded
     def settings(self) -> dict[str, Any]:
@@ -209,7 +538,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
             "drain_lease": self.drain_lease_ms / 1000,
         }
 
-    @sharding.spread(sharding.pool_shard)
+    @sharding.spread(pool_shard)
     def store_encoded(
         self,
         encoded: Sequence[bytes],
@@ -278,7 +607,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
     # Consuming
 
     # From the next shard with work; a batch's id names its shard (ack, the heartbeat).
-    @sharding.swept(sharding.batch_has_work, sharding.merge_pop, held_batch)
+    @sharding.swept(batch_has_work, merge_pop, held_batch)
     def pop(
         self,
         n: int = 100,
@@ -336,7 +665,7 @@ class CappedPool(Sharded, Structure, Producer[bytes], PoolGathering, Listening):
         reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
-    @sharding.on_batch
+    @on_batch
     def ack(
         self,
         batch: PoolBatch,

@@ -1,8 +1,9 @@
 """The public seam between the Celery glue and the structures.
 
 The glue (``tasks/``) stores calls through `Producer` and works a structure through
-`Drained`; pools and buckets implement both (`Stored`) and wait through `wake.Listening`,
-streams implement `Drained`. Nothing in the glue touches a private name of a structure.
+`Drained`; pools and buckets implement both (`Stored`, structurally: no structure inherits
+them) and wait on their wake signal (`Sharded.listen`), streams implement `Drained`. Nothing
+in the glue touches a private name of a structure.
 """
 
 from __future__ import annotations

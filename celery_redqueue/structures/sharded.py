@@ -1,7 +1,7 @@
 """What a pool or a bucket does over its shards (see `sharding`): building them, the heartbeat's
 parts, wake signals, dead letters, figures and clearing.
-`Sharded` is a base of `CappedPool` and `LeakyBucket`, before their other bases; on a structure
-with one shard each of its methods is the plain one."""
+`Sharded` is the base of `CappedPool` and `LeakyBucket` (a `Structure` with shards, and the wake
+signal both kinds have); on a structure with one shard each of its methods is the plain one."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import copy
 import json
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
+from .base import Structure
 from .deadletters import DeadLetter
 from .figures import Figures, structure_figures
 from .sharding import on_every, on_owner, shard_names, split_id, validate_shards
@@ -25,27 +26,17 @@ def nothing(parts: Sequence[Any]) -> None:
     return None
 
 
-class Sharded:
+class Sharded(Structure):
     """What a pool or a bucket does over its shards (`shards` None: it is its own only part):
     building them, heartbeat parts, wake signals, dead letters, figures and clearing. A base of
-    both kinds, before their other bases."""
+    both kinds."""
 
-    kind: ClassVar[str]
-    name: str
-    client: Any
-    keys: Any
-    serializer: Any
     #: The plain structures of this logical one (None: one shard, itself).
     shards: list[Any] | None = None
     #: The counter names meaning depth, offered and shed in the kind's stats hash.
     figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
     #: The shard a sweep asks first: the one after the last that gave work (round robin).
     next_shard = 0
-
-    if TYPE_CHECKING:  # of the structure (declared only: this base comes first in its MRO)
-
-        def register_once(self) -> None: ...
-        def _parse_letter(self, raw: bytes) -> DeadLetter: ...
 
     def _build_shards(
         self, count: int, adjust: Callable[[Any, Any, int], None] | None, capacity: Any = None
@@ -60,7 +51,7 @@ class Sharded:
         shards = []
         for name in shard_names(self.kind, self.name, count):
             shard: Any = copy.copy(self)  # before self.shards is set: a shard has none
-            shard._setup(self.client, name, self.keys.prefix, self.serializer, listed=True)
+            shard._setup(self.client, name, self.keys.prefix, self.serializer, register=False)
             shards.append(shard)
         self.shards = shards
         for i, shard in enumerate(shards):
@@ -84,20 +75,20 @@ class Sharded:
     def wake_signals(self) -> list[WakeSignal]:
         """The signals a store pushes to: one per shard (an empty sweep with ``listen=`` armed
         them all)."""
-        return super().wake_signals()  # type: ignore[misc,no-any-return]
+        return [WakeSignal(self.client, self.keys("signal"), self.keys("listening"))]
 
     def listen(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a store to wake a consumer that an empty pop or
         poll armed (``listen=``), on every shard's signal at once; True when woken (a hint)."""
         if not self.shards:
-            return super().listen(timeout)  # type: ignore[misc,no-any-return]
+            return self.wake_signals()[0].listen(timeout)
         return bool(listen_any(self.wake_signals(), timeout))
 
     @on_every(nothing)
     def release_drain(self, *, flag: bool = True, wake: bool = False) -> None:
         """Clear the drain flag (and/or the scheduled wake-up) of every shard when the drain job
         it announced could not be sent (releasing a flag a running job holds costs one job)."""
-        super().release_drain(flag=flag, wake=wake)  # type: ignore[misc]
+        super().release_drain(flag=flag, wake=wake)
 
     def dead_page(self, start: int, count: int) -> tuple[int, list[bytes]]:
         """Dead letters ``start`` .. ``start + count - 1`` (of all shards, merged by when they
@@ -117,7 +108,7 @@ class Sharded:
         """Dead letters from the oldest (of every shard, merged): payload, receives, last error
         (and key, count)."""
         if not self.shards:
-            return super().dead_letters(start, stop)  # type: ignore[misc,no-any-return]
+            return super().dead_letters(start, stop)
         if start < 0 or stop < 0:  # LRANGE's indexes from the end: of all shards' letters
             total = sum(self.client.llen(shard.keys("dead")) for shard in self.shards)
             start, stop = (i + total if i < 0 else i for i in (start, stop))
@@ -129,7 +120,7 @@ class Sharded:
 
     def _act_on_dead(self, action: str, letters: Iterable[DeadLetter] | None, limit: int) -> int:
         if not self.shards:
-            return super()._act_on_dead(action, letters, limit)  # type: ignore[misc,no-any-return]
+            return super()._act_on_dead(action, letters, limit)
         if letters is not None:
             # Each letter to one shard listing a copy not yet claimed: two shards may hold the
             # same bytes, and a letter named once is acted on once.
@@ -161,7 +152,7 @@ class Sharded:
         """Dead-letter a call that never entered the structure, with ``error`` as its reason
         (in the first shard, which the merged figures include); counted so the identities
         hold."""
-        super().bury_unstored(payload, error)  # type: ignore[misc]
+        super().bury_unstored(payload, error)
 
     def figures(self) -> Figures:
         """Backpressure figures in one bounded read per shard: depth, in flight, dead, delayed,
@@ -174,7 +165,7 @@ class Sharded:
     @on_every(nothing)
     def clear(self) -> None:
         """Delete everything of this structure (of every shard; their own keys only)."""
-        super().clear()  # type: ignore[misc]
+        super().clear()
 
 
 def _died_at(raw: bytes) -> float:

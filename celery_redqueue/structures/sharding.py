@@ -44,7 +44,6 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -54,7 +53,6 @@ from ..errors import ConfigurationError, ReservationError
 from ..redis.keys import validate_name
 from ..validation import positive_int
 from .bucket_types import Dequeued, EncodedCall, Reservation, _check_key
-from .pool_types import PoolBatch
 from .receipts import Receipt
 
 SLOTS = 16384
@@ -323,67 +321,6 @@ def earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
     scheduled = [w for w in waiting if not w[2].schedule and w[0] <= first + SAME_WAKE]
     _, i, answer = min(scheduled or waiting, key=lambda w: (w[0], w[1]))
     return i, answer
-
-
-# Pools
-
-
-def pool_shard(pool: Any, call: bytes, dedupe_id: str | None) -> int:
-    """The shard a pooled call goes to, with probability proportional to its capacity."""
-    if pool.coalesce:
-        point = stable_hash(call) % pool.capacity
-    elif dedupe_id:
-        point = stable_hash(dedupe_id.encode()) % pool.capacity
-    else:
-        point = random.randrange(pool.capacity)
-    # Capacities as even as they divide: the first ``rest`` shards hold one entry more.
-    big, rest = pool.capacity // len(pool.shards) + 1, pool.capacity % len(pool.shards)
-    shard = point // big if point < rest * big else rest + (point - rest * big) // (big - 1)
-    return int(shard)
-
-
-def split_capacity(pool: Any, shard: Any, index: int) -> None:
-    """Shard ``index``'s capacity: the logical one split as evenly as it divides."""
-    n = len(pool.shards)
-    shard.capacity = pool.capacity // n + (1 if index < pool.capacity % n else 0)
-
-
-def _on_batch(
-    method: Callable[..., Any], self: Any, batch: PoolBatch, *args: Any, **kw: Any
-) -> Any:
-    i, inner = split_id(batch.id, len(self.shards))  # the shard its id names
-    own = dataclasses.replace(batch, id=inner)
-    held = method(self.shards[i], own, *args, **kw)
-    batch.drain_needed = own.drain_needed  # what ack tells the batch, the caller's batch tells
-    return held
-
-
-#: Run on the shard a batch came from, the batch under its id there (`ack`).
-on_batch = _routing("on_owner", _on_batch)
-
-
-def batch_has_work(batch: PoolBatch) -> bool:
-    return bool(batch) or batch.pop_again
-
-
-def merge_pop(
-    pool: Any, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
-) -> PoolBatch:
-    """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
-    every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
-    are the earliest shard's."""
-    malformed = sum(b.malformed for _, b in empties)
-    if batch is not None:
-        batch.id = f"{i}:{batch.id}"
-        batch.malformed += malformed
-        return batch
-    result = PoolBatch(id="", items=[], malformed=malformed)
-    result.lingering = any(b.lingering for _, b in empties)
-    first = None if result.lingering else earliest(empties)
-    release_claims(pool, empties, keep=None if first is None else first[0])
-    if first is not None:
-        result.wait, result.schedule = first[1].wait, first[1].schedule
-    return result
 
 
 # Buckets

@@ -71,7 +71,7 @@ class EventStream(Structure):
         prefix: str = DEFAULT_PREFIX,
         serializer: str | Serializer | None = None,
         on_wake: Callable[[list[str]], None] | None = None,
-        listed: bool = False,
+        register: bool = True,
     ) -> None:
         positive_int("maxlen", maxlen, optional=True)
         self.visibility_ms = int(
@@ -84,7 +84,7 @@ class EventStream(Structure):
         if key is not None and not callable(key):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]
-        self._setup(client, name, prefix, serializer, listed)
+        self._setup(client, name, prefix, serializer, register)
         #: stream_publish's keys per set of declared groups (their stats and drain keys too).
         self._publish_keys: dict[tuple[str, ...], list[str]] = {}
         self.maxlen = maxlen
@@ -242,7 +242,7 @@ class EventStream(Structure):
         return [WakeSignal(self.client, self.keys(part + "signal"), self.keys(part + "listening"))]
 
     def listen(self, group: str, timeout: float) -> bool:
-        """`wake.Listening.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""
+        """`CappedPool.listen` for ``group`` (armed by an empty ``read(..., listen=)``)."""
         return self.wake_signals(group)[0].listen(timeout)
 
     def ack(

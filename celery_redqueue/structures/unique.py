@@ -116,13 +116,13 @@ class UniqueLocks(catalog.Registered):
     kind = "unique"
 
     def __init__(
-        self, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, listed: bool = False
+        self, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, register: bool = True
     ) -> None:
         self.client = client
         self.name = name
         self.keys = StructureKeys(prefix, self.kind, name)
         self._keys = [self.keys(part) for part in PARTS]
-        self._registered = listed
+        self._registered = not register
 
     def settings(self) -> dict[str, Any]:
         """A lock table is reopened by name alone."""

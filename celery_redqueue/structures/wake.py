@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..redis.blocking import block_pop, is_cluster
-from ..redis.keys import StructureKeys
 from ..redis.lua import script
 
 #: Milliseconds a listener stays listed beyond the wait it was armed for (the round trip between the
@@ -68,23 +67,6 @@ class WakeSignal:
         if not self.listening:
             raise ValueError(f"{self.key}: nobody is listed on this signal")
         script("wake_arm")(self.client, [self.listening], [listener, listen_ms(seconds)])
-
-
-class Listening:
-    """What pools and buckets offer a consumer with nothing to do: their wake signal (the
-    ``signal`` key of their hash tag) and a wait on it."""
-
-    client: Any
-    keys: StructureKeys
-
-    def wake_signals(self) -> list[WakeSignal]:
-        """This structure's wake signals (one; a sharded structure has one per shard)."""
-        return [WakeSignal(self.client, self.keys("signal"), self.keys("listening"))]
-
-    def listen(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a store to wake a consumer that an empty pop or
-        poll armed (``listen=``); True when woken (a hint: look to see)."""
-        return self.wake_signals()[0].listen(timeout)
 
 
 def listen_any(signals: Sequence[WakeSignal], timeout: float) -> list[WakeSignal]:
