@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from celery_redqueue.errors import RedisCommandError
+from celery_redqueue.errors import CorruptDataError
 from celery_redqueue.redis.lua import script
 
 
@@ -63,7 +63,8 @@ def test_an_error_reply_leaves_the_connection_usable(make_pool, redqueue_redis, 
     broken = make_pool("broken", capacity=100)
     broken.client = client
     redqueue_redis.set(broken.keys("items"), "not a zset")
-    with pytest.raises(RedisCommandError, match="WRONGTYPE"):
+    # The script checks the key first and answers with an error reply (named CORRUPT).
+    with pytest.raises(CorruptDataError, match="WRONGTYPE"):
         broken.add(1)
     good = make_pool("good", capacity=100)
     good.client = client
