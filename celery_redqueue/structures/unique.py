@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, ReservationError
 from ..redis.client import redis_errors
-from ..redis.keys import DEFAULT_PREFIX, StructureKeys
+from ..redis.keys import DEFAULT_PREFIX, StructureKeys, registry_key
 from ..redis.lua import script
 from . import catalog
 from .figures import parse_counters
@@ -250,9 +250,12 @@ class UniqueLocks(catalog.Registered):
         return UniqueStats(held=int(held), **{name: counters.get(name, 0) for name in names})
 
     def clear(self) -> None:
-        """Delete the table: locks and counters (this table's keys only)."""
+        """Delete the table: locks, counters and its registry entry (this table's keys only);
+        the next use registers it again."""
         with redis_errors(f"clearing {self.keys.base}"):
-            self.client.delete(*self._keys)
+            self.client.delete(*self._keys, self.keys("meta"))
+            self.client.srem(registry_key(self.keys.prefix), f"{self.kind}:{self.name}")
+        self._registered = False
 
 
 def _new_token() -> str:

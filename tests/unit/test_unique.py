@@ -98,3 +98,13 @@ def test_bad_arguments_are_refused_before_anything_is_stored(locks, redqueue_red
     with pytest.raises(ConfigurationError):
         locks.acquire("k", task_id="a", ttl=1, phase="later")
     assert redqueue_redis.exists(locks.keys("held"), locks.keys("stats")) == 0
+
+
+def test_clear_leaves_no_key_of_the_table(locks, redqueue_redis, redqueue_prefix):
+    locks.acquire("k", task_id="a", ttl=30)
+    assert redqueue_redis.exists(locks.keys("meta"))
+    locks.clear()
+    assert redqueue_redis.keys(f"{redqueue_prefix}*") == []
+    # Used again, it is registered again.
+    locks.acquire("k", task_id="a", ttl=30)
+    assert redqueue_redis.exists(locks.keys("meta"))
