@@ -3,6 +3,5 @@
 --#include bucket_concurrency
 local function bucket_at_capacity(b, key)
   local limit = bucket_concurrency(b, key)
-  if limit <= 0 then return false end
-  return tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0') >= limit
+  return limit > 0 and tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0') >= limit
 end

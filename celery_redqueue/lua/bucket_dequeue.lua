@@ -35,7 +35,7 @@
 --#include recorded
 --#include listen_for
 --#include bucket_parse_slot
---#include bucket_limits_at
+--#include bucket_eligible_at
 --#include bucket_head
 --#include bucket_take_head
 --#include bucket_reserve
@@ -97,15 +97,16 @@ for _ = 1, 100 do
     local total = tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0
     when = math.max(when, total - b.total_burst * b.total_interval)
   end
-  -- The key's cost schedule must allow it; its ready time may predate a correction (a
-  -- reported excess, or a call the reaper put back at the head of a key eligible already).
-  local cost_at = b.cost_interval > 0 and select(2, bucket_limits_at(b, key, now)) or 0
+  -- The key's schedules must allow it; its ready time may predate a correction (a reported
+  -- excess, a call the reaper put back at the head of a key eligible already), or be the place
+  -- a weighted key kept for its turn (bucket_turn.lua).
+  local due = bucket_eligible_at(b, key, 0, now)
   -- Released ahead, a call is charged from its slot on, as if released then.
   local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
   local head, slot = bucket_head(b, key)
   local receives, id, at, payload, cost = bucket_parse_slot(slot)
-  if cost_at > when then
-    redis.call('ZADD', b.ready, cost_at, key)
+  if due > when then  -- math.huge: paused until resumed
+    if due < math.huge then redis.call('ZADD', b.ready, due, key) else redis.call('ZREM', b.ready, key) end
   elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))
   elseif not receives or (guard and redis.call('ZSCORE', b.done, id))

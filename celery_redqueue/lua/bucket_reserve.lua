@@ -11,6 +11,7 @@
 --#include bucket_at_capacity
 --#include bucket_limits_at
 --#include bucket_make_slot
+--#include bucket_turn
 local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining, timeout_ms, at_ms, now)
   local interval, burst, ok = bucket_rate(b, key)
   if not ok then redis.log(redis.LOG_WARNING, 'redqueue: malformed rate of key ' .. key) end
@@ -18,19 +19,15 @@ local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining
   local next_tat = math.max(tat, at_ms) + interval
   redis.call('HSET', b.tat, key, string.format('%.17g', next_tat))
   local mark = bucket_charge_cost(b, key, cost or 1, at_ms)
-  if b.total_interval > 0 then
-    local total = tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0
-    redis.call('HSET', b.tat, '\0total', string.format('%.17g', math.max(total, at_ms) + b.total_interval))
-  end
+  local total = b.total_interval > 0 and (tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0)
+  if total then redis.call('HSET', b.tat, '\0total', string.format('%.17g', math.max(total, at_ms) + b.total_interval)) end
   redis.call('ZINCRBY', b.releases, 1, key)
   redis.call('HINCRBY', b.keystats, key .. '\0in_flight', 1)
+  -- A weighted key whose turn goes on keeps its place (its score), its limits still apply.
+  local keep = bucket_turn(b, key) and tonumber(redis.call('ZSCORE', b.ready, key) or '')
   local when = remaining > 0 and not bucket_at_capacity(b, key)
-    and math.max(next_tat - burst * interval, bucket_limits_at(b, key, now)) or math.huge
-  if when < math.huge then
-    redis.call('ZADD', b.ready, when, key)
-  else
-    redis.call('ZREM', b.ready, key)
-  end
+    and math.max(keep or next_tat - burst * interval, bucket_limits_at(b, key, now)) or math.huge
+  if when < math.huge then redis.call('ZADD', b.ready, when, key) else redis.call('ZREM', b.ready, key) end
   local reservation, deadline = id .. '.' .. receives, at_ms + timeout_ms
   redis.call('ZADD', b.inflight, deadline, reservation)
   redis.call('HSET', b.res_keys, reservation, key)

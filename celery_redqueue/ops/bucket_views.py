@@ -99,6 +99,9 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
                     if what == "conc":  # set_concurrency: one integer
                         row["concurrency"] = int(spec)
                         continue
+                    if what == "weight":  # set_weight: one number
+                        row["weight"] = float(spec)
+                        continue
                     interval_ms, burst = (float(x) for x in spec.split()[:2])
                     prefix = "cost_" if what == "cost" else ""
                     row[f"{prefix}rate"] = round(1000.0 / interval_ms, 6)

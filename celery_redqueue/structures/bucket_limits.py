@@ -227,6 +227,26 @@ class BucketLimits:
             self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
 
     @sharding.on_key
+    def set_weight(self, key: str, weight: float | None) -> None:
+        """Give ``key`` a share of releases under contention (a total rate, or fewer drain jobs
+        than busy keys) in proportion to ``weight``: a number >= 1, where every other key has 1
+        (None: 1 again). Deficit round robin: the key releases ``weight`` calls a turn where a
+        key of weight 1 releases one, each still within its own limits; a fraction carries over
+        to its next turn. Takes effect at its next release, for every process."""
+        if weight is not None and (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not 1 <= weight < math.inf
+        ):
+            raise ConfigurationError(f"a weight is a finite number >= 1 (or None), got {weight!r}")
+        key = _check_key(key)
+        with redis_errors("setting a weight"):
+            if weight is None:
+                self.client.hdel(self.keys("rates"), f"{key}\0weight")
+            else:
+                self.client.hset(self.keys("rates"), f"{key}\0weight", repr(float(weight)))
+
+    @sharding.on_key
     def set_concurrency(self, key: str, limit: int | None) -> bool:
         """Set how many calls of ``key`` may be in flight at once across all workers, at runtime
         (None: the bucket's own ``concurrency`` again), as BullMQ Pro's setGroupConcurrency.

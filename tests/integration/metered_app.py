@@ -116,6 +116,11 @@ margined = app.task(**COMMON, bucket_rate="10/s", bucket_margin=0.25, name=f"{__
 exact = app.task(**COMMON, bucket_rate="10/s", name=f"{__name__}.exact")(fetch)
 
 
+@app.task(**COMMON, bucket_rate="1000/s", bucket_total_rate="20/s", name=f"{__name__}.weighted")
+def weighted(self, tenant, i):
+    record(self, tenant, i, 0, time.time())
+
+
 #: What each test produces: (args, kwargs) of every call.
 CALLS = {
     "metered": [
@@ -131,6 +136,7 @@ CALLS = {
     "alone": [(("a", i), {}) for i in range(8)],
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
     "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
+    "weighted": [((tenant, i), {}) for i in range(40) for tenant in ("a", "b", "c")],
     "adjustable": [(("a", i), {}) for i in range(16)],
     "margined": [(("a", i), {}) for i in range(30)],
     "exact": [(("a", i), {}) for i in range(30)],
@@ -144,6 +150,9 @@ def produce(name, action="", url=""):
     if action == "resume":
         task.bucket.resume("held")
         return
+    if action == "weights":  # 1 (a, the default), 2, 3
+        task.bucket.set_weight("b", 2)
+        task.bucket.set_weight("c", 3)
     if action.startswith("concurrency="):  # at runtime, through the task's bucket
         task.bucket.set_concurrency("a", int(action.split("=")[1]))
         return

@@ -323,3 +323,18 @@ def test_set_concurrency_at_runtime_reaches_the_new_limit_and_never_more(
     assert max(running) == 3  # the new one, reached, and never more
     done = rows(redqueue_redis, redqueue_prefix, "adjustable")
     assert sorted(r["i"] for r in done) == list(range(16))
+
+
+def test_weights_one_two_three_share_a_total_rate(
+    redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for
+):
+    # bucket_total_rate="20/s" over keys a, b, c of weights 1, 2, 3, 40 calls each.
+    worker_ready(spawn_metered, wait_for)
+    run("weighted", "weights")
+    wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:weighted") == 120, timeout=90)
+    done = sorted(rows(redqueue_redis, redqueue_prefix, "weighted"), key=lambda r: r["released"])
+    assert most_in_window([r["released"] for r in done]) <= 20
+    # While all three are busy (c's 40 calls last 80 releases at its share): 60 releases.
+    first = [r["tenant"] for r in done[:60]]
+    for tenant, weight in (("a", 1), ("b", 2), ("c", 3)):
+        assert abs(first.count(tenant) / 60 - weight / 6) <= 0.05, (tenant, first)

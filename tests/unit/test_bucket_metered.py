@@ -359,3 +359,26 @@ def test_ahead_releases_a_key_due_within_listen_at_its_slot(make_bucket, monkeyp
     bucket.enqueue("a", 3)
     poll = bucket.dequeue(listen=1.0, ahead=True)
     assert poll.reservation is None and poll.wait <= 0.5 - 0.03
+
+
+def test_weights_share_releases_under_a_total_rate(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", total_rate="200/s")
+    bucket.set_weight("b", 2)
+    bucket.set_weight("c", 3)
+    bucket.enqueue_many([(key, i) for i in range(40) for key in "abc"])
+    got = drain_for(bucket, 5)
+    first = [r.key for r in got[:60]]  # all three busy all along
+    assert [first.count(k) for k in "abc"] == [10, 20, 30]
+    for bad in (0.5, 0, -1, True, "2", math.inf):
+        with pytest.raises(ConfigurationError, match="weight"):
+            bucket.set_weight("a", bad)
+    bucket.set_weight("c", None)
+    assert bucket.client.hget(bucket.keys("rates"), "c\0weight") is None
+
+
+def test_a_fractional_weight_carries_over(make_bucket):
+    bucket = make_bucket(default_rate="1000/s", total_rate="200/s")
+    bucket.set_weight("b", 2.5)
+    bucket.enqueue_many([(key, i) for i in range(40) for key in "ab"])
+    first = [r.key for r in drain_for(bucket, 5)[:35]]  # ten turns: 10 of a, 25 of b
+    assert [first.count(k) for k in "ab"] == [10, 25]
