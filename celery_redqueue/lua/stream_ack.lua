@@ -11,6 +11,7 @@
 -- Lost reply: safe to run twice (XACK of an acknowledged entry does nothing: a second run counts
 -- those entries as stale in its reply, not in the figures)
 --#include stream_keys
+--#include stream_check
 --#include stream_bury
 --#include stream_entry
 --#include stream_receives
@@ -19,6 +20,7 @@
 --#include tick
 --#include clock
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local group, processed_guard_ms = ARGV[1], tonumber(ARGV[2])
 local max_receives, visibility = tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain_lease_ms, busy_seconds = tonumber(ARGV[5]), tonumber(ARGV[6])

@@ -11,8 +11,10 @@
 -- Lost reply: safe to run twice (the package names the exact letters: a second run finds them
 -- gone)
 --#include stream_keys
+--#include stream_check
 --#include stream_append
 local s = stream_keys(KEYS)
+stream_check(s)
 local maxlen, action, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if not maxlen or not limit or (action ~= 'requeue' and action ~= 'purge') then
   return redis.error_reply('ERR stream_dead: malformed arguments')

@@ -7,9 +7,11 @@
 -- ~180 fields per kind, XPENDING's summary form.
 -- Lost reply: safe to run twice (read-only)
 --#include stream_keys
+--#include stream_check
 --#include stream_fields
 --#include clock
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local group = ARGV[1]
 local exists = redis.call('HEXISTS', s.groups, group)
 local pending, oldest = 0, ''

@@ -18,6 +18,7 @@
 -- carried stay pending for this consumer and are claimed again after the visibility timeout, one
 -- more delivery)
 --#include stream_keys
+--#include stream_check
 --#include stream_ensure_group
 --#include stream_take_claimed
 --#include stream_take_ready
@@ -27,6 +28,7 @@
 --#include take_status
 --#include clock
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local r = {
   group = ARGV[1], consumer = ARGV[2], n = tonumber(ARGV[3]),
   visibility = tonumber(ARGV[4]), max_receives = tonumber(ARGV[5]),

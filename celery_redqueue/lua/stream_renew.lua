@@ -7,8 +7,10 @@
 -- Lost reply: safe to run twice (restarts the idle time of entries still held; again does the
 -- same)
 --#include stream_keys
+--#include stream_check
 --#include stream_receives
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local group, consumer, drain_lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not drain_lease_ms then return redis.error_reply('ERR stream_renew: malformed arguments') end
 local renewed = 0

@@ -7,10 +7,12 @@
 -- Reply: {last delivered id now set, entries the group will read from there}.
 -- Lost reply: safe to run twice (sets the same position again)
 --#include stream_keys
+--#include stream_check
 --#include stream_fields
 --#include stream_ensure_group
 --#include clock
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local group, kind, target = ARGV[1], ARGV[2], ARGV[3]
 if kind ~= 'start' and kind ~= 'end' and kind ~= 'id' then
   return redis.error_reply('ERR stream_seek: kind must be start, end or id')

@@ -3,6 +3,7 @@
 --#include stream_held
 --#include stream_held_member
 --#include stream_hand
+--#include stream_bury
 local function stream_take_new(s, r)
   if r.handed >= r.n or r.alone then return 0 end
   local read = redis.call('XREADGROUP', 'GROUP', r.group, r.consumer, 'COUNT', r.n - r.handed,
@@ -13,10 +14,16 @@ local function stream_take_new(s, r)
     local id, f = entry[1], stream_fields(entry[2])
     local seq, key = tonumber(f['n']), f['k']
     -- A gap in sequence numbers: the cap trimmed entries before this group read them.
-    if seq > last_seq + 1 then redis.call('HINCRBY', s.gstats, 'missed', seq - last_seq - 1) end
-    if seq > last_seq then last_seq = seq end
+    if seq and seq > last_seq + 1 then redis.call('HINCRBY', s.gstats, 'missed', seq - last_seq - 1) end
+    if seq and seq > last_seq then last_seq = seq end
     redis.call('HINCRBY', s.gstats, 'delivered', 1)
-    if f['to'] and f['to'] ~= r.group then
+    if not (seq and f['d']) then
+      -- An entry no publish wrote (a corruption: no payload or sequence number): dead-lettered
+      -- as it is, in the same step, never handed out.
+      redis.call('XACK', s.events, r.group, id)
+      f['d'] = f['d'] or ''
+      stream_bury(s, r.group, id, f, 1, 'undecodable stream entry (no payload or sequence number)', r.now)
+    elseif f['to'] and f['to'] ~= r.group then
       redis.call('XACK', s.events, r.group, id)  -- a requeued dead letter of another group
     elseif r.guard and redis.call('ZSCORE', s.done, id) then
       redis.call('XACK', s.events, r.group, id)  -- a replayed entry this group completed

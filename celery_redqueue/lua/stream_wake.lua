@@ -11,9 +11,11 @@
 -- Lost reply: safe to run twice (a second run finds the lease armed and reports it not armed:
 -- that group's drain waits one drain lease for the next reaper run)
 --#include stream_keys
+--#include stream_check
 --#include stream_fields
 --#include stream_held
 local s = stream_keys(KEYS, true)
+stream_check(s)
 local group, visibility, drain_lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local arm, forget_after = ARGV[4] == '1', tonumber(ARGV[5])
 if not visibility or not drain_lease_ms or not forget_after then

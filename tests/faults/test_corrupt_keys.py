@@ -56,8 +56,7 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(
         [
             "bucket_dead", "bucket_enqueue_plain", "bucket_pause", "bucket_reap", "bucket_renew",
-            "bucket_upkeep", "stream_ack", "stream_dead", "stream_figures", "stream_publish",
-            "stream_read", "stream_renew", "stream_seek", "stream_wake",
+            "bucket_upkeep",
         ],
         _LATER,
     ),
