@@ -30,6 +30,15 @@ as it was counted before (per aligned window) beside today's GCRA schedule, at 3
 the most units in any sliding second over the limit, and utilisation (``--schemes-only``: just
 that).
 
+Then, what an upstream sees (real worker, same run), per key: the most units in any sliding
+second over the limit, utilisation, and the calls an upstream would refuse (429s) if it
+metered a strict sliding second, or a token bucket (capacity one second's budget, refilled
+continuously) that also caps every aligned second at the budget: ``cost`` (today's GCRA
+schedule, on the releases) beside the aligned-window scheme simulated on the same calls;
+``plain`` beside ``margin`` (bucket_margin=0.05) on the bodies' starts (what arrives); and
+``weighted`` (total 40/s, three keys of weights 1, 2, 3): each key's share of the releases
+while all were busy, against its weight.
+
 Target: utilisation >= 95 % of the tighter limit in every mode. It reports; it does not
 assert (exit status 0 whatever the figures are).
 
@@ -152,6 +161,29 @@ def make_tasks(app: Celery, ran: list[Row], burst: int) -> dict[str, Any]:
     }
 
 
+def extra_tasks(app: Celery, ran: list[Row]) -> dict[str, Any]:
+    """The upstream section's tasks beside the modes': a margin, and weights."""
+    common: dict[str, Any] = {
+        "base": BucketTask,
+        "bind": True,
+        "bucket_key": "key",
+        "bucket_drain_concurrency": 4,
+        "bucket_drain_interval": None,
+    }
+
+    @app.task(**common, name="margin", bucket_rate="20/s", bucket_margin=0.05)
+    def margin(self: Any, key: str, i: int) -> None:
+        with _lock:
+            ran.append((key, self.reservation.released_at, 1, time.time()))
+
+    @app.task(**common, name="weighted", bucket_rate="1000/s", bucket_total_rate="40/s")
+    def weighted(self: Any, key: str, i: int) -> None:
+        with _lock:
+            ran.append((key, self.reservation.released_at, 1, time.time()))
+
+    return {"margin": margin, "weighted": weighted}
+
+
 def per_key_use(ran: list[Row], limit: float, pause: float = 0.0, at: int = 1) -> list[float]:
     """Per key: units before its last call over the time from its first call to its last
     (``at``: 1 the release times, 3 the bodies' starts), against ``limit`` per second."""
@@ -187,7 +219,7 @@ def run_mode(app: Celery, task: Any, name: str, items: int, ran: list[Any]) -> d
     """Store the mode's calls, run a worker until all ran; the mode's figures."""
     global published
     ran.clear()
-    keys = ("c0",) if name == "concurrency" else KEYS
+    keys = ("c0",) if name == "concurrency" else ("w1", "w2", "w3") if name == "weighted" else KEYS
     calls = 0
     if name == "cost":
         items *= 2  # several full one-second windows per key
@@ -266,6 +298,70 @@ def most_in_sliding(rows: list[Row], period: float = 1.0) -> float:
     )
 
 
+def refused(rows: list[Row], limit: float, at: int = 1, bucket: bool = False) -> int:
+    """Calls an upstream allowing ``limit`` units a second refuses (429): over a strict sliding
+    second, or (``bucket``) a token bucket of one second's budget refilled continuously that
+    also caps each aligned second at the budget. A refused call uses nothing."""
+    accepted: list[tuple[float, float]] = []
+    level, last, windows, refusals = limit, None, {}, 0
+    for t, cost in sorted((r[at], r[2]) for r in rows):
+        if bucket:
+            level = limit if last is None else min(limit, level + (t - last) * limit)
+            last, second = t, math.floor(t)
+            if cost > level + 1e-9 or windows.get(second, 0.0) + cost > limit + 1e-9:
+                refusals += 1
+                continue
+            level -= cost
+            windows[second] = windows.get(second, 0.0) + cost
+        else:
+            inside = sum(c for s, c in accepted if s > t - 1.0 + 1e-9)
+            if inside + cost > limit + 1e-9:
+                refusals += 1
+                continue
+            accepted.append((t, cost))
+    return refusals
+
+
+def upstream_row(name: str, by_key: dict[str, list[Row]], limit: float, at: int = 1) -> None:
+    worst = max(
+        most_in_sliding([(k, r[at], r[2], r[at]) for r in rows]) for k, rows in by_key.items()
+    )
+    uses = [per_key_use(rows, limit, at=at)[0] for rows in by_key.values()]
+    strict = sum(refused(rows, limit, at) for rows in by_key.values())
+    bucket = sum(refused(rows, limit, at, bucket=True) for rows in by_key.values())
+    print(f"{name:40} {worst / limit:14.1%} {statistics.mean(uses):7.1%} {strict:10} {bucket:12}")
+
+
+def split(rows: list[Row]) -> dict[str, list[Row]]:
+    return {key: [r for r in rows if r[0] == key] for key in sorted({r[0] for r in rows})}
+
+
+def compare_upstream(results: dict[str, list[Row]]) -> None:
+    """The section "what an upstream sees", on the rows the worker ran this run."""
+    print(
+        f"\n{'what an upstream sees':40} {'max/sliding s':>14} {'use':>7} {'429 strict':>10} "
+        f"{'429 tb+sub-s':>12}"
+    )
+    cost = split(results["cost"])
+    upstream_row("cost 60/s, GCRA (worker, releases)", cost, 60.0)
+    aligned = {
+        key: simulate("aligned", [r[2] for r in sorted(rows, key=lambda r: r[1])], rows[0][1], 60.0)
+        for key, rows in cost.items()
+    }
+    upstream_row("cost 60/s, aligned windows (simulated)", aligned, 60.0)
+    upstream_row("rate 20/s, no margin (worker, starts)", split(results["plain"]), 20.0, at=3)
+    upstream_row("rate 20/s, margin 0.05 s (worker, starts)", split(results["margin"]), 20.0, at=3)
+    rows = sorted(results["weighted"], key=lambda r: r[1])
+    last = min(max(r[1] for r in rows if r[0] == key) for key in ("w1", "w2", "w3"))
+    busy = [r for r in rows if r[1] <= last]
+    shares = ", ".join(
+        f"{key} {sum(r[0] == key for r in busy) / len(busy):.3f} (weight {w}: {w / 6:.3f})"
+        for key, w in (("w1", 1), ("w2", 2), ("w3", 3))
+    )
+    print(f"weighted, total 40/s, shares of {len(busy)} releases while all were busy: {shares}")
+    print()
+
+
 def compare_schemes() -> None:
     """The old aligned-window cost accounting beside today's GCRA schedule, simulated on the
     same calls: max units in a sliding second over the limit (300/s), and utilisation."""
@@ -296,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         app.conf.update(celery_test_config(server.url, "bench-metered"))
         app.conf.redqueue_beat = False
         modes = {burst: make_tasks(app, ran, burst) for burst in (0, 1)}
+        extra = extra_tasks(app, ran)
         app.finalize()
+        results: dict[str, list[Row]] = {}
         print(
             f"{'mode':12} {'burst':>5} {'tighter limit':34} {'calls':>6} {'use mean':>9} "
             f"{'use min':>8} {'by start':>9} {'msgs/call':>10}  target >= 95 %"
@@ -304,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         for burst, tasks in modes.items():
             for name, task in tasks.items():
                 row = run_mode(app, task, name, args.items, ran)
+                if burst == 0:
+                    results[name] = list(ran)
                 ok = "OK" if min(row["use_min"], row["start_min"]) >= 0.95 else "below"
                 print(
                     f"{name:12} {burst:5} {row['limit']:34} {row['calls']:6} "
@@ -311,6 +411,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row['messages_per_call']:10.3f}  {ok}",
                     flush=True,
                 )
+        for name, task in extra.items():
+            if name == "weighted":
+                task.bucket.set_weight("w2", 2)
+                task.bucket.set_weight("w3", 3)
+            run_mode(app, task, name, args.items, ran)
+            results[name] = list(ran)
+        compare_upstream(results)
     return 0
 
 
