@@ -258,6 +258,9 @@ class BucketTask(ProducerTask, MeteredOptions):
         last_work = -math.inf  # a drain that starts on an empty bucket ends at once
         looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
         while True:
+            if looker.stopping:  # the worker shuts down: another worker serves the rest
+                self.send_drain_or_release()
+                return DrainSummary.of(done, continued=True)
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
             # An empty poll keeps it listed. Other work waiting: no linger, end after this call.
             linger = left > 0 and time.monotonic() < deadline and not looker.yielding()

@@ -32,6 +32,15 @@ requests: the consumer reports how many run (`set_busy_source`).
 
 Only a drain in a ``celery worker`` yields (the step is installed there): a drain called
 directly (``task.drain()``) or by an in-process test worker runs as before.
+
+**Shutdown** (whatever ``redqueue_drain_yield`` says): when the worker begins a warm shutdown
+(SIGTERM) or a cold one (SIGQUIT, SIGINT; with Celery's ``worker_soft_shutdown_timeout``, the
+soft shutdown before it), its main process marks the page (Celery's ``worker_shutting_down``,
+sent from its signal handler), and every drain of the worker sees it within `STOP_LOOK`: it
+takes no further batch, stops lingering, gives the rest of a per-call batch at hand back to an
+at-least-once pool, and hands over to a fresh drain job (or releases its flag when the broker
+refuses one), so another worker serves the calls at once instead of after the drain's time
+budget or, once the shutdown turns cold and kills the drain, the visibility timeout.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import task_received
+from celery.signals import task_received, worker_shutting_down
 
 from .config import get_config
 
@@ -65,8 +74,14 @@ PUBLISH = 0.002
 #: Longest wait of the publisher when nothing waits (a receipt wakes it at once).
 IDLE_PUBLISH = 0.25
 
+#: Seconds between a drain's looks for the worker's shutdown when it does not yield (a
+#: lingering drain waits in slices of this length).
+STOP_LOOK = 0.1
+
 #: tasks waiting, free processes, bit mask of the structures whose drain jobs wait.
 _FORMAT = struct.Struct("qqQ")
+#: The shutdown mark, after `_FORMAT` (written once, by the main process's signal handler).
+_STOP = struct.Struct("q")
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,8 @@ class _Worker:
     page: mmap.mmap
     #: Structure task names, sorted: a name's bit is its index (mod 64).
     structures: tuple[str, ...]
+    #: Drains look for the worker's other work (``redqueue_drain_yield``).
+    yields: bool = True
     #: Drains the continuous consumer runs now (it sets this: `set_busy_source`).
     busy: Callable[[], int] = lambda: 0
 
@@ -99,7 +116,18 @@ _worker: _Worker | None = None
 
 def installed() -> bool:
     """Drains of this process yield (a ``celery worker`` with ``redqueue_drain_yield``)."""
-    return _worker is not None
+    return _worker is not None and _worker.yields
+
+
+def shutting_down() -> bool:
+    """This process's worker has begun its shutdown (False outside a ``celery worker``)."""
+    return _worker is not None and bool(_STOP.unpack_from(_worker.page, _FORMAT.size)[0])
+
+
+def _on_shutting_down(sender: Any = None, **_: Any) -> None:
+    """Celery's ``worker_shutting_down`` (the main process's signal handler): mark the page."""
+    if _worker is not None and os.getpid() == _worker.pid:
+        _STOP.pack_into(_worker.page, _FORMAT.size, 1)
 
 
 def set_busy_source(count: Callable[[], int] | None) -> None:
@@ -162,6 +190,8 @@ class Looker:
     def __init__(self, task: Any) -> None:
         self.app = task.app
         self.on = installed() and bool(get_config(task.app).drain_yield)
+        #: The drain ends at the worker's shutdown (any drain in a ``celery worker``).
+        self.watch = _worker is not None
         self.own = bit_of(str(task.name)) if self.on else 0
         self.started = time.monotonic()
         self.next_look = 0.0
@@ -177,10 +207,17 @@ class Looker:
         """A task waits: a per-call body takes only the call at hand."""
         return self.seen == "task"
 
+    @property
+    def stopping(self) -> bool:
+        """The worker shuts down: take no further batch, hand over now (looked at each time)."""
+        if self.seen != "stop" and self.watch and shutting_down():
+            self.seen, self.ending = "stop", True
+        return self.seen == "stop"
+
     def yielding(self, idle: bool = False) -> bool:
         """The drain should end after the batch at hand (``idle``: it has none, it lingers:
         at once). Looked at most every `LOOK` seconds; once True, it stays True."""
-        if not self.on or self.ending:
+        if self.stopping or not self.on or self.ending:
             return self.ending
         now = time.monotonic()
         worked = now - self.started >= SLICE
@@ -205,12 +242,12 @@ class Looker:
     def listen(self, wait: Callable[[float], bool], seconds: float) -> None:
         """Wait on the wake signal (``wait``) up to ``seconds``, in slices of `LOOK`, until
         woken or until other work waits."""
-        if not self.on:
+        if not self.watch:
             wait(seconds)
             return
-        end = time.monotonic() + seconds
+        end, look = time.monotonic() + seconds, LOOK if self.on else STOP_LOOK
         while (left := end - time.monotonic()) > 0:
-            if wait(min(left, LOOK)) or self.yielding(idle=True):
+            if wait(min(left, look)) or self.yielding(idle=True):
                 return
 
     def _broker_waiting(self) -> bool:
@@ -262,16 +299,19 @@ class NeighbourStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.stopping = threading.Event()
         self.received = threading.Event()
         structures = _structures(parent.app)
-        self.enabled = bool(structures) and bool(get_config(parent.app).drain_yield)
+        self.enabled = bool(structures)  # the shutdown mark, whether drains yield or not
+        self.yields = self.enabled and bool(get_config(parent.app).drain_yield)
         if self.enabled and _worker is None:
             # Here, before the pool forks its children: they share the page.
             _worker = _Worker(
                 pid=os.getpid(),
                 concurrency=max(int(getattr(parent, "concurrency", 1) or 1), 1),
-                page=mmap.mmap(-1, _FORMAT.size),
+                page=mmap.mmap(-1, _FORMAT.size + _STOP.size),
                 structures=structures,
+                yields=self.yields,
             )
             _FORMAT.pack_into(_worker.page, 0, 0, 1, 0)
+            worker_shutting_down.connect(_on_shutting_down, weak=False)
         super().__init__(parent, **kwargs)
 
     def include_if(self, parent: Any) -> bool:
@@ -281,6 +321,8 @@ class NeighbourStep(bootsteps.StartStopStep):  # type: ignore[misc]
         return None
 
     def start(self, parent: Any) -> None:
+        if not self.yields:
+            return
         task_received.connect(self._on_received, weak=False)
         self.stopping.clear()
         self.thread = threading.Thread(target=self._run, name="redqueue-yield", daemon=True)

@@ -80,6 +80,14 @@ class Settled:
     dead: set[int] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
 
+    def give_back(self, items: list[PoolItem], start: int) -> None:
+        """The calls from ``start`` on go back to the pool now, unrun (the worker shuts down):
+        a receive each, as a reaped batch's, counted ``retried``."""
+        for index in range(start, len(items)):
+            self.failures[index] = "WorkerShutdown: given back unrun"
+            self.retry_in[index] = 0.0
+            self.counts["retried"] += items[index].count
+
     def add(self, index: int, item: PoolItem, verdict: Verdict, task: PoolTask) -> None:
         """Record ``verdict`` on the call at ``index`` (a call that is done stores its result)."""
         self.failures[index] = error_text(verdict.error)
@@ -316,6 +324,9 @@ class PoolTask(ProducerTask):
                     if gather.schedule:
                         self.send_drain_or_release(countdown=gather.wait)
                     return DrainSummary.of(done, batches, continued=True)
+            if looker.stopping:  # the worker shuts down: another worker serves the rest
+                self.send_drain_or_release()
+                return DrainSummary.of(done, batches, continued=True)
             left = self.pool_drain_linger - (time.monotonic() - last_work)  # of the linger
             size = self.pool_batch_size
             if looker.yielding():
@@ -343,7 +354,7 @@ class PoolTask(ProducerTask):
                 return DrainSummary.of(done, batches)
             started = time.monotonic()
             with heartbeat().holding(pool, batch.id):
-                settled = self._run_batch(batch)
+                settled = self._run_batch(batch, looker)
                 last_work = time.monotonic()  # linger is counted from when the work ended
                 heartbeat().settling(pool, batch.id)
                 acked = pool.ack(
@@ -371,9 +382,10 @@ class PoolTask(ProducerTask):
                 self.send_drain_or_release()
                 return DrainSummary.of(done, batches, continued=True)
 
-    def _run_batch(self, batch: PoolBatch) -> Settled:
+    def _run_batch(self, batch: PoolBatch, looker: Looker | None = None) -> Settled:
         """Run the body over a batch; returns what became of the calls that failed (each is
-        logged as Celery logs a retry or a failure)."""
+        logged as Celery logs a retry or a failure). At the worker's shutdown (``looker``), a
+        per-call body gives the rest of the batch back to an at-least-once pool (`give_back`)."""
         results = self.pool_results
         settled = Settled()
         if self.pool_batch:
@@ -402,7 +414,17 @@ class PoolTask(ProducerTask):
                     store_success(self, call_id_of(item.payload), value)
             return settled
         run, traced = self._stored_runner(), get_config(self.app).tracing  # once per batch
+        give_back = looker is not None and self.pool_delivery == "at_least_once"
         for index, item in enumerate(batch.items):
+            if give_back and index and looker is not None and looker.stopping:
+                settled.give_back(batch.items, index)
+                logger.info(
+                    "%s: the worker shuts down; %d calls of batch %s go back to the pool",
+                    self.name,
+                    len(batch.items) - index,
+                    batch.id,
+                )
+                break
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
                 if self.pool_coalesce:

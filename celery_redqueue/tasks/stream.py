@@ -159,6 +159,9 @@ class StreamTask(RedQueueTask):
         looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
         with self._heartbeat(stream, consumer) as working:
             while True:
+                if looker.stopping:  # the worker shuts down: another worker serves the rest
+                    self.send_drain()
+                    return DrainSummary.of(done, batches, continued=True)
                 left = self.stream_drain_linger - (time.monotonic() - last_work)
                 size = self.stream_batch_size
                 if looker.yielding():
