@@ -66,6 +66,9 @@ FLOOR_BATCH = "pool_bench.floor_batch"
 #: with pop as many per step (their pool_batch_size), so both sides move the same batches.
 DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
+#: The same plain call through pool_add (the general script, dedupe ids and delays): what one
+#: script per operation would cost a plain call, beside the lean twin in the same run.
+GENERAL_SIDE = "the same call via pool_add (the general script)"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
 #: can be pointed at either backlog while both wait in the broker.
 QUEUE = "celery"
@@ -505,6 +508,13 @@ class Bench:
             for _ in chunk:
                 registered(keys, [*head, repr(random.random()), payload])
 
+        general_lua = script("pool_add")
+        general_keys = [twin.keys(part) for part in general_lua.parts or ()]
+
+        def through_pool_add(chunk: range) -> None:
+            for _ in chunk:
+                general_lua(client, general_keys, [*head, 0, repr(random.random()), payload, "", 0])
+
         sides = measure_sides(
             client,
             n,
@@ -514,6 +524,7 @@ class Bench:
                 PLAIN_SIDE: plain_calls,
                 **raw_sides(client, raw_key, payload, same_script),
                 REDIS_PY_SIDE: through_redis_py,
+                GENERAL_SIDE: through_pool_add,
             },
         )
         client.delete(raw_key)
