@@ -11,6 +11,7 @@
 --#include forget_expired
 --#include bucket_eligible_at
 --#include bucket_make_eligible
+--#include check_keys
 local b = bucket_keys(KEYS, ARGV)
 local action, key, ms = ARGV[8], ARGV[9], ARGV[10]
 if (action ~= 'pause' and action ~= 'resume') or not key or key == '' then
@@ -23,6 +24,11 @@ local now = now_ms()
 -- Pauses that ran out are forgotten by the scripts that add pauses (here and a backoff's
 -- settle), not by every poll: one that ran out is harmless to a release (its time is past), and
 -- a resume must not report it as ended here.
+-- The keys it reads or writes, before its first write (check_keys.lua: a key of another type
+-- is CORRUPT, nothing written); a pause is rare, a TYPE each is cheap beside it.
+check_keys({b.paused, 'zset', b.ready, 'zset', b.heads, 'hash', b.tails, 'hash', b.tat, 'hash',
+  b.rates, 'hash', b.inflight, 'zset', b.keystats, 'hash', b.drains, 'string', b.wake, 'string',
+  b.signal, 'list', b.listening, 'zset'})
 forget_expired(b.paused, now)
 
 if action == 'pause' then

@@ -9,7 +9,10 @@
 --#include bucket_keys
 --#include clock
 --#include renew_inflight
+--#include check_keys
 local b = bucket_keys(KEYS, ARGV)
+-- The two keys it writes, before it writes (check_keys.lua: a key of another type is CORRUPT).
+check_keys({b.inflight, 'zset', b.drains, 'string'})
 local timeout = tonumber(ARGV[8])
 local ids = {}
 for i = 9, #ARGV do ids[#ids + 1] = ARGV[i] end
