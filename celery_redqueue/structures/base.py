@@ -85,7 +85,8 @@ class Structure(catalog.Registered):
         those; any other all of `parts`. The first call of a process records the
         structure in the registry.
         """
-        self.register_once()
+        if not self._registered:
+            self.register_once()
         lua = script(name)
         if keys is None:
             keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)

@@ -546,7 +546,7 @@ class CappedPool(Sharded):
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
-        delay_ms = int(seconds("delay", delay) * 1000)
+        delay_ms = int(seconds("delay", delay) * 1000) if delay else 0
         if (delay_ms == 0 and not self.name_evicted) and (
             dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):

@@ -34,13 +34,14 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 #: This process's id, refreshed in a forked child: every call looks its structure up, and
-#: os.getpid() is a system call.
-_pid = os.getpid()
+#: os.getpid() is a system call. Read it as ``base.process_id`` (a module attribute, so a fork
+#: is seen).
+process_id = os.getpid()
 
 
 def _refresh_pid() -> None:
-    global _pid
-    _pid = os.getpid()
+    global process_id
+    process_id = os.getpid()
 
 
 os.register_at_fork(after_in_child=_refresh_pid)
@@ -269,8 +270,8 @@ class RedQueueTask(ByNameCalls, CallComposition, Task):  # type: ignore[misc]
     def _per_process(self, attr: str, build: Callable[[], _T]) -> _T:
         """Build a structure once per process: a prefork child must not reuse the parent's."""
         cached: tuple[int, _T] | None = self.__dict__.get(attr)
-        if cached is None or cached[0] != _pid:
-            cached = (_pid, build())
+        if cached is None or cached[0] != process_id:
+            cached = (process_id, build())
             self.__dict__[attr] = cached
         return cached[1]
 

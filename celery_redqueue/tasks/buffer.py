@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _Held = list[tuple[Any, "str | None", "BufferedReceipt"]]
 
 #: Open buffers of this thread or asyncio task, innermost last.
-_open: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
+open_buffers: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
 
 _PENDING, _STORED, _DISCARDED, _FAILED = "pending", "stored", "discarded", "failed"
 
@@ -175,7 +175,7 @@ class CallBuffer:
     def __enter__(self) -> CallBuffer:
         if self._token is not None or self._closed:
             raise ConfigurationError("a buffer() block cannot be entered twice")
-        self._token = _open.set((*_open.get(), self))
+        self._token = open_buffers.set((*open_buffers.get(), self))
         return self
 
     def __exit__(
@@ -185,7 +185,7 @@ class CallBuffer:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
-        _open.reset(self._token)
+        open_buffers.reset(self._token)
         if exc_type is None or self.flush_on_error:
             self.flush()
         else:
@@ -216,7 +216,7 @@ def buffered_call(
 ) -> BufferedReceipt | None:
     """The hook of ``apply_async``: hold the call in the innermost open buffer covering
     ``task`` and return its receipt, or return None (no buffer: store it now)."""
-    for held in reversed(_open.get()):
+    for held in reversed(open_buffers.get()):
         if held.covers(task):
             return held.add(task, prepared, delay, dedupe_id, call_id)
     return None

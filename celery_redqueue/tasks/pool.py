@@ -14,6 +14,8 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..errors import ConfigurationError, RedQueueError
+from ..privates import check_arguments
+from ..redis.serializers import to_bytes
 from ..structures.base import DRAIN_LEASE
 from ..structures.pool import (
     DELIVERIES,
@@ -29,6 +31,7 @@ from ..validation import (
     positive_int,
     seconds,
 )
+from . import base
 from .base import error_text
 from .beat import DrainSummary
 from .config import get_config
@@ -36,11 +39,10 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .neighbour import Looker
-from .producing import ProducerTask
+from .producing import ProducerTask, new_call_id
 from .results import (
     call_id_of,
     named_receipt,
-    new_call_id,
     store_failure,
     store_lost,
     store_success,
@@ -219,7 +221,20 @@ class PoolTask(ProducerTask):
     @property
     def pool(self) -> CappedPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        return self._per_process("_redqueue_pool", self._make_pool)
+        return self._in_process()[1]
+
+    @property
+    def structure(self) -> CappedPool:
+        return self._in_process()[1]
+
+    def _in_process(self) -> tuple[int, CappedPool, bool]:
+        """This process's pool and whether calls are traced, built on first use in each process
+        (a prefork child must not reuse its parent's connections)."""
+        built: tuple[int, CappedPool, bool] | None = self.__dict__.get("_redqueue_pool")
+        if built is None or built[0] != base.process_id:
+            tracing = get_config(self.app).tracing and not self.pool_coalesce
+            built = self.__dict__["_redqueue_pool"] = (base.process_id, self._make_pool(), tracing)
+        return built
 
     def _make_pool(self) -> CappedPool:
         config = get_config(self.app)
@@ -279,9 +294,10 @@ class PoolTask(ProducerTask):
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
         per-call results are on or the call is traced); raises, storing nothing."""
-        if not self.pool_batch:
-            # A batch body takes the list of calls, so its signature says nothing of one call.
-            self.check_call(args, kwargs)
+        if self.typing and not self.pool_batch:
+            # Celery's check (a batch body takes the list of calls: its signature says nothing
+            # of one call).
+            check_arguments(self, args, kwargs)
         call_kwargs = dict(kwargs or {})
         if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
             raise RedQueueError(
@@ -291,12 +307,16 @@ class PoolTask(ProducerTask):
         call = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
-        traced = False
-        if get_config(self.app).tracing and not self.pool_coalesce:
+        _, pool, tracing_on = self._in_process()
+        if tracing_on:
             from . import tracing  # loaded once tracing is on
 
-            traced = tracing.stamp(call)
-        return self.pool.encode(with_id(call, call_id if traced or self.pool_results else None))
+            if tracing.stamp(call) or self.pool_results:
+                with_id(call, call_id)
+        elif self.pool_results:
+            with_id(call, call_id)
+        data = pool.serializer.dumps(call)
+        return data if isinstance(data, bytes) else to_bytes(data)
 
     # Consuming
 

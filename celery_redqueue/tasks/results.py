@@ -10,9 +10,7 @@ stored per call (a result is one more backend write per call) and ``get()`` retu
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
@@ -41,30 +39,6 @@ logger = logging.getLogger(__name__)
 
 #: Key of the stored call's metadata in its envelope ``[args, kwargs, meta]``.
 ID_FIELD = "id"
-
-
-def _fresh_prefix() -> str:
-    raw = os.urandom(10).hex()
-    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-"
-
-
-# A random per-process prefix and a counter: shaped like a UUID, unique across processes, and
-# a fraction of uuid4()'s cost (a system call per id) on the producer's hot path.
-_prefix = _fresh_prefix()
-_counter = itertools.count()
-
-
-def _refresh() -> None:
-    global _prefix, _counter
-    _prefix, _counter = _fresh_prefix(), itertools.count()
-
-
-os.register_at_fork(after_in_child=_refresh)
-
-
-def new_call_id() -> str:
-    """A fresh call id."""
-    return f"{_prefix}{next(_counter):012x}"
 
 
 class NoResult:
@@ -176,7 +150,7 @@ def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
     per-call results are on, and so is that of the call it evicted (nobody waits on its id
     forever)."""
     results = task.redqueue_results
-    named = receipt.named(call_id, outcome_reader(task, bool(receipt), results))
+    named = receipt.named(call_id, outcome_reader(task, receipt.kept or receipt.delayed, results))
     if results and receipt.evicted_calls:
         store_lost(
             task, receipt.evicted_calls, "evicted: a later call took its place in the full pool"
