@@ -20,6 +20,7 @@ from celery import Celery
 from celery.signals import before_task_publish
 
 from celery_redqueue import BucketTask, PoolTask, StreamTask
+from celery_redqueue.testing import celery_test_config
 
 URL = os.environ.get("LATENCY_URL", "redis://127.0.0.1:6379/0")
 BROKER_URL = os.environ.get("LATENCY_BROKER_URL", URL)
@@ -29,14 +30,10 @@ STREAM = "latency-events"
 
 app = Celery("latency_app")
 app.conf.update(
-    broker_url=BROKER_URL,
-    broker_transport_options={"global_keyprefix": f"{PREFIX}:broker:"},
+    celery_test_config(URL, PREFIX),  # its keys under PREFIX, as the suite's and other benches'
+    broker_url=BROKER_URL,  # a separate broker for the pass that measures one
     broker_connection_retry_on_startup=True,
-    result_backend=None,
-    redqueue_url=URL,
-    redqueue_key_prefix=PREFIX,
     redqueue_beat=False,
-    worker_hijack_root_logger=False,
     worker_prefetch_multiplier=int(os.environ.get("LATENCY_PREFETCH", "1")),
     redqueue_drain_yield=os.environ.get("LATENCY_DRAIN_YIELD", "1") != "0",
 )

@@ -16,6 +16,7 @@ import redis
 from celery import Celery
 
 from celery_redqueue import BucketTask, PoolTask, StreamTask
+from celery_redqueue.testing import celery_test_config
 
 URL = os.environ.get("SHUTDOWN_URL", "redis://127.0.0.1:6379/0")
 PREFIX = os.environ.get("SHUTDOWN_PREFIX", "shutdown")
@@ -26,14 +27,9 @@ LONG = {"drain_interval": None, "drain_linger": 600.0, "drain_time_budget": 600.
 
 app = Celery("shutdown_app")
 app.conf.update(
-    broker_url=URL,
-    broker_transport_options={"global_keyprefix": f"{PREFIX}:broker:"},
+    celery_test_config(URL, PREFIX),  # its keys under PREFIX, as the suite's and other benches'
     broker_connection_retry_on_startup=True,
-    result_backend=None,
-    redqueue_url=URL,
-    redqueue_key_prefix=PREFIX,
     redqueue_beat=False,
-    worker_hijack_root_logger=False,
     worker_prefetch_multiplier=1,
 )
 

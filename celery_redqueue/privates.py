@@ -45,8 +45,8 @@ def exec_options(task: Any) -> dict[str, Any]:
     """The routing and delivery options a task's messages are sent with (queue, routing_key,
     exchange, priority, ...), as ``Task.apply_async`` reads them. Celery's
     ``Task._get_exec_options`` is the only accessor; copying its attribute list would drift."""
-    options: dict[str, Any] = task._get_exec_options()
-    return options
+    # A copy: Celery returns the dict it keeps on the task.
+    return dict(task._get_exec_options())
 
 
 def check_arguments(task: Any, args: Any, kwargs: Any) -> None:

@@ -128,7 +128,7 @@ def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
 
 def _node_for(client: Any, keys: Sequence[KeyOrArg]) -> Any:
     """The client to send to: ``client`` itself, or the master serving the keys' slot."""
-    if not hasattr(client, "get_node_from_key"):  # not a cluster client (blocking.is_cluster)
+    if not is_cluster(client):
         return client
     if not keys:
         return client.get_random_node().redis_connection

@@ -112,7 +112,12 @@ class KombuSerializer:
             )
         self.name = name
         # kombu's public registry names the content type; dumps() also says the encoding.
-        self.content_type, self.content_encoding, _ = registry.dumps("", serializer=name)
+        try:
+            self.content_type, self.content_encoding, _ = registry.dumps("", serializer=name)
+        except Exception as exc:  # a serializer of one's own that cannot encode a string
+            raise ConfigurationError(
+                f"redqueue_serializer {name!r} cannot encode a string: {exc!r}"
+            ) from exc
 
     def dumps(self, obj: Any) -> bytes:
         try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ReservationError
 from .receipts import Record
 
 
@@ -97,3 +97,26 @@ def _socket_timeout(client: Any) -> float | None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_owned(lease: Any, base: str, what: str) -> None:
+    """Refuse anything but a `Lease` of the structure ``base`` (a lease pool's lease, a unique
+    table's lock: ``what``)."""
+    if not isinstance(lease, Lease):
+        raise ReservationError(f"expected a Lease, got {lease!r}")
+    if lease.pool != base:
+        raise ReservationError(f"{what} of {lease.pool} does not belong to {base}")
+
+
+def renewed(
+    run: Callable[[str, list[Any]], Any], name: str, lease: Lease, ttl: float
+) -> Lease | None:
+    """Renew ``lease`` to ``ttl`` seconds from now with script ``name`` (run by the structure's
+    ``_run``; it answers the new expiry in ms, or 0 when the lease is no longer held): the
+    updated lease, or None (the holder must stop)."""
+    ttl_ms = _ttl_ms(ttl)
+    sent = time.monotonic()
+    expiry_ms = int(run(name, [lease.resource, lease.token, ttl_ms]))
+    if expiry_ms <= 0:
+        return None
+    return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)

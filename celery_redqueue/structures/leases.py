@@ -13,12 +13,11 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import redis
 
-from ..errors import NoFreeResourceError, RedQueueError, ReservationError
+from ..errors import NoFreeResourceError, RedQueueError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
 from ..redis.lua import script
@@ -28,7 +27,15 @@ from .figures import parse_counters
 from .lease_keeper import LeaseKeeper, LostCallback
 from .lease_types import Lease as Lease
 from .lease_types import LeaseStats as LeaseStats
-from .lease_types import _names, _seconds, _socket_timeout, _text, _ttl_ms
+from .lease_types import (
+    _names,
+    _seconds,
+    _socket_timeout,
+    _text,
+    _ttl_ms,
+    check_owned,
+    renewed,
+)
 
 #: The keys every lease script receives, in this order (see lua/lease_keys.lua).
 # fmt: off
@@ -232,18 +239,10 @@ class ResourcePool(catalog.Registered):
         using the resource.
         """
         self._check(lease)
-        ttl_ms = _ttl_ms(ttl)
-        sent = time.monotonic()
-        expiry_ms = int(self._run("lease_renew", [lease.resource, lease.token, ttl_ms]))
-        if expiry_ms <= 0:
-            return None
-        return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)
+        return renewed(self._run, "lease_renew", lease, ttl)
 
     def _check(self, lease: Any) -> None:
-        if not isinstance(lease, Lease):
-            raise ReservationError(f"expected a Lease, got {lease!r}")
-        if lease.pool != self.keys.base:
-            raise ReservationError(f"lease of {lease.pool} does not belong to {self.keys.base}")
+        check_owned(lease, self.keys.base, "lease")
 
     @contextmanager
     def lease(

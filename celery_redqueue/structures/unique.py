@@ -15,16 +15,16 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError, ReservationError
+from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys, registry_key
 from ..redis.lua import script
 from . import catalog
 from .figures import parse_counters
-from .lease_types import Lease, _text, _ttl_ms
+from .lease_types import Lease, _text, _ttl_ms, check_owned, renewed
 from .receipts import Record
 
 #: The keys every unique script receives, in this order (see lua/unique_keys.lua).
@@ -178,12 +178,7 @@ class UniqueLocks(catalog.Registered):
         """Extend a held lock to ``ttl`` seconds from now; None when it is no longer held
         (the holder must stop: another task may have the key)."""
         self._check(lease)
-        ttl_ms = _ttl_ms(ttl)
-        sent = time.monotonic()
-        expiry_ms = int(self._run("unique_renew", [lease.resource, lease.token, ttl_ms]))
-        if expiry_ms <= 0:
-            return None
-        return replace(lease, expires_at=expiry_ms / 1000, local_deadline=sent + ttl_ms / 1000)
+        return renewed(self._run, "unique_renew", lease, ttl)
 
     def release(self, lease: Lease, *, hand_back: tuple[str, float] | None = None) -> bool:
         """Release the lock. False (nothing changed) when ``lease`` no longer holds it: a
@@ -206,10 +201,7 @@ class UniqueLocks(catalog.Registered):
         return bool(int(self._run("unique_release", [key, task_id])))
 
     def _check(self, lease: Any) -> None:
-        if not isinstance(lease, Lease):
-            raise ReservationError(f"expected a Lease, got {lease!r}")
-        if lease.pool != self.keys.base:
-            raise ReservationError(f"lock of {lease.pool} does not belong to {self.keys.base}")
+        check_owned(lease, self.keys.base, "lock")
 
     def holder(self, key: str) -> HeldKey | None:
         """Who holds ``key`` now (None: nobody, or a lease that ran out)."""

@@ -39,11 +39,13 @@ def _add_worker_steps(sender: Any = None, instance: Any = None, **_: Any) -> Non
     drains' yield to other work (``celeryd_init``, before the worker builds its steps). Their
     modules are imported here, in the worker: a producer that imports the package never loads
     them."""
-    from . import consumer, neighbour, watchdog
+    from .consumer import ConsumerStep
+    from .neighbour import NeighbourStep
+    from .watchdog import WatchdogStep
 
-    consumer.add_step(instance)
-    watchdog.add_step(instance)
-    neighbour.add_step(instance)
+    app = getattr(instance, "app", None)
+    if app is not None:
+        app.steps["worker"].update((ConsumerStep, WatchdogStep, NeighbourStep))
 
 
 celeryd_init.connect(_add_worker_steps, weak=False)

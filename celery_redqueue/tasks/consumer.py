@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import bootsteps
-
 from ..errors import ConfigurationError
 from ..privates import exec_options
 from . import consumer_loop, neighbour
@@ -20,6 +18,7 @@ from .base import RedQueueTask
 from .checks import STRUCTURE_KINDS
 from .config import get_config
 from .consumer_loop import Dispatcher, Served
+from .worker_step import RedQueueStep
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ def reap_interval(app: Any, served: list[Served]) -> float:
     return max(low, min([t / 2 for t in timeouts] + [high]))
 
 
-class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class ConsumerStep(RedQueueStep):
     """The worker bootstep of the continuous consumer."""
 
     label = "redqueue consumer"
@@ -96,12 +95,6 @@ class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             # Before the pool starts, so that prefork's children inherit it.
             consumer_loop._APP = parent.app
         super().__init__(parent, **kwargs)
-
-    def include_if(self, parent: Any) -> bool:
-        return self.enabled
-
-    def create(self, parent: Any) -> Any:
-        return None
 
     def start(self, parent: Any) -> None:
         pool = parent.pool
@@ -135,16 +128,6 @@ class ConsumerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             neighbour.set_busy_source(None)
             self.dispatcher.stop()
             self.dispatcher = None
-
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
-
-
-def add_step(worker: Any) -> None:
-    """Add the step to ``worker``'s app (from the package's ``celeryd_init`` receiver)."""
-    app = getattr(worker, "app", None)
-    if app is not None:
-        app.steps["worker"].add(ConsumerStep)
 
 
 def add_worker_option(command: Any) -> None:

@@ -55,10 +55,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from celery import bootsteps
 from celery.signals import task_received, worker_shutting_down
 
 from .config import get_config
+from .worker_step import RedQueueStep
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def broker_waiting(app: Any) -> bool:
     return False
 
 
-class NeighbourStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class NeighbourStep(RedQueueStep):
     """The worker bootstep that makes its drains yield (see the module)."""
 
     label = "redqueue drain yield"
@@ -313,12 +313,6 @@ class NeighbourStep(bootsteps.StartStopStep):  # type: ignore[misc]
             _FORMAT.pack_into(_worker.page, 0, 0, 1, 0)
             worker_shutting_down.connect(_on_shutting_down, weak=False)
         super().__init__(parent, **kwargs)
-
-    def include_if(self, parent: Any) -> bool:
-        return self.enabled
-
-    def create(self, parent: Any) -> Any:
-        return None
 
     def start(self, parent: Any) -> None:
         if not self.yields:
@@ -358,9 +352,6 @@ class NeighbourStep(bootsteps.StartStopStep):  # type: ignore[misc]
             self.thread.join(timeout=5)
             self.thread = None
 
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
-
 
 def _structures(app: Any) -> tuple[str, ...]:
     from .checks import STRUCTURE_KINDS
@@ -372,10 +363,3 @@ def _structures(app: Any) -> tuple[str, ...]:
             if getattr(type(task), "redqueue_kind", None) in STRUCTURE_KINDS
         )
     )
-
-
-def add_step(worker: Any) -> None:
-    """Add the step to ``worker``'s app (from the package's ``celeryd_init`` receiver)."""
-    app = getattr(worker, "app", None)
-    if app is not None:
-        app.steps["worker"].add(NeighbourStep)

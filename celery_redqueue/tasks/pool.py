@@ -223,9 +223,8 @@ class PoolTask(ProducerTask):
         """This task's pool (stats, pop, clear), built once per process."""
         return self._in_process()[1]
 
-    @property
-    def structure(self) -> CappedPool:
-        return self._in_process()[1]
+    #: What the reaper, the figures and the heartbeat look at: the pool.
+    structure = pool
 
     def _in_process(self) -> tuple[int, CappedPool, bool]:
         """This process's pool and whether calls are traced, built on first use in each process
@@ -307,16 +306,14 @@ class PoolTask(ProducerTask):
         call = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
-        _, pool, tracing_on = self._in_process()
-        if tracing_on:
+        _, pool, traced = self._in_process()
+        if traced:
             from . import tracing  # loaded once tracing is on
 
-            if tracing.stamp(call) or self.pool_results:
-                with_id(call, call_id)
-        elif self.pool_results:
+            traced = tracing.stamp(call)
+        if traced or self.pool_results:
             with_id(call, call_id)
-        data = pool.serializer.dumps(call)
-        return data if isinstance(data, bytes) else to_bytes(data)
+        return to_bytes(pool.serializer.dumps(call))
 
     # Consuming
 

@@ -33,13 +33,12 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from celery import bootsteps
-
 from ..errors import RedQueueError
 from .base import RedQueueTask
 from .checks import STRUCTURE_KINDS
 from .config import get_config
 from .consumer import ConsumerStep, queue_of
+from .worker_step import RedQueueStep
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def watch_once(tasks: Iterable[RedQueueTask]) -> int:
     return taken
 
 
-class WatchdogStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class WatchdogStep(RedQueueStep):
     """The worker bootstep that runs the watchdog's thread (see the module)."""
 
     label = "redqueue watchdog"
@@ -82,9 +81,6 @@ class WatchdogStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
         super().__init__(parent, **kwargs)
-
-    def create(self, parent: Any) -> Any:
-        return None
 
     def start(self, parent: Any) -> None:
         # Read here, not at __init__: the step is added to every worker, and only an app with
@@ -118,9 +114,6 @@ class WatchdogStep(bootsteps.StartStopStep):  # type: ignore[misc]
             self.thread.join(timeout=10)
             self.thread = None
 
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
-
 
 def _consumer_served(parent: Any) -> set[str]:
     """The tasks this worker's continuous consumer serves (none when it is off or idle)."""
@@ -129,10 +122,3 @@ def _consumer_served(parent: Any) -> set[str]:
         if isinstance(step, ConsumerStep) and dispatcher is not None:
             return set(dispatcher.served)
     return set()
-
-
-def add_step(worker: Any) -> None:
-    """Add the step to ``worker``'s app (from the package's ``celeryd_init`` receiver)."""
-    app = getattr(worker, "app", None)
-    if app is not None:
-        app.steps["worker"].add(WatchdogStep)

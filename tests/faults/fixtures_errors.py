@@ -68,14 +68,17 @@ def fill_redis():
     write is refused (noeviction) until ``config_set("maxmemory", 0)``, whatever the allocator
     does meanwhile."""
 
-    def fill(client, headroom=100_000):
+    def fill(client):
         pipe = client.pipeline(transaction=False)
         for i in range(1000):
             pipe.set(f"filler:{i}", b"x" * 1000)
         pipe.execute()
-        used = int(client.info("memory")["used_memory"])
+        # 1 MiB: below the filler and the server's own memory together, however much of what
+        # used_memory counted a moment ago (the pipeline's query buffer, freed by the server's
+        # cron) has gone meanwhile. A limit of "used minus a little" was sometimes above what
+        # remained once that buffer was freed, and writes went through.
         client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", max(used - headroom, 1024 * 1024))
+        client.config_set("maxmemory", 1024 * 1024)
 
     return fill
 

@@ -53,24 +53,25 @@ def backoff(self, tenant, i):
     record(self, tenant, i, 0, started)
 
 
-@app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2)
-def concurrent(self, tenant, i):
+def held_slot(task, tenant, i, *, hang=False):
+    """A body that holds its key's slot for 0.3 s (600 s when ``hang``), counting the bodies of
+    the key running at once (``running-seen``: what each body saw as it started)."""
     started = time.time()
     running = client().incr(f"{PREFIX}:running:{tenant}")
     client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
-    time.sleep(0.3)
+    time.sleep(600 if hang else 0.3)
     client().decr(f"{PREFIX}:running:{tenant}")
-    record(self, tenant, i, 0, started)
+    record(task, tenant, i, 0, started)
+
+
+@app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2)
+def concurrent(self, tenant, i):
+    held_slot(self, tenant, i)
 
 
 @app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2, name=f"{__name__}.adjustable")
 def adjustable(self, tenant, i):
-    started = time.time()
-    running = client().incr(f"{PREFIX}:running:{tenant}")
-    client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
-    time.sleep(0.3)
-    client().decr(f"{PREFIX}:running:{tenant}")
-    record(self, tenant, i, 0, started)
+    held_slot(self, tenant, i)
 
 
 #: bucket_concurrency alone: its drain concurrency follows it (no bucket_drain_concurrency).
@@ -79,15 +80,9 @@ ALONE = {"base": BucketTask, "bind": True, "bucket_key": "tenant", "bucket_rate"
 
 @app.task(**ALONE, bucket_concurrency=2, bucket_visibility_timeout=2.0)
 def alone(self, tenant, i):
-    started = time.time()
-    running = client().incr(f"{PREFIX}:running:{tenant}")
-    client().rpush(f"{PREFIX}:running-seen:{tenant}", running)
     # The first two calls' first runs hang when asked: the test kills their worker.
-    if i < 2 and self.reservation.receives == 1 and client().get(f"{PREFIX}:hang"):
-        time.sleep(600)
-    time.sleep(0.3)
-    client().decr(f"{PREFIX}:running:{tenant}")
-    record(self, tenant, i, 0, started)
+    hang = i < 2 and self.reservation.receives == 1 and bool(client().get(f"{PREFIX}:hang"))
+    held_slot(self, tenant, i, hang=hang)
 
 
 @app.task(**COMMON, bucket_rate="1000/s")

@@ -36,6 +36,9 @@ def test_active_apps_and_the_finalize_hook_and_lock():
     seen = []
     privates.on_app_finalize(lambda app: seen.append(app))
     app = Celery("privates", set_as_current=False)
+    # Finalizing adds every shared task of the session (other tests' redqueue tasks too), which
+    # need a Redis URL to be declared; nothing connects to it.
+    app.conf.redqueue_url = "redis://127.0.0.1:1/0"
     assert app in list(privates.active_apps())
     app.finalize()
     assert app in seen
