@@ -69,6 +69,8 @@ class Stored(Producer[ItemT], Drained, Protocol[ItemT]):
     """A structure calls are stored in and drained from (pools, buckets and their sharded
     forms): what a producing task holds."""
 
+    def bury_unstored(self, payload: bytes, error: str) -> None: ...
+
 
 class Renewable(Protocol):
     """What the worker's heartbeat renews while bodies run: a pool's batches or a bucket's

@@ -18,6 +18,9 @@ from celery.exceptions import Ignore, Reject
 from ..errors import RedisFullError, RedisUnavailableError, RedQueueError
 from ..privates import exec_options
 
+if TYPE_CHECKING:
+    from .producing import ProducerTask
+
 logger = logging.getLogger(__name__)
 
 #: Message header naming a by-name call for producer-side dedupe (``dedupe_id=`` of a call).
@@ -40,113 +43,81 @@ def receipt_dict(receipt: Any) -> dict[str, Any]:
     }
 
 
-class ByNameCalls:
-    """Mixin of `RedQueueTask`: storing by-name calls."""
+def store_by_name(task: ProducerTask, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Store the call a message carries; what the message's task returns (see module)."""
+    request = task.request
+    call_id = request.id
+    options: dict[str, Any] = {}
+    if request.eta:  # the worker held the message until then; a skewed clock still waits
+        options["eta"] = request.eta
+    if getattr(request, DEDUPE_HEADER, None) is not None:
+        options["dedupe_id"] = getattr(request, DEDUPE_HEADER)
+    try:
+        prepared, delay, dedupe_id = task._prepare(args, kwargs, options, call_id)
+    except (TypeError, ValueError, RedQueueError) as exc:
+        return _bury_message(task, args, kwargs, exc)
+    message_dedupe = f"{MESSAGE_DEDUPE_PREFIX}{call_id}"
+    try:
+        stored = task._store(prepared, delay, dedupe_id or message_dedupe)
+    except (RedisUnavailableError, RedisFullError) as exc:
+        # Nothing (or, after a lost reply, possibly the call: its copy is then refused by
+        # the message's dedupe id) was stored; the broker keeps the call until Redis is back.
+        return _store_later(task, args, kwargs, exc)
+    except RedQueueError as exc:
+        return _bury_message(task, args, kwargs, exc)  # it would fail again every time
+    if stored.duplicate and dedupe_id is None:
+        logger.info("%s: by-name call %s was stored already (a copy)", task.name, call_id)
+        if task.redqueue_results:
+            raise Ignore()  # the first copy's call stores its outcome under the id
+        return dict(receipt_dict(stored), id=call_id)
+    # A refused call's result is stored by _after_add when results are on.
+    receipt = task._after_add(stored, None, call_id)
+    if not receipt:
+        logger.info("%s: by-name call %s refused by the structure (counted)", task.name, call_id)
+    if task.redqueue_results:
+        raise Ignore()  # the body's outcome, not this message's, is stored under the id
+    return receipt_dict(receipt)
 
-    #: A message with arguments is stored in the structure (pools, buckets); a stream task's
-    #: structure takes events by publishing, so its by-name calls run the body as before.
-    stores_by_name = True
 
-    if TYPE_CHECKING:  # provided by RedQueueTask and ProducerTask (producing)
-        request: Any
-        name: str
-        app: Any
-        backend: Any
+def _bury_message(task: ProducerTask, args: Any, kwargs: Any, exc: BaseException) -> Any:
+    reason = f"by-name call not stored: {type(exc).__name__}: {exc}"
+    logger.error("%s: %s (dead-lettered)", task.name, reason)
+    try:
+        payload = task.structure.encode([list(args), dict(kwargs)])
+    except Exception:
+        payload = repr((args, kwargs)).encode()
+    try:
+        task.structure.bury_unstored(payload, reason)
+    except (RedisUnavailableError, RedisFullError) as bury_exc:
+        return _store_later(task, args, kwargs, bury_exc)  # buried once Redis is back
+    if task.redqueue_results:
+        from .results import store_failure
 
-        @property
-        def redqueue_results(self) -> bool: ...
+        store_failure(task, task.request.id, RedQueueError(reason))
+        raise Ignore()
+    return {"stored": False, "dead_lettered": True, "error": reason, "id": task.request.id}
 
-        def _prepare(
-            self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
-        ) -> tuple[Any, float, str | None]: ...
-        def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Any: ...
-        def _after_add(self, receipt: Any, routing: Any = None, call_id: str = "") -> Any: ...
 
-        @property
-        def structure(self) -> Any: ...
-
-    def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """A message with arguments (not a direct or eager call of the body)."""
-        if not self.stores_by_name or (not args and not kwargs):
-            return False
-        request = self.request
-        return not request.called_directly and not request.is_eager
-
-    def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Store the call a message carries; what the message's task returns (see module)."""
-        request = self.request
-        call_id = request.id
-        options: dict[str, Any] = {}
-        if request.eta:  # the worker held the message until then; a skewed clock still waits
-            options["eta"] = request.eta
-        if getattr(request, DEDUPE_HEADER, None) is not None:
-            options["dedupe_id"] = getattr(request, DEDUPE_HEADER)
-        try:
-            prepared, delay, dedupe_id = self._prepare(args, kwargs, options, call_id)
-        except (TypeError, ValueError, RedQueueError) as exc:
-            return self._bury_message(args, kwargs, exc)
-        message_dedupe = f"{MESSAGE_DEDUPE_PREFIX}{call_id}"
-        try:
-            stored = self._store(prepared, delay, dedupe_id or message_dedupe)
-        except (RedisUnavailableError, RedisFullError) as exc:
-            # Nothing (or, after a lost reply, possibly the call: its copy is then refused by
-            # the message's dedupe id) was stored; the broker keeps the call until Redis is back.
-            return self._store_later(args, kwargs, exc)
-        except RedQueueError as exc:
-            return self._bury_message(args, kwargs, exc)  # it would fail again every time
-        if stored.duplicate and dedupe_id is None:
-            logger.info("%s: by-name call %s was stored already (a copy)", self.name, call_id)
-            if self.redqueue_results:
-                raise Ignore()  # the first copy's call stores its outcome under the id
-            return dict(receipt_dict(stored), id=call_id)
-        # A refused call's result is stored by _after_add when results are on.
-        receipt = self._after_add(stored, None, call_id)
-        if not receipt:
-            logger.info(
-                "%s: by-name call %s refused by the structure (counted)", self.name, call_id
-            )
-        if self.redqueue_results:
-            raise Ignore()  # the body's outcome, not this message's, is stored under the id
-        return receipt_dict(receipt)
-
-    def _bury_message(self, args: Any, kwargs: Any, exc: BaseException) -> Any:
-        reason = f"by-name call not stored: {type(exc).__name__}: {exc}"
-        logger.error("%s: %s (dead-lettered)", self.name, reason)
-        try:
-            payload = self.structure.encode([list(args), dict(kwargs)])
-        except Exception:
-            payload = repr((args, kwargs)).encode()
-        try:
-            self.structure.bury_unstored(payload, reason)
-        except (RedisUnavailableError, RedisFullError) as bury_exc:
-            return self._store_later(args, kwargs, bury_exc)  # buried once Redis is back
-        if self.redqueue_results:
-            from .results import store_failure
-
-            store_failure(self, self.request.id, RedQueueError(reason))
-            raise Ignore()
-        return {"stored": False, "dead_lettered": True, "error": reason, "id": self.request.id}
-
-    def _store_later(self, args: Any, kwargs: Any, exc: RedQueueError) -> Any:
-        request = self.request
-        attempts = int(getattr(request, STORE_ATTEMPTS_HEADER, 0) or 0) + 1
-        countdown = min(MAX_STORE_BACKOFF, 2.0 ** min(attempts, 10))
-        logger.warning(
-            "%s: by-name call %s not stored (%s); trying again in %.0f s",
-            self.name,
-            request.id,
-            exc,
-            countdown,
-        )
-        headers = {STORE_ATTEMPTS_HEADER: attempts}
-        if getattr(request, DEDUPE_HEADER, None) is not None:
-            headers[DEDUPE_HEADER] = getattr(request, DEDUPE_HEADER)
-        options = dict(exec_options(self), countdown=countdown, headers=headers)
-        try:
-            self.app.send_task(self.name, args, kwargs, task_id=request.id, **options)
-        except Exception as send_exc:
-            # Neither Redis nor the broker takes it: keep this message (returned to its queue).
-            raise Reject(send_exc, requeue=True) from send_exc
-        if self.redqueue_results:
-            raise Ignore()  # the body's outcome is stored under the id once the call is in
-        return {"stored": False, "retry_in": countdown, "error": f"{type(exc).__name__}: {exc}"}
+def _store_later(task: ProducerTask, args: Any, kwargs: Any, exc: RedQueueError) -> Any:
+    request = task.request
+    attempts = int(getattr(request, STORE_ATTEMPTS_HEADER, 0) or 0) + 1
+    countdown = min(MAX_STORE_BACKOFF, 2.0 ** min(attempts, 10))
+    logger.warning(
+        "%s: by-name call %s not stored (%s); trying again in %.0f s",
+        task.name,
+        request.id,
+        exc,
+        countdown,
+    )
+    headers = {STORE_ATTEMPTS_HEADER: attempts}
+    if getattr(request, DEDUPE_HEADER, None) is not None:
+        headers[DEDUPE_HEADER] = getattr(request, DEDUPE_HEADER)
+    options = dict(exec_options(task), countdown=countdown, headers=headers)
+    try:
+        task.app.send_task(task.name, args, kwargs, task_id=request.id, **options)
+    except Exception as send_exc:
+        # Neither Redis nor the broker takes it: keep this message (returned to its queue).
+        raise Reject(send_exc, requeue=True) from send_exc
+    if task.redqueue_results:
+        raise Ignore()  # the body's outcome is stored under the id once the call is in
+    return {"stored": False, "retry_in": countdown, "error": f"{type(exc).__name__}: {exc}"}

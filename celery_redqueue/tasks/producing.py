@@ -24,6 +24,7 @@ from ..errors import InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
 from ..structures.receipts import ReapResult, Receipt
 from ..validation import boolean, function_option, seconds
+from . import by_name
 from .base import RedQueueTask
 from .beat import reaped_count
 from .buffer import CallBuffer, buffered_call, open_buffers
@@ -145,6 +146,17 @@ class ProducerTask(RedQueueTask):
         receipt = self._store(prepared, delay, dedupe_id)
         # 4. Send the drain job the store asked for (now, or when a delayed call is due).
         return self._after_add(receipt, routing, call_id)
+
+    def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """A message with arguments (not a direct or eager call of the body): stored, not run
+        (`by_name`)."""
+        if not args and not kwargs:
+            return False
+        request = self.request
+        return not request.called_directly and not request.is_eager
+
+    def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return by_name.store_by_name(self, args, kwargs)
 
     def _missing_arguments(self) -> str:
         try:

@@ -47,7 +47,6 @@ class StreamTask(RedQueueTask):
     """
 
     redqueue_kind = "stream"
-    stores_by_name = False
 
     #: The stream this task consumes (required).
     stream_name: str | None = None
