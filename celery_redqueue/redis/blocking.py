@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from ..privates import socket_identity
+from .call import is_cluster, slot_master
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,6 @@ BACKSTOP = 0.5
 #: Shortest block in seconds: Redis reads a BLPOP timeout in whole milliseconds, and one that
 #: rounds to 0 would block forever.
 MIN_BLOCK = 0.001
-
-
-def is_cluster(client: Any) -> bool:
-    """True for a Redis Cluster client (keys of several slots cannot share one command)."""
-    return hasattr(client, "get_node_from_key")
-
-
-def slot_master(client: Any, key: Any) -> Any:
-    """The client of the cluster master serving ``key``'s slot, or None when none does."""
-    node = client.get_node_from_key(key)
-    return None if node is None else node.redis_connection
 
 
 def block_limit(client: Any) -> float | None:

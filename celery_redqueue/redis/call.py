@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..errors import ReplyLostError
-from .blocking import is_cluster, slot_master
 from .client import translate_error
 
 if TYPE_CHECKING:
@@ -40,6 +39,19 @@ MAX_SENDS = 5
 
 #: Seconds to wait before sending again when a cluster answers TRYAGAIN or CLUSTERDOWN.
 CLUSTER_WAIT = 0.1
+
+
+# Here, not in blocking.py: every script call asks, and a reader of the call path stays in one
+# module.
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client (keys of several slots cannot share one command)."""
+    return hasattr(client, "get_node_from_key")
+
+
+def slot_master(client: Any, key: Any) -> Any:
+    """The client of the cluster master serving ``key``'s slot, or None when none does."""
+    node = client.get_node_from_key(key)
+    return None if node is None else node.redis_connection
 
 
 class _Lost(Exception):

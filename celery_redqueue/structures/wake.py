@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..redis.blocking import block_pop, is_cluster
+from ..redis.blocking import block_pop
+from ..redis.call import is_cluster
 from ..redis.lua import script
 
 #: Milliseconds a listener stays listed beyond the wait it was armed for (the round trip between the

@@ -293,6 +293,7 @@ class PoolTask(ProducerTask):
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
         per-call results are on or the call is traced); raises, storing nothing."""
+        _, pool, traced = self._in_process()
         if self.typing and not self.pool_batch:
             # Celery's check (a batch body takes the list of calls: its signature says nothing
             # of one call).
@@ -306,7 +307,6 @@ class PoolTask(ProducerTask):
         call = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
-        _, pool, traced = self._in_process()
         if traced:
             from . import tracing  # loaded once tracing is on
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import RedQueueError
-from ..redis.blocking import is_cluster
+from ..redis.call import is_cluster
 from ..redis.keys import StructureKeys
 from ..structures.wake import WakeSignal, listen_any
 
