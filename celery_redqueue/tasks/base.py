@@ -6,6 +6,7 @@ call, and the structure built once per process. Storing calls is `producing`'s; 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -25,7 +26,7 @@ from .composition import ACTIVE, ends_at_task_call, entry_point
 from .config import get_config
 from .handover import handed_over
 from .heartbeat import heartbeat
-from .options import check_drain_options, check_option_names, warn_if_task_cls_dropped
+from .options import DrainSettings, check_option_names, warn_if_task_cls_dropped
 from .retries import StoredRetry
 from .wire import DRAIN_HEADER, REAPER_TASK
 
@@ -67,21 +68,24 @@ class RedQueueTask(Task):  # type: ignore[misc]
     #: The task kind (``"pool"``, ``"bucket"``, ``"stream"``), its options' prefix: set by each
     #: kind's class (annotated only here, so the classes that set it are a class's kinds).
     redqueue_kind: str
-    #: The kind's ``*_results`` option (set per class: it is read on every call).
-    _results_option = ""
+
+    @functools.cached_property
+    def drain_settings(self) -> DrainSettings:
+        """The options every kind with a drain has (``pool_drain_lease``...), read once per
+        task: what the kind-blind code reads."""
+        return DrainSettings.of(self, self.redqueue_kind)
 
     @property
     def redqueue_results(self) -> bool:
         """Per-call results are on (the kind's ``*_results`` option)."""
-        return bool(getattr(self, self._results_option, False))
+        return self.drain_settings.results
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         kind = getattr(cls, "redqueue_kind", "")
-        cls._results_option = f"{kind}_results"
         check_option_names(cls)
         if kind:
-            check_drain_options(cls, kind)
+            DrainSettings.of(cls, kind)  # refuses a bad value at the declaration
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
             cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))
@@ -171,10 +175,6 @@ class RedQueueTask(Task):  # type: ignore[misc]
     def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError  # only reached when _is_by_name_call says so
 
-    def kind_option(self, name: str, default: Any = None) -> Any:
-        """The kind's option ``name``: ``"drain_lease"`` is a pooled task's ``pool_drain_lease``."""
-        return getattr(self, f"{self.redqueue_kind}_{name}", default)
-
     def drain(self) -> DrainSummary:
         """Run stored calls until the structure has none ready or the time budget is spent (the
         kind's `_drain`); returns what it did.
@@ -219,8 +219,8 @@ class RedQueueTask(Task):  # type: ignore[misc]
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 # Each structure's drain runs on a schedule too, as a safety net (None: no row).
-                interval = getattr(cls, f"{getattr(cls, 'redqueue_kind', '')}_drain_interval", None)
-                if interval:
+                kind = getattr(cls, "redqueue_kind", "")
+                if kind and (interval := DrainSettings.of(cls, kind).interval):
                     drain_header = {DRAIN_HEADER: 1}
                     register_beat(
                         app, f"redqueue: drain {cls.name}", interval, cls.name, drain_header
@@ -273,7 +273,8 @@ class RedQueueTask(Task):  # type: ignore[misc]
         run out over the structure's calls, and its work in flight to expire: have this
         process's heartbeat reap the structure every second until both have (plus a margin),
         so that the drain the work needs is sent even with beat off."""
-        window = self.kind_option("visibility_timeout") + self.kind_option("drain_lease")
+        settings = self.drain_settings
+        window = settings.visibility_timeout + settings.lease
         heartbeat().watch(self.structure, self.reap, window + 5.0)
 
     def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:

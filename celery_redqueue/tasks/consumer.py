@@ -66,11 +66,11 @@ def served_tasks(app: Any, names: tuple[str, ...] | None, queues: set[str] | Non
 
 def max_drains_of(task: RedQueueTask) -> int:
     """Most drains of the task's structure at once (a stream group: one)."""
-    return max(1, int(task.kind_option("drain_concurrency", 1) or 1))
+    return task.drain_settings.concurrency
 
 
 def reap_interval(app: Any, served: list[Served]) -> float:
-    timeouts = [float(s.task.kind_option("visibility_timeout")) for s in served]
+    timeouts = [s.task.drain_settings.visibility_timeout for s in served]
     low, high = REAP_BOUNDS
     high = min(high, get_config(app).reaper_interval)
     return max(low, min([t / 2 for t in timeouts] + [high]))

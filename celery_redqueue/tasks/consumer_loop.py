@@ -61,7 +61,7 @@ def listen_seconds(task: Any) -> float:
             return 0.0
     except RedQueueError:
         return 0.0
-    return float(task.kind_option("drain_lease"))
+    return float(task.drain_settings.lease)
 
 
 def run_drain(task_name: str) -> dict[str, Any]:

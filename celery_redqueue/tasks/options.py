@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, RedQueueError
@@ -230,11 +231,46 @@ DRAIN_SECONDS = {
 }
 
 
-def check_drain_options(cls: type, kind: str) -> None:
-    """Refuse bad values of the options every kind with a drain has, named as the user wrote."""
-    optional_seconds(f"{kind}_drain_interval", getattr(cls, f"{kind}_drain_interval"))
-    for name, positive in DRAIN_SECONDS.items():
-        seconds(f"{kind}_{name}", getattr(cls, f"{kind}_{name}"), positive=positive)
+@dataclass(frozen=True)
+class DrainSettings:
+    """The options every kind with a drain has, read from the task's ``<kind>_*`` options and
+    checked once (`of`): what the kind-blind code (the dispatch, the consumer, the watchdog, the
+    results) reads, so that nothing else looks an option up by the kind's name."""
+
+    #: ``<kind>_drain_interval``: seconds between beat's drain jobs (None: no beat row).
+    interval: float | None
+    #: ``<kind>_drain_time_budget``, ``<kind>_drain_lease``, ``<kind>_visibility_timeout``,
+    #: ``<kind>_drain_linger``, ``<kind>_processed_guard``: seconds.
+    time_budget: float
+    lease: float
+    visibility_timeout: float
+    linger: float
+    processed_guard: float
+    #: ``<kind>_drain_concurrency``: most drains of the structure at once (a stream group: 1).
+    concurrency: int
+    #: ``<kind>_results``: per-call results are stored.
+    results: bool
+
+    @classmethod
+    def of(cls, task: Any, kind: str) -> DrainSettings:
+        """Read and check them (`ConfigurationError` names the option as the user wrote it);
+        the one place that reads an option by its kind's name."""
+        values = {
+            name: seconds(f"{kind}_{name}", getattr(task, f"{kind}_{name}"), positive=positive)
+            for name, positive in DRAIN_SECONDS.items()
+        }
+        return cls(
+            interval=optional_seconds(
+                f"{kind}_drain_interval", getattr(task, f"{kind}_drain_interval")
+            ),
+            time_budget=values["drain_time_budget"],
+            lease=values["drain_lease"],
+            visibility_timeout=values["visibility_timeout"],
+            linger=values["drain_linger"],
+            processed_guard=values["processed_guard"],
+            concurrency=max(1, int(getattr(task, f"{kind}_drain_concurrency", 1) or 1)),
+            results=bool(getattr(task, f"{kind}_results", False)),
+        )
 
 
 def check_structure_name(cls: type, option: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from celery import states
 from celery.backends.base import DisabledBackend
@@ -21,6 +21,9 @@ from celery.result import AsyncResult
 
 from ..errors import CallLostError, CallRefusedError
 from ..structures.receipts import Receipt
+
+if TYPE_CHECKING:
+    from .options import DrainSettings
 
 
 class ResultTask(Protocol):
@@ -33,6 +36,9 @@ class ResultTask(Protocol):
 
     @property
     def redqueue_results(self) -> bool: ...
+
+    @property
+    def drain_settings(self) -> DrainSettings: ...
 
 
 logger = logging.getLogger(__name__)
@@ -149,7 +155,7 @@ def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
     """``receipt`` carrying its call's id; a refused call's result is stored at once when
     per-call results are on, and so is that of the call it evicted (nobody waits on its id
     forever)."""
-    results = task.redqueue_results
+    results = task.drain_settings.results
     named = receipt.named(call_id, outcome_reader(task, receipt.kept or receipt.delayed, results))
     if results and receipt.evicted_calls:
         store_lost(
