@@ -1,7 +1,7 @@
 """The Celery glue: task base classes whose calls go into Redis structures, and their decorators.
 
-- `base`: what every redqueue task shares (drain jobs, the ``__call__`` dispatch, retries);
-  `composition`: how it composes with other task bases (Flask, Django, yours)
+- `base`: what every redqueue task shares (drain jobs, retries, the ``__call__`` dispatch that
+  composes with other task bases: Flask, Django, yours)
 - `producing`: the producer path of pools and buckets (storing calls, delays, dedupe);
   `by_name`: a message with arguments, stored as ``.delay()`` would
 - `pool`: [`PoolTask`][celery_redqueue.PoolTask] and ``@pool_task`` (capped pools)

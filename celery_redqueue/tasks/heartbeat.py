@@ -61,8 +61,9 @@ def _parts(structure: Drained, item_id: str | None) -> list[tuple[Renewable, str
     """What holding ``item_id`` of ``structure`` holds: the structure itself, or, for a
     sharded one, each shard's part, renewed as a structure of its own."""
     parts = getattr(structure, "heartbeat_parts", None)
-    if parts is None:
-        return [(cast(Renewable, structure), item_id)]  # a pool or a bucket
+    if parts is None or not getattr(structure, "shards", None):
+        # An unsharded pool or bucket holds itself (read here: the drain asks on every batch).
+        return [(cast(Renewable, structure), item_id)]
     return list(parts(item_id))
 
 
