@@ -69,6 +69,11 @@ def concurrent(self, tenant, i):
     held_slot(self, tenant, i)
 
 
+#: Enough calls that many are left when the test's second process (a few seconds to start on a
+#: busy machine, while 2 bodies of 0.3 s run at a time) raises the key's concurrency.
+ADJUSTABLE_CALLS = 60
+
+
 @app.task(**COMMON, bucket_rate="1000/s", bucket_concurrency=2, name=f"{__name__}.adjustable")
 def adjustable(self, tenant, i):
     held_slot(self, tenant, i)
@@ -132,7 +137,7 @@ CALLS = {
     "pausable": [((tenant, i), {}) for i in range(5) for tenant in ("held", "open")],
     "total": [((tenant, i), {}) for i in range(15) for tenant in ("a", "b", "c")],
     "weighted": [((tenant, i), {}) for i in range(40) for tenant in ("a", "b", "c")],
-    "adjustable": [(("a", i), {}) for i in range(16)],
+    "adjustable": [(("a", i), {}) for i in range(ADJUSTABLE_CALLS)],
     "margined": [(("a", i), {}) for i in range(30)],
     "exact": [(("a", i), {}) for i in range(30)],
 }
