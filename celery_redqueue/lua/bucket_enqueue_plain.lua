@@ -27,7 +27,21 @@
 --#include bucket_at_capacity
 --#include bucket_limits_at
 --#include bucket_plan_drain
+--#include check_keys
 local b = bucket_keys(KEYS, ARGV)
+-- What it reads or writes, before its first read of a key (check_keys.lua: a key of another
+-- type, or a counter it adds to that is not an integer, is CORRUPT and nothing is written).
+check_keys({b.ready, 'zset', b.rates, 'hash', b.items, 'hash', b.heads, 'hash', b.tails, 'hash',
+  b.tat, 'hash', b.ages, 'zset', b.paused, 'zset', b.keystats, 'hash', b.flow, 'hash',
+  b.drains, 'string', b.wake, 'string', b.listening, 'zset', b.signal, 'list'}, b.stats)
+-- The key's own counters it reads or adds to (not every key's: bounded).
+local fields = {b.heads, ARGV[8], b.tails, ARGV[8], b.keystats, (ARGV[8] or '') .. '\0in_flight'}
+for i = 1, ARGV[8] and #fields or 0, 2 do
+  local v = redis.call('HGET', fields[i], fields[i + 1])
+  if v and not string.match(v, '^%-?%d+$') then
+    error(string.format('CORRUPT %s field %q: %q is not an integer', fields[i], fields[i + 1], v), 0)
+  end
+end
 local key, payload, cost_arg = ARGV[8], ARGV[9], ARGV[10] or ''
 if not key or not payload or not b.interval or not b.burst or not b.max_depth then
   return redis.error_reply('ERR bucket_enqueue_plain: bad settings, or no key or payload')
