@@ -15,9 +15,16 @@
 --#include bucket_append
 --#include dead_candidates
 --#include parse_letter
+--#include check_keys
+--#include check_fields
 local b = bucket_keys(KEYS, ARGV)
 local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
+-- Every key it may write (a requeue appends), before its first write (check_keys.lua: a key
+-- of another type or a stats counter that is not an integer is CORRUPT, nothing written).
+check_keys({b.dead, 'list', b.keystats, 'hash', b.items, 'hash', b.heads, 'hash',
+  b.tails, 'hash', b.ready, 'zset', b.ages, 'zset', b.tat, 'hash', b.rates, 'hash',
+  b.paused, 'zset', b.inflight, 'zset', b.drains, 'string', b.wake, 'string'}, b.stats)
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to
 -- requeue, has no key: an unreadable delayed item) stays listed when requeued and is deleted
 -- (counted as one item) when purged.
@@ -31,6 +38,16 @@ for _, entry in ipairs(dead_candidates(b.dead, ARGV, 10, oldest)) do
     parsed[#parsed + 1] = {entry = entry, key = false}
   end
 end
+local fields = {}
+for _, p in ipairs(parsed) do
+  if p.key then
+    local n = #fields
+    fields[n + 1], fields[n + 2] = b.keystats, p.key .. '\0dead'
+    fields[n + 3], fields[n + 4] = b.keystats, p.key .. '\0in_flight'
+    fields[n + 5], fields[n + 6], fields[n + 7], fields[n + 8] = b.heads, p.key, b.tails, p.key
+  end
+end
+check_fields(fields)
 local entries, requeued = {}, 0
 for _, p in ipairs(parsed) do
   if redis.call('LREM', b.dead, 1, p.entry) == 1 then entries[#entries + 1] = p end

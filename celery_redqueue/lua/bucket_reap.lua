@@ -13,10 +13,28 @@
 --#include bucket_bury
 --#include bucket_push_head
 --#include bucket_make_eligible
+--#include check_keys
+--#include check_fields
 local b = bucket_keys(KEYS, ARGV)
 local limit = tonumber(ARGV[8])
 local now = now_ms()
+-- Every key it may write, before its first write (check_keys.lua: a key of another type or a
+-- stats counter that is not an integer is CORRUPT, nothing written).
+check_keys({b.inflight, 'zset', b.res_keys, 'hash', b.res_items, 'hash', b.dead, 'list',
+  b.keystats, 'hash', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.ready, 'zset',
+  b.ages, 'zset', b.tat, 'hash', b.rates, 'hash', b.paused, 'zset', b.scheduled, 'zset',
+  b.drains, 'string', b.wake, 'string'}, b.stats)
 local expired = redis.call('ZRANGEBYSCORE', b.inflight, '-inf', now, 'LIMIT', 0, limit)
+local fields = {}
+for _, key in ipairs(#expired > 0 and redis.call('HMGET', b.res_keys, unpack(expired)) or {}) do
+  if key then
+    local n = #fields
+    fields[n + 1], fields[n + 2] = b.keystats, key .. '\0in_flight'
+    fields[n + 3], fields[n + 4] = b.keystats, key .. '\0dead'
+    fields[n + 5], fields[n + 6], fields[n + 7], fields[n + 8] = b.heads, key, b.tails, key
+  end
+end
+check_fields(fields)
 local returned, buried = 0, 0
 for _, reservation in ipairs(expired) do
   local key, slot = bucket_take_reservation(b, reservation)

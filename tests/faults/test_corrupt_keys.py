@@ -55,7 +55,6 @@ NOT_YET: dict[str, str] = {
     "bucket_settle": _ROOM,
     **dict.fromkeys(
         [
-            "bucket_dead", "bucket_reap",
             "bucket_upkeep",
         ],
         _LATER,
