@@ -22,12 +22,23 @@
 --#include bucket_append
 --#include bucket_plan_drain
 local b = bucket_keys(KEYS, ARGV)
+-- Before its first read (as check_keys.lua checks, in fewer lines): a key of another type than
+-- bucket_keys.lua names, or a counter it reads or adds to that is not an integer (a stats
+-- field; an item's key's head, tail or in_flight), fails it with CORRUPT, nothing written.
+local function corrupt(what, v, want) error('CORRUPT ' .. what .. ' holds ' .. v .. ', not ' .. want, 0) end
+for i, want in ipairs({'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'list', 'string', 'string', 'zset', 'zset', 'zset', 'zset', 'hash', 'zset', 'zset', 'zset', 'hash', 'zset', 'list', 'zset'}) do
+  local kind = KEYS[i] and redis.call('TYPE', KEYS[i]).ok
+  if kind and kind ~= want and kind ~= 'none' then corrupt(KEYS[i], 'a ' .. kind, 'a ' .. want) end
+end
+local fields, stats = {}, redis.call('HGETALL', b.stats)
+for i = 2, #stats, 2 do if not string.match(stats[i], '^%-?%d+$') then corrupt(b.stats .. ' field ' .. stats[i - 1], stats[i], 'an integer') end end
 local window = tonumber(ARGV[8])
 local count = (#ARGV - 8) / 5
 local dedupe = false
 -- Check every item, and the stored rate of every key an item joins now, before writing.
 for i = 9, #ARGV, 5 do
   local delay = tonumber(ARGV[i + 3])
+  for _, f in ipairs({b.heads, ARGV[i], b.tails, ARGV[i], b.keystats, ARGV[i] .. '\0in_flight'}) do fields[#fields + 1] = f end
   if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
   local cost = ARGV[i + 4]
   if cost ~= '' then
@@ -36,15 +47,17 @@ for i = 9, #ARGV, 5 do
     -- A call one period's budget can never cover (a key's own cost rate may be lower than the
     -- bucket's, which the caller checked already).
     if limit > 0 and units > limit then
-      return redis.error_reply('ERR bucket cost ' .. cost .. ' of key ' .. ARGV[i]
-        .. ' exceeds what its cost rate allows in one period (' .. limit .. ')')
+      return redis.error_reply('ERR bucket cost ' .. cost .. ' of key ' .. ARGV[i] .. ' exceeds what its cost rate allows in one period (' .. limit .. ')')
     end
   end
   if delay <= 0 and not select(3, bucket_rate(b, ARGV[i])) then
-    return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i]
-      .. ' is malformed; set it again (set_rate)')
+    return redis.error_reply('ERR the rate stored for bucket key ' .. ARGV[i] .. ' is malformed; set it again (set_rate)')
   end
   if ARGV[i + 2] ~= '' then dedupe = true end
+end
+for i = 1, #fields, 2 do
+  local v = redis.call('HGET', fields[i], fields[i + 1])
+  if v and not string.match(v, '^%-?%d+$') then corrupt(fields[i] .. ' field ' .. fields[i + 1], v, 'an integer') end
 end
 dedupe = dedupe and window > 0
 
@@ -74,17 +87,12 @@ for i = 9, #ARGV, 5 do
     if status == REFUSED then rejected = rejected + 1 else enqueued = enqueued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.
-  if dedupe and dedupe_id ~= '' and status ~= REFUSED and status ~= DUPLICATE then
-    redis.call('ZADD', b.dedupe, now + window, dedupe_id)
-  end
+  if dedupe and dedupe_id ~= '' and status ~= REFUSED and status ~= DUPLICATE then redis.call('ZADD', b.dedupe, now + window, dedupe_id) end
   result[#result + 1] = status
 end
 
 -- One HINCRBY per counter that moved.
-local counts = {enqueued = enqueued, rejected = rejected, duplicates = duplicates, delayed = delayed}
-for field, n in pairs(counts) do
-  if n > 0 then redis.call('HINCRBY', b.stats, field, n) end
-end
+for field, n in pairs({enqueued = enqueued, rejected = rejected, duplicates = duplicates, delayed = delayed}) do if n > 0 then redis.call('HINCRBY', b.stats, field, n) end end
 tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 
 -- One wake mechanism for immediate and delayed items (plan_drain.lua): a key
@@ -92,7 +100,5 @@ tick(b.flow, 'in', enqueued + rejected + duplicates, now)
 -- unless one is scheduled no later.
 -- A listener waiting on the wake signal (wake_listener.lua) is woken and takes the items itself;
 -- for items not due yet its poll answers LATER and it plans their wake-up itself (no job here).
-if not (enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)) then
-  result[1], result[2] = bucket_plan_drain(b, now)
-end
+if not (enqueued + delayed > 0 and wake_listener(b.listening, b.signal, b.lease, now)) then result[1], result[2] = bucket_plan_drain(b, now) end
 return result

@@ -51,7 +51,6 @@ NOT_YET: dict[str, str] = {
     "pool_ack": _ROOM,
     "pool_pop_mixed": _ROOM,
     "bucket_dequeue": _ROOM,
-    "bucket_enqueue": _ROOM,
     "bucket_settle": _ROOM,
     **dict.fromkeys(
         [
