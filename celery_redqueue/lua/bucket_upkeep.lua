@@ -31,10 +31,38 @@
 --#include bucket_take_head
 --#include bucket_bury
 --#include bucket_append
+--#include check_keys
+--#include check_fields
 local b = bucket_keys(KEYS, ARGV)
 local key, guard = ARGV[8] or '', ARGV[9] == '1'
 local now = now_ms()
 local malformed = 0
+-- Every key it may write and the per-key numbers it may add to, before its first write
+-- (check_keys.lua, check_fields.lua: CORRUPT, nothing written).
+check_keys({b.ready, 'zset', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.keystats,
+  'hash', b.dead, 'list', b.done, 'zset', b.releases, 'zset', b.releases_prev, 'zset',
+  b.scheduled, 'zset', b.ages, 'zset', b.tat, 'hash', b.rates, 'hash', b.paused, 'zset',
+  b.inflight, 'zset'}, b.stats)
+local fields = {}
+local function touches(k)
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = b.heads, k, b.tails, k
+  for _, c in ipairs({'processed', 'dead', 'in_flight'}) do
+    fields[#fields + 1], fields[#fields + 2] = b.keystats, k .. '\0' .. c
+  end
+end
+-- Every delayed entry is read before anything is written: Redis keeps the writes of a script
+-- that fails half-way.
+local due = redis.call('ZRANGEBYSCORE', b.scheduled, '-inf', now, 'LIMIT', 0, 100)
+local parsed = {}
+for i, entry in ipairs(due) do
+  -- "id key NUL payload", or "id/cost key NUL payload" for a call with a cost.
+  local id, cost, item_key, payload = string.match(entry, '^(%d+)/?([%d.]*) ([^%z]*)%z(.*)$')
+  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or '')}
+  if id then touches(item_key) end
+end
+if key ~= '' then touches(key) end
+check_fields(fields)
 
 if key ~= '' then
   local head, slot = bucket_head(b, key)
@@ -71,15 +99,6 @@ if current ~= minute then
              'releases_base', receives)
 end
 
--- Every delayed entry is read before anything is written: Redis keeps the writes of a script
--- that fails half-way.
-local due = redis.call('ZRANGEBYSCORE', b.scheduled, '-inf', now, 'LIMIT', 0, 100)
-local parsed = {}
-for i, entry in ipairs(due) do
-  -- "id key NUL payload", or "id/cost key NUL payload" for a call with a cost.
-  local id, cost, item_key, payload = string.match(entry, '^(%d+)/?([%d.]*) ([^%z]*)%z(.*)$')
-  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or '')}
-end
 for i, entry in ipairs(due) do
   redis.call('ZREM', b.scheduled, entry)
   local p = parsed[i]

@@ -46,18 +46,11 @@ _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\w+)\s+(zset|hash|string|list|stre
 #: Scripts not checked yet (see each reason): a problem in an operation that ran one of them is
 #: not counted here. None may be added; take one off when its script checks before it writes.
 _ROOM = "no room under 250 lines as sent yet: needs its checks and a split"
-_LATER = "not converted yet"
 NOT_YET: dict[str, str] = {
     "pool_ack": _ROOM,
     "pool_pop_mixed": _ROOM,
     "bucket_dequeue": _ROOM,
     "bucket_settle": _ROOM,
-    **dict.fromkeys(
-        [
-            "bucket_upkeep",
-        ],
-        _LATER,
-    ),
     # Read-only: a key of the wrong type fails them with WRONGTYPE, nothing written, the key
     # not named yet.
     "read_atomic": "reads only",
