@@ -314,11 +314,14 @@ ADJUSTABLE_CALLS = 60
 def test_set_concurrency_at_runtime_reaches_the_new_limit_and_never_more(
     redqueue_redis, redqueue_prefix, run, spawn_metered, wait_for
 ):
-    # bucket_concurrency=2, bodies of 0.3 s; raised to 3 while they run.
+    # bucket_concurrency=2; raised to 3 while they run. Each body holds its slot until its
+    # phase's limit (2, then 3) has been reached once: a logical wait, so a slow machine delays
+    # the bodies but cannot keep them from overlapping as far as the bucket allows.
     worker_ready(spawn_metered, wait_for)
     run("adjustable")
     seen, done = f"{redqueue_prefix}:running-seen:a", f"{redqueue_prefix}:adjustable"
     wait_for(lambda: redqueue_redis.llen(done) >= 4, timeout=60)
+    redqueue_redis.set(f"{redqueue_prefix}:expect:a", 3)  # bodies from now on wait for 3
     before = redqueue_redis.llen(seen)  # bodies that started before the change
     run("adjustable", "concurrency=3")
     after = redqueue_redis.llen(seen)  # the change is in: bodies from here may run 3 at once
