@@ -45,11 +45,16 @@ local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV
 local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
 local listener, linger, ahead = ARGV[13] or '', ARGV[14] == '1', tonumber(ARGV[15]) or 0
 local now = now_ms()
+-- Before its first read (as check_keys.lua checks, in fewer lines): a key of another type than
+-- bucket_keys.lua names, or a counter it reads or adds to that is not an integer (a stats
+-- field; the key it releases from: its head, tail and in_flight), fails it with CORRUPT.
+for i, want in ipairs({'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'list', 'string', 'string', 'zset', 'zset', 'zset', 'zset', 'hash', 'zset', 'zset', 'zset', 'hash', 'zset', 'list', 'zset'}) do local kind = KEYS[i] and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
+local function integer(h, f) local v = redis.call('HGET', h, f) if v and not string.match(v, '^%-?%d+$') then error('CORRUPT ' .. h .. ' field ' .. f .. ' holds ' .. v .. ', not an integer', 0) end end
+local stats = redis.call('HGETALL', b.stats) for i = 1, #stats, 2 do integer(b.stats, stats[i]) end
 
 local function fmt_ms(ms) return string.format('%.17g', ms) end
 local function reply_taken(key, reservation, payload, receives, deadline, at_ms, fan_out, cost)
-  return {TAKEN, key, reservation, payload, receives, fmt_ms(deadline), fmt_ms(at_ms), fan_out,
-          cost and fmt_ms(cost) or '', fmt_ms(math.max(at_ms - now, 0))}
+  return {TAKEN, key, reservation, payload, receives, fmt_ms(deadline), fmt_ms(at_ms), fan_out, cost and fmt_ms(cost) or '', fmt_ms(math.max(at_ms - now, 0))}
 end
 
 local held = recorded(b.calls, poll_id)
@@ -92,6 +97,7 @@ for _ = 1, 100 do
     return {EMPTY}
   end
   local key, when = top[1], tonumber(top[2])
+  integer(b.heads, key) integer(b.tails, key) integer(b.keystats, key .. '\0in_flight')
   -- Under a total rate the key eligible longest still goes first, when the total allows.
   if b.total_interval > 0 then
     local total = tonumber(redis.call('HGET', b.tat, '\0total') or '0') or 0
@@ -109,26 +115,22 @@ for _ = 1, 100 do
     if due < math.huge then redis.call('ZADD', b.ready, due, key) else redis.call('ZREM', b.ready, key) end
   elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))
-  elseif not receives or (guard and redis.call('ZSCORE', b.done, id))
-      or tonumber(redis.call('HGET', b.stats, 'releases_minute') or '-1') ~= minute then
+  elseif not receives or (guard and redis.call('ZSCORE', b.done, id)) or tonumber(redis.call('HGET', b.stats, 'releases_minute') or '-1') ~= minute then
     -- An unreadable head, one whose body completed already (processed guard), or the first
     -- release of a minute: bucket_upkeep.lua deals with it first.
     return {UPKEEP, key}
   else
     local at_ms = math.max(when, now)
     local remaining = bucket_take_head(b, key, head)
-    local reservation, deadline = bucket_reserve(b, key, id, receives + 1, at, payload, cost,
-                                                 remaining, timeout_ms, at_ms, now)
+    local reservation, deadline = bucket_reserve(b, key, id, receives + 1, at, payload, cost, remaining, timeout_ms, at_ms, now)
     record_call(b.calls, b.calls_at, poll_id, reservation, now)
     -- One drain job per key eligible now, up to the fan-out limit. A key with room for more
     -- calls in flight wants a drain job for each of its calls in flight (this one included:
     -- each job runs one body) and for each free slot its waiting calls can fill (its own rate
     -- may make it wait a moment, which ZCOUNT does not see).
     local limit = bucket_concurrency(b, key)
-    local in_flight = limit > 1 and remaining > 0
-      and tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0')
-    local eligible = redis.call('ZCOUNT', b.ready, '-inf', now)
-      + (in_flight and in_flight + math.min(math.max(limit - in_flight, 0), remaining) or 0)
+    local in_flight = limit > 1 and remaining > 0 and tonumber(redis.call('HGET', b.keystats, key .. '\0in_flight') or '0')
+    local eligible = redis.call('ZCOUNT', b.ready, '-inf', now) + (in_flight and in_flight + math.min(math.max(limit - in_flight, 0), remaining) or 0)
     local fan_out = claim_drain(b.drains, b.lease, max_drains, eligible)
     return reply_taken(key, reservation, payload, receives + 1, deadline, at_ms, fan_out, cost)
   end
