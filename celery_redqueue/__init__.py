@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
     from .tasks.lease import LeaseTask, lease_task, resource_pool
     from .tasks.stream import publish
+    from .tasks.unique import unique
 
 __version__ = "0.2.0.dev0"
 
@@ -122,6 +123,7 @@ _LAZY: dict[str, str] = {
     "resource_pool": ".tasks.lease",
     "UniqueLocks": ".structures.unique",
     "UniqueStats": ".structures.unique",
+    "unique": ".tasks.unique",
     "publish": ".tasks.stream",
 }
 
@@ -189,6 +191,7 @@ __all__ = [
     "resource_pool",
     "retry_after",
     "stream_task",
+    "unique",
 ]
 
 

@@ -1,0 +1,226 @@
+"""Celery glue for unique locks: `unique(...)` keeps at most one call per key of any Celery task
+queued or running (docs/unique.md).
+
+Modes:
+
+* ``queued``: the call site takes the key (``apply_async`` raises
+  [`UniqueLockedError`][celery_redqueue.UniqueLockedError] naming the holder while another call
+  of that key waits in the queue); the worker gives it back when the body starts.
+* ``running``: the worker takes the key when the body starts and gives it back when the body
+  ends; a call whose body would start while another of the key runs fails with
+  ``UniqueLockedError`` (its body does not run).
+* ``until_done``: the call site takes the key and the worker keeps it until the body ends
+  (success or failure); a retry keeps it for the retry's message. A redelivered message (acks
+  late, its worker died) takes the key over once the dead delivery's lease ran out.
+
+While a body runs its lock is renewed every ``ttl / 3`` seconds by a
+[`LeaseKeeper`][celery_redqueue.LeaseKeeper]; a worker killed in the body stops renewing, so the
+key is free ``ttl`` seconds later at most. Releases carry the lease's token: a holder that lost
+its lock never releases the next holder's.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from celery.exceptions import Retry
+
+from ..errors import ConfigurationError, RedQueueError, UniqueLockedError
+from ..structures.lease_keeper import LeaseKeeper
+from ..structures.unique import QUEUED, RUNNING, Refused, UniqueLocks
+from ..validation import seconds
+from .config import get_config
+
+logger = logging.getLogger(__name__)
+
+#: The modes of `unique`.
+MODES = ("queued", "running", "until_done")
+
+_tables_lock = threading.Lock()
+_tables: dict[tuple[int, int, str], UniqueLocks] = {}
+
+KeyFunction = Callable[..., str]
+
+
+def unique_locks(app: Any, name: str) -> UniqueLocks:
+    """The app's lock table called ``name`` (the glue uses the task name); one object per
+    process."""
+    slot = (os.getpid(), id(app), name)
+    with _tables_lock:
+        table = _tables.get(slot)
+        if table is None:
+            config = get_config(app)
+            table = _tables[slot] = UniqueLocks(config.client(), name, prefix=config.key_prefix)
+        return table
+
+
+def unique(
+    task: Any = None,
+    *,
+    key: KeyFunction | Sequence[str] | None = None,
+    mode: str = "until_done",
+    ttl: float = 10.0,
+) -> Any:
+    """Decorator: at most one call per key of a Celery task (any task: ``@app.task`` too).
+
+    Put it above the task decorator. ``key`` is a function of the call's arguments returning
+    the key, or the names of the arguments that make it (default: all of them); ``mode`` is
+    ``queued``, ``running`` or ``until_done``; ``ttl`` the lease in seconds, renewed while the
+    body runs. A refused duplicate raises `UniqueLockedError` (``.holder`` is the task id of the
+    call that holds the key): at the call site in ``queued`` and ``until_done``, as the call's
+    result in ``running``.
+
+    Example:
+
+        @unique(key=["account"], mode="until_done", ttl=30)
+        @app.task
+        def rebuild_index(account):
+            ...
+    """
+    if mode not in MODES:
+        raise ConfigurationError(f"unique: mode must be one of {MODES}, got {mode!r}")
+    lease_ttl = seconds("ttl", ttl, positive=True)
+    if (key is not None and not callable(key)) and (
+        isinstance(key, str) or not all(isinstance(n, str) for n in key)
+    ):
+        raise ConfigurationError(f"unique: key must be a function or argument names: {key!r}")
+
+    def decorate(task: Any) -> Any:
+        _Unique(task, key, mode, lease_ttl).install()
+        return task
+
+    return decorate if task is None else decorate(task)
+
+
+class _Unique:
+    def __init__(self, task: Any, key: Any, mode: str, ttl: float) -> None:
+        self.task = task
+        self.key = key
+        self.mode = mode
+        self.ttl = ttl
+        self.run = task.run
+        self.apply_async = task.apply_async
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(self.run)
+        except (TypeError, ValueError):
+            self.signature = None
+        self.who = f"{socket.gethostname()}:{os.getpid()}"
+
+    def install(self) -> None:
+        task = self.task
+        task.unique_mode = self.mode
+        task.unique_ttl = self.ttl
+        task.unique_key = self.key_of
+        task.unique_locks = functools.partial(unique_locks, task.app, task.name)
+        task.apply_async = self.call_site
+        body = self.body
+
+        @functools.wraps(self.run)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return body(*args, **kwargs)
+
+        task.run = run
+
+    def locks(self) -> UniqueLocks:
+        return unique_locks(self.task.app, self.task.name)
+
+    def key_of(self, *args: Any, **kwargs: Any) -> str:
+        """The lock key of a call with these arguments."""
+        if callable(self.key):
+            return str(self.key(*args, **kwargs))
+        if self.signature is not None:
+            bound = self.signature.bind_partial(*args, **kwargs)
+            values = dict(bound.arguments)
+        else:
+            values = {str(n): v for n, v in enumerate(args)} | kwargs
+        names = list(self.key) if self.key is not None else list(values)
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ConfigurationError(f"{self.task.name}: unique key arguments missing: {missing}")
+        return ",".join(f"{n}={values[n]!r}" for n in names) or "-"
+
+    def call_site(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        if self.mode == RUNNING or (options.get("task_id") and options.get("retries")):
+            return self.apply_async(args, kwargs, **options)
+        key = self.key_of(*(args or ()), **(kwargs or {}))
+        task_id = options.get("task_id") or _new_id()
+        options["task_id"] = task_id
+        countdown = float(options.get("countdown") or 0)
+        got = self.locks().acquire(
+            key, task_id=task_id, token=task_id, ttl=self.ttl + countdown, who=self.who,
+            phase=QUEUED,
+        )  # fmt: skip
+        if isinstance(got, Refused):
+            raise _refused(self.task.name, got)
+        try:
+            return self.apply_async(args, kwargs, **options)
+        except BaseException:
+            self.locks().release_queued(key, task_id)
+            raise
+
+    def body(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.task.request
+        if request.called_directly or (request.is_eager and not request.id):
+            return self.run(*args, **kwargs)
+        key = self.key_of(*args, **kwargs)
+        locks = self.locks()
+        task_id = request.id
+        if self.mode == QUEUED:
+            locks.release_queued(key, task_id)
+            return self.run(*args, **kwargs)
+        got = locks.acquire(
+            key, task_id=task_id, ttl=self.ttl, who=self.who, phase=RUNNING,
+            claim=self.mode == "until_done",
+        )  # fmt: skip
+        if isinstance(got, Refused):
+            if got.holder == task_id and self.mode == "until_done":
+                # An earlier delivery of this very message holds it: it died (or still runs);
+                # come back once its lease ran out, and take the key over then.
+                wait = max(got.expires_at - datetime.now(timezone.utc).timestamp(), 0) + 1
+                raise self.task.retry(countdown=wait, max_retries=None)
+            raise _refused(self.task.name, got)
+        keeper = LeaseKeeper(locks, got, self.ttl)
+        keeper.start()
+        hand_back: tuple[str, float] | None = None
+        try:
+            return self.run(*args, **kwargs)
+        except Retry as exc:
+            if self.mode == "until_done":
+                hand_back = (task_id, self.ttl + _countdown(exc))
+            raise
+        finally:
+            lease = keeper.stop()
+            try:
+                if not locks.release(lease, hand_back=hand_back):
+                    logger.warning("%s: unique key %r was lost before release", self.task.name, key)
+            except RedQueueError:
+                logger.exception("%s: releasing unique key %r failed", self.task.name, key)
+
+
+def _countdown(exc: Retry) -> float:
+    when = exc.when
+    if isinstance(when, datetime):
+        return max((when - datetime.now(when.tzinfo or timezone.utc)).total_seconds(), 0.0)
+    return float(when or 0)
+
+
+def _refused(name: str, refused: Refused) -> UniqueLockedError:
+    return UniqueLockedError(
+        f"{name}: unique key {refused.key!r} is held by task {refused.holder}",
+        refused.key,
+        refused.holder,
+    )
+
+
+def _new_id() -> str:
+    from uuid import uuid4
+
+    return str(uuid4())
