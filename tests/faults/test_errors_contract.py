@@ -150,7 +150,9 @@ def test_redis_refusing_a_command_is_a_redqueue_error(redqueue_redis, redqueue_p
     for call in (lambda: pool.add(2), pool.stats, lambda: bucket.enqueue("k", 2), bucket.stats):
         with pytest.raises(errors.RedQueueError) as raised:
             call()
-        assert "WRONGTYPE" in str(raised.value)
+        # Redis's own WRONGTYPE, or a script's check before its first write naming the key.
+        text = str(raised.value)
+        assert "WRONGTYPE" in text or f"{part} holds a string, not a hash" in text, text
         assert isinstance(raised.value.__cause__, redis.exceptions.ResponseError)
 
 
