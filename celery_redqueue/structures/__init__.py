@@ -5,7 +5,7 @@
 - `pool`: [`CappedPool`][celery_redqueue.CappedPool], a bounded pool that sheds load and counts it
   (with what it hands back, its replies, gathering and its sharding)
 - `bucket`: [`LeakyBucket`][celery_redqueue.LeakyBucket], per-key rate-limited queues
-  (`bucket_types`)
+  (its values: results, reservations, rates and limits in `bucket_types`)
 - `sharding`: a pool or bucket with ``shards=N``, one logical structure over N hash tags (so over
   the nodes of a cluster), and the routing verbs its methods carry
 - `streams`: [`EventStream`][celery_redqueue.EventStream], a capped log each consumer group reads at

@@ -35,37 +35,43 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..redis.client import redis_errors
+from ..errors import ConfigurationError, InvalidArgumentError
+from ..redis.client import redis_errors, server_time
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import EMPTY, LATER, UPKEEP
+from ..redis.lua import EMPTY, LATER, UPKEEP, read_atomic
 from ..redis.serializers import Serializer
 from ..validation import seconds
 from . import sharding
 from .base import DRAIN_LEASE, decode_ids
-from .bucket_limits import BucketLimits, KeyLoad, Limits
-from .bucket_producer import ENQUEUE_CHUNK, BucketProducer, _cost_arg
 from .bucket_types import (
+    _MINUTE_FIELDS,
     _QUIET_RESULTS,
     OVERFLOWS,
     BucketStats,
     Dequeued,
     EncodedCall,
+    KeyLoad,
     KeyStats,
+    Limits,
     Reservation,
     _check_burst,
     _check_key,
+    _cost_arg,
     _enqueue_result,
+    _last_minute,
     parse_rate,
+    rate_budget,
     spaced_interval,
     validate_bucket_options,
 )
 from .figures import parse_counters, unfold
+from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
 from .sharded import Sharded
 from .wake import listen_ms, listener_id
@@ -73,7 +79,6 @@ from .wake import listen_ms, listener_id
 __all__ = [
     "ENQUEUE_CHUNK",
     "OVERFLOWS",
-    "BucketProducer",
     "BucketStats",
     "Dequeued",
     "KeyLoad",
@@ -96,6 +101,8 @@ PARTS = (
     "calls_at", "signal", "listening",
 )
 # fmt: on
+#: Items one enqueue_many round trip carries.
+ENQUEUE_CHUNK = 1000
 FULL = 3  # bucket_enqueue_plain: the item's key is full, nothing stored (lua/bucket_statuses.lua)
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
@@ -109,7 +116,7 @@ logger = logging.getLogger(__name__)
 AHEAD = 0.02
 
 
-class LeakyBucket(Sharded, BucketProducer, BucketLimits):
+class LeakyBucket(Sharded):
     """A per-key leaky bucket; see the module docstring."""
 
     kind = "bucket"
@@ -122,6 +129,10 @@ class LeakyBucket(Sharded, BucketProducer, BucketLimits):
     dead_script = "bucket_dead"
     unstored_counters = ("enqueued", "dead")
     keyed_letters = True
+    store_chunk = ENQUEUE_CHUNK
+    #: Called when an action here (resume, set_concurrency) needs a drain job; the task glue
+    #: sets it.
+    drain_sender: Callable[[], object] | None = None
 
     def __init__(
         self,
@@ -162,8 +173,8 @@ class LeakyBucket(Sharded, BucketProducer, BucketLimits):
             overflow=overflow,
             max_drains=max_drains,
         )
-        # Concurrency, costs and the total rate (bucket_limits.py); each shard meters its share
-        # of the total in its own scripts, so a release costs no extra round trip.
+        # Concurrency, costs and the total rate (Limits, bucket_types.py); each shard meters
+        # its share of the total in its own scripts, so a release costs no extra round trip.
         limit_options: dict[str, Any] = {
             "concurrency": concurrency,
             "cost_rate": cost_rate,
@@ -238,6 +249,46 @@ class LeakyBucket(Sharded, BucketProducer, BucketLimits):
 
     # Producing
 
+    # Producing
+
+    def encoded_call(self, key: str, payload: Any, cost: float | None = None) -> EncodedCall:
+        """A call checked and encoded for ``store_encoded``: ``(key, data)``, or
+        ``(key, data, cost)`` on a bucket with a cost rate (InvalidArgumentError for a cost no
+        period can allow, or a cost on a bucket without a cost rate)."""
+        if cost is None:
+            return (_check_key(key), self.encode(payload))
+        if not self.limits.cost_interval_ms:
+            raise InvalidArgumentError("a call's cost needs a bucket with a cost_rate")
+        return (_check_key(key), self.encode(payload), self.limits.check_cost(cost))
+
+    def enqueue(
+        self,
+        key: str,
+        payload: Any,
+        *,
+        delay: float = 0.0,
+        dedupe_id: str | None = None,
+        cost: float | None = None,
+    ) -> Receipt:
+        """Append ``payload`` to ``key``'s queue; one round trip.
+
+        ``delay`` holds the item for that many seconds before it joins its key's queue (its
+        reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
+        the same id was seen within ``dedupe_window``; ``cost``: its units, on a bucket with a
+        ``cost_rate`` (1 when not given).
+        """
+        encoded = [self.encoded_call(key, payload, cost)]
+        return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
+
+    def enqueue_many(
+        self, items: Iterable[tuple[str, Any] | tuple[str, Any, float]], *, delay: float = 0.0
+    ) -> list[Receipt]:
+        """Append many ``(key, payload)`` pairs (or ``(key, payload, cost)``); every one is
+        checked before any is stored."""
+        encoded = [self.encoded_call(*item) for item in items]
+        store = self.store_encoded
+        return in_chunks(lambda chunk: store(chunk, delay=delay), encoded, self.store_chunk)
+
     @sharding.spread(sharding.call_shard)
     def store_encoded(
         self,
@@ -281,6 +332,200 @@ class LeakyBucket(Sharded, BucketProducer, BucketLimits):
         return _QUIET_RESULTS[int(status)]
 
     # Consuming
+
+    # Metered APIs: costs, weights, concurrency, pauses, noisy-neighbour figures
+
+    @sharding.on_key
+    def set_cost_rate(self, key: str, rate: str | float, burst: float | None = None) -> None:
+        """Give a key a cost budget of its own (``"40000/m"``), seen by every process; the
+        bucket needs a ``cost_rate`` of its own for costs to be metered at all."""
+        if not self.limits.cost_interval_ms:
+            raise ConfigurationError("set_cost_rate needs a bucket with a cost_rate")
+        _, per_period = rate_budget(rate)
+        interval = spaced_interval(rate, self.limits.margin)
+        burst = self.limits.cost_burst if burst is None else burst
+        _check_burst(burst)
+        spec = f"{interval!r} {float(burst)!r} {per_period + float(burst)!r}"
+        with redis_errors("setting a cost rate"):
+            self.client.hset(self.keys("rates"), f"{_check_key(key)}\0cost", spec)
+
+    @sharding.on_key
+    def set_weight(self, key: str, weight: float | None) -> None:
+        """Give ``key`` a share of releases under contention (a total rate, or fewer drain jobs
+        than busy keys) in proportion to ``weight``: a number >= 1, where every other key has 1
+        (None: 1 again). Deficit round robin: the key releases ``weight`` calls a turn where a
+        key of weight 1 releases one, each still within its own limits; a fraction carries over
+        to its next turn. Takes effect at its next release, for every process."""
+        if weight is not None and (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not 1 <= weight < math.inf
+        ):
+            raise ConfigurationError(f"a weight is a finite number >= 1 (or None), got {weight!r}")
+        key = _check_key(key)
+        with redis_errors("setting a weight"):
+            if weight is None:
+                self.client.hdel(self.keys("rates"), f"{key}\0weight")
+            else:
+                self.client.hset(self.keys("rates"), f"{key}\0weight", repr(float(weight)))
+
+    @sharding.on_key
+    def set_concurrency(self, key: str, limit: int | None) -> bool:
+        """Set how many calls of ``key`` may be in flight at once across all workers, at runtime
+        (None: the bucket's own ``concurrency`` again), as BullMQ Pro's setGroupConcurrency.
+        Raised, the key's waiting calls may go at once (a drain job is sent through
+        `drain_sender`); lowered, calls in flight finish and the key releases none until it is
+        under the limit. Returns whether the limit changed."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ConfigurationError(f"a concurrency is an integer >= 1 (or None), got {limit!r}")
+        if self.limits.concurrency == 1 and self.ordered:
+            raise ConfigurationError(
+                "set_concurrency on an ordered bucket: its keys release one call at a time to "
+                "keep their order"
+            )
+        drains = self.max_drains
+        if limit is not None and limit > drains:
+            raise ConfigurationError(
+                f"set_concurrency({key!r}, {limit}): the bucket runs at most {drains} drain "
+                f"jobs at once (bucket_drain_concurrency), each one body at a time, so the key "
+                f"could never have {limit} in flight; raise bucket_drain_concurrency first"
+            )
+        args = [_check_key(key), "" if limit is None else str(limit)]
+        changed, send = self._run("bucket_set_concurrency", args)
+        if send and self.drain_sender is not None:
+            self.drain_sender()
+        return bool(changed)
+
+    @sharding.on_key
+    def pause(self, key: str, seconds: float | None = None) -> bool:
+        """Release nothing of ``key`` for ``seconds`` (None: until `resume()`), in every
+        process; the key keeps accepting calls. A pause never shortens a longer one. Returns
+        whether the pause changed."""
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0
+        ):
+            raise ConfigurationError(f"a pause lasts > 0 seconds (or None), got {seconds!r}")
+        ms = "" if seconds is None else repr(float(seconds) * 1000.0)
+        changed, _ = self._run("bucket_pause", ["pause", _check_key(key), ms])
+        return bool(changed)
+
+    @sharding.on_key
+    def resume(self, key: str) -> bool:
+        """End a key's pause (by hand or a backoff); False when it was not paused. Sends a drain
+        job through `drain_sender` when the key has work and none is running."""
+        changed, send = self._run("bucket_pause", ["resume", _check_key(key), ""])
+        if send and self.drain_sender is not None:
+            self.drain_sender()
+        return bool(changed)
+
+    @sharding.ranked(lambda row: (row[1], row[0]))
+    def paused(self, limit: int = 100) -> list[tuple[str, float]]:
+        """Keys paused now and until when (server seconds; ``inf``: until resumed), soonest
+        first, at most ``limit``."""
+        now = self._server_now()
+        with redis_errors(f"reading pauses of {self.keys.base}"):
+            rows = self.client.zrangebyscore(
+                self.keys("paused"), now * 1000.0, "+inf", start=0, num=limit, withscores=True
+            )
+        return [(name.decode(), float(score) / 1000.0) for name, score in rows]
+
+    @sharding.on_every(sum)
+    def paused_count(self) -> int:
+        """How many keys are paused now (one number for metrics, whatever the keys)."""
+        now = self._server_now()
+        with redis_errors(f"reading pauses of {self.keys.base}"):
+            return int(self.client.zcount(self.keys("paused"), now * 1000.0, "+inf"))
+
+    @sharding.ranked(lambda row: (-row.releases, row.key))  # a share is of its shard's releases
+    def busiest(self, top: int = 10) -> list[KeyLoad]:
+        """The keys with the most releases over about the last minute (this minute's count and
+        the previous minute's, weighted by how much of it is still inside the last 60 s)."""
+        now = self._server_now()
+        with redis_errors(f"reading releases of {self.keys.base}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrevrange(self.keys("releases"), 0, top - 1, withscores=True)
+            pipe.zrevrange(self.keys("releases_prev"), 0, top - 1, withscores=True)
+            pipe.hmget(self.keys("stats"), _MINUTE_FIELDS)
+            current, previous, totals = pipe.execute()
+        loads = _last_minute(
+            now,
+            [(n.decode(), float(v)) for n, v in current],
+            [(n.decode(), float(v)) for n, v in previous],
+            totals,
+        )
+        rows = sorted(loads.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
+        return [KeyLoad(k, n, share) for k, (n, share) in rows]
+
+    @sharding.on_key
+    def key_stats(self, key: str) -> KeyStats:
+        """One key's figures in one read-only script (consistent, and works at maxmemory): its
+        queue, rate and in-flight calls, its pause and backoffs, its cost budget, its oldest
+        waiting call and its share of the last minute's releases."""
+        _check_key(key)
+        now = self._server_now()
+        fields = [f"{key}\0{c}" for c in ("in_flight", "processed", "dead", "backoffs")]
+        with redis_errors(f"reading stats of {self.keys.base}"):
+            head, tail, counters, ready, rates, paused, age, cur, prev, totals = read_atomic(
+                self.client,
+                [
+                    ("HGET", self.keys("heads"), (key,)),
+                    ("HGET", self.keys("tails"), (key,)),
+                    ("HMGET", self.keys("keystats"), fields),
+                    ("ZSCORE", self.keys("ready"), (key,)),
+                    ("HMGET", self.keys("rates"), (key, f"{key}\0cost")),
+                    ("ZSCORE", self.keys("paused"), (key,)),
+                    ("ZSCORE", self.keys("ages"), (key,)),
+                    ("ZSCORE", self.keys("releases"), (key,)),
+                    ("ZSCORE", self.keys("releases_prev"), (key,)),
+                    ("HMGET", self.keys("stats"), _MINUTE_FIELDS),
+                ],
+            )
+        in_flight, processed, dead, backoffs = (int(c or 0) for c in counters)
+        rate, cost_rate = rates
+        if rate:
+            interval_ms, burst = (float(x) for x in rate.split())
+        else:
+            interval_ms, burst = self.default_interval_ms, self.default_burst
+        cost_interval, cost_burst = self.limits.cost_interval_ms, self.limits.cost_burst
+        if cost_rate and cost_interval:
+            cost_interval, cost_burst = (float(x) for x in cost_rate.split()[:2])
+        till = None if paused is None else float(paused) / 1000.0
+        releases, share = _last_minute(
+            now, [(key, float(cur or 0))], [(key, float(prev or 0))], totals
+        ).get(key, (0.0, 0.0))
+        depth = int(tail or 0) - int(head or 0)
+        return KeyStats(
+            key=key,
+            depth=depth,
+            in_flight=in_flight,
+            processed=processed,
+            dead=dead,
+            next_eligible=None if ready is None else float(ready) / 1000.0,
+            interval=interval_ms / 1000.0,
+            burst=burst,
+            paused_until=till if till is not None and till > now else None,
+            backoffs=backoffs,
+            oldest_age=round(now - float(age) / 1000.0, 3) if age and depth > 0 else None,
+            releases_last_minute=releases,
+            release_share=share,
+            cost_interval=cost_interval or None,
+            cost_burst=cost_burst,
+        )
+
+    @sharding.ranked(lambda row: (-(row.oldest_age or 0), row.key))
+    def longest_waiting(self, top: int = 10) -> list[KeyLoad]:
+        """The keys whose oldest waiting call has waited longest (the ages index: bounded)."""
+        now = self._server_now()
+        with redis_errors(f"reading ages of {self.keys.base}"):
+            rows = self.client.zrange(self.keys("ages"), 0, top - 1, withscores=True)
+        return [KeyLoad(n.decode(), 0.0, 0.0, round(now - s / 1000.0, 3)) for n, s in rows]
+
+    def _server_now(self) -> float:
+        """The Redis server's clock (seconds): every figure is measured against it."""
+        with redis_errors("reading the server clock"):
+            return server_time(self.client)
 
     @sharding.swept(sharding.has_reservation, sharding.merge_dequeue)
     def dequeue(

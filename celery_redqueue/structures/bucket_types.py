@@ -1,15 +1,16 @@
 """What a LeakyBucket hands back (results, reservations, figures) and how its options are read
-(rates, keys, option checks shared with BucketTask). Re-exported by `bucket`."""
+(rates, keys, limits for metered APIs, option checks shared with BucketTask). Values only: the
+operations are all in `bucket`, which re-exports these."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError, ReservationError
+from ..errors import ConfigurationError, InvalidArgumentError, ReservationError
 from ..validation import one_of, positive_int, seconds
 from .receipts import QueueCounters, Receipt
 
@@ -234,3 +235,176 @@ def _enqueue_result(
 #: The result of each status when the item asks for no drain job: results are frozen, so the
 #: producer path hands out these instead of building one per item.
 _QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)")
+
+
+def rate_budget(rate: str | float, option: str = "rate") -> tuple[float, float]:
+    """``(interval ms per unit, units per period)`` of a rate: ``"90000/m"`` is 90,000 units a
+    minute, so one call may cost at most 90,000 (plus the burst)."""
+    try:
+        interval = parse_rate(rate)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{option}: {exc}") from None
+    if isinstance(rate, str):
+        match = _COUNT.match(rate)
+        assert match is not None  # parse_rate accepted it
+        return interval, float(match.group(1))
+    return interval, float(rate)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits a bucket passes to its scripts (ARGV[3], ``lua/bucket_keys.lua``)."""
+
+    #: Most calls of one key in flight at once (0: no limit; 1: an ordered bucket).
+    concurrency: int = 0
+    #: Milliseconds per unit of cost (0: calls have no cost), burst in units, largest cost.
+    cost_interval_ms: float = 0.0
+    cost_burst: float = 0.0
+    cost_max: float = 0.0
+    #: Milliseconds between releases over all keys (0: no total rate), and its burst.
+    total_interval_ms: float = 0.0
+    total_burst: float = 0.0
+    #: Seconds added to every rate's period (bucket_margin): the jitter between release and
+    #: arrival at the upstream that the schedules absorb. The intervals above include it.
+    margin: float = 0.0
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        ordered: bool,
+        concurrency: int | None,
+        cost_rate: str | float | None,
+        cost_burst: float,
+        total_rate: str | float | None,
+        total_burst: float,
+        margin: float = 0.0,
+        names: Callable[[str, str], str] = lambda name, default: default,
+    ) -> Limits:
+        """Check the options (``names`` gives the caller's name of each) and build them."""
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ConfigurationError(
+                f"{names('concurrency', 'concurrency')} must be an integer >= 1 or None, "
+                f"got {concurrency!r}"
+            )
+        if ordered and concurrency not in (None, 1):
+            raise ConfigurationError(
+                f"{names('ordered', 'ordered')} is {names('concurrency', 'concurrency')}=1 with "
+                f"order; it cannot be combined with {concurrency}"
+            )
+        _check_burst(cost_burst, names("cost_burst", "cost_burst"))
+        _check_burst(total_burst, names("total_burst", "total_burst"))
+        margin = seconds(names("margin", "margin"), margin)
+        cost_interval = cost_max = total_interval = 0.0
+        if cost_rate is not None:
+            cost_interval, per_period = rate_budget(cost_rate, names("cost_rate", "cost_rate"))
+            cost_max = per_period + float(cost_burst)
+            cost_interval = spaced_interval(cost_rate, margin)
+        if total_rate is not None:
+            rate_budget(total_rate, names("total_rate", "total_rate"))
+            total_interval = spaced_interval(total_rate, margin)
+        return cls(
+            concurrency=1 if ordered else concurrency or 0,
+            cost_interval_ms=cost_interval,
+            cost_burst=float(cost_burst),
+            cost_max=cost_max,
+            total_interval_ms=total_interval,
+            total_burst=float(total_burst),
+            margin=margin,
+        )
+
+    def spec(self) -> str:
+        """ARGV[3]: the concurrency alone when nothing else is set (what an ordered flag was)."""
+        if not (self.cost_interval_ms or self.total_interval_ms):
+            return str(self.concurrency)
+        parts = (
+            self.cost_interval_ms,
+            self.cost_burst,
+            self.cost_max,
+            self.total_interval_ms,
+            self.total_burst,
+        )
+        return " ".join([str(self.concurrency), *(repr(float(p)) for p in parts)])
+
+    def share(self, shards: int) -> Limits:
+        """One shard's limits when a bucket is spread over ``shards``: the total rate and its
+        burst are split evenly (each shard meters its part alone, with no extra round trip)."""
+        if not self.total_interval_ms or shards <= 1:
+            return self
+        return Limits(
+            self.concurrency,
+            self.cost_interval_ms,
+            self.cost_burst,
+            self.cost_max,
+            self.total_interval_ms * shards,
+            self.total_burst / shards,
+            self.margin,
+        )
+
+    def check_cost(self, cost: Any, where: str = "bucket", *, reported: bool = False) -> float:
+        """A call's cost, checked: a number >= 0 that one period's budget can cover (a reported
+        cost is what happened: any number >= 0)."""
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0:
+            raise InvalidArgumentError(f"{where}: a cost must be a number >= 0, got {cost!r}")
+        if not math.isfinite(cost):
+            raise InvalidArgumentError(f"{where}: a cost must be finite, got {cost!r}")
+        if self.cost_max and cost > self.cost_max and not reported:
+            raise InvalidArgumentError(
+                f"{where}: a call costing {cost:g} can never be released: the cost rate allows "
+                f"{self.cost_max:g} units in one period (burst included)"
+            )
+        return float(cost)
+
+
+#: The bucket's release counters the scripts keep (bucket_reserve.lua counts them,
+#: bucket_upkeep.lua rolls the minute): this minute's releases are the receives since
+#: ``releases_base``.
+_MINUTE_FIELDS = ("releases_minute", "receives", "releases_base", "releases_prev")
+
+
+def _last_minute(
+    now: float,
+    current: list[tuple[str, float]],
+    previous: list[tuple[str, float]],
+    totals: list[Any],
+) -> dict[str, tuple[float, float]]:
+    """Releases over about the last minute per key, and their share of the bucket's: this
+    minute's count plus the previous minute's weighted by the part of it still inside the last
+    60 s. The scripts roll the counters only on a release, so the stored "current" minute may be
+    the previous one (or older: then nothing counts)."""
+    minute, receives, base, total_prev = (float(t or 0) for t in totals)
+    total_now = receives - base
+    this_minute = now // 60
+    if totals[0] is None or minute < this_minute - 1:
+        return {}
+    if minute < this_minute:  # nothing released yet this minute
+        current, previous, total_now, total_prev = [], current, 0.0, total_now
+    weight = 1.0 - (now % 60.0) / 60.0
+    counts: dict[str, float] = {}
+    for name, n in current:
+        counts[name] = counts.get(name, 0.0) + n
+    for name, n in previous:
+        counts[name] = counts.get(name, 0.0) + n * weight
+    total = total_now + total_prev * weight
+    return {k: (round(n, 3), round(n / total, 4) if total else 0.0) for k, n in counts.items()}
+
+
+@dataclass(frozen=True)
+class KeyLoad:
+    """One row of the noisy-neighbour figures: a key, its releases over about the last minute
+    and their share of the bucket's, and the age of its oldest waiting call."""
+
+    key: str
+    releases: float
+    share: float
+    oldest_age: float | None = None
+
+
+def _cost_arg(call: EncodedCall) -> str:
+    """The cost a script receives for a call: '' when it has none."""
+    return repr(call[2]) if len(call) > 2 and call[2] is not None else ""

@@ -1,7 +1,7 @@
 """BucketTask's options for metered APIs (``bucket_cost``, ``bucket_cost_rate``,
 ``bucket_total_rate``, ``bucket_concurrency``): their checks at declaration, a call's cost at
 the call site, and the cost a body reports (``self.report_cost(n)``). The structure side is
-`celery_redqueue.structures.bucket_limits`; see docs/metered-apis.md."""
+`celery_redqueue.structures.bucket`; see docs/metered-apis.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
-from ..structures.bucket_limits import Limits
+from ..structures.bucket_types import Limits
 from .options import check_key_parameter, function_or_name
 
 logger = logging.getLogger("celery_redqueue.tasks.bucket")

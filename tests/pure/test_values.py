@@ -48,7 +48,7 @@ def test_ring_sums_keep_only_the_last_minute():
 
 
 def test_last_minute_weighs_the_previous_minute_and_takes_totals_from_receives():
-    from celery_redqueue.structures.bucket_limits import _last_minute
+    from celery_redqueue.structures.bucket_types import _last_minute
 
     # 15 s into minute 2: 10 releases this minute (receives 40, 30 at the minute's start) and
     # 12 last minute, weighted by 45/60.
