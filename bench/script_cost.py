@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_redqueue import CappedPool, EventStream, ResourcePool
+from celery_redqueue import CappedPool, EventStream, LeasedResources
 from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis import lua
 from celery_redqueue.structures.sets import ScheduledSet
@@ -79,7 +79,7 @@ def _stream(client: Any, prefix: str) -> Callable[[int], Any]:
 
 
 def _lease(client: Any, prefix: str) -> Callable[[int], Any]:
-    leases = ResourcePool(client, "bench", ["r1", "r2"], prefix=prefix)
+    leases = LeasedResources(client, "bench", ["r1", "r2"], prefix=prefix)
     return lambda i: leases.release(leases.acquire(ttl=30))
 
 

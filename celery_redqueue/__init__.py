@@ -6,7 +6,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 - `celery_redqueue.tasks`: the Celery glue (PoolTask, BucketTask, StreamTask, LeaseTask,
   decorators, drain and reaper jobs, the app's ``redqueue_*`` settings)
 - `celery_redqueue.structures`: Redis structures that know nothing of Celery (CappedPool,
-  LeakyBucket, EventStream, ResourcePool, sorted sets, figures, the registry)
+  LeakyBucket, EventStream, LeasedResources, sorted sets, figures, the registry)
 - `celery_redqueue.redis`: the Redis layer (client, key names, Lua loader, serializers);
   the scripts themselves are in ``celery_redqueue/lua/``
 - `celery_redqueue.errors` and `celery_redqueue.validation`: every exception, and the
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .structures.deadletters import DeadLetter
     from .structures.figures import Figures
     from .structures.lease_keeper import LeaseKeeper
-    from .structures.leases import Lease, LeaseStats, ResourcePool
+    from .structures.leases import Lease, LeasedResources, LeaseStats
     from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
     from .structures.receipts import ReapResult, Receipt
     from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     )
     from .tasks.beat import DrainSummary
     from .tasks.buffer import BufferedReceipt, CallBuffer, buffer
-    from .tasks.lease import LeaseTask, lease_task, resource_pool
+    from .tasks.lease import LeaseTask, lease_task, leased_resources
     from .tasks.stream import publish
     from .tasks.unique import unique
 
@@ -92,7 +92,7 @@ _LAZY: dict[str, str] = {
     "LeaseKeeper": ".structures.lease_keeper",
     "Lease": ".structures.leases",
     "LeaseStats": ".structures.leases",
-    "ResourcePool": ".structures.leases",
+    "LeasedResources": ".structures.leases",
     "CappedPool": ".structures.pool",
     "PoolBatch": ".structures.pool",
     "PoolItem": ".structures.pool",
@@ -120,7 +120,7 @@ _LAZY: dict[str, str] = {
     "buffer": ".tasks.buffer",
     "LeaseTask": ".tasks.lease",
     "lease_task": ".tasks.lease",
-    "resource_pool": ".tasks.lease",
+    "leased_resources": ".tasks.lease",
     "UniqueLocks": ".structures.unique",
     "UniqueStats": ".structures.unique",
     "unique": ".tasks.unique",
@@ -153,6 +153,7 @@ __all__ = [
     "LeaseKeeper",
     "LeaseStats",
     "LeaseTask",
+    "LeasedResources",
     "NoFreeResourceError",
     "PickleWarning",
     "PoolBatch",
@@ -168,7 +169,6 @@ __all__ = [
     "ReplyLostError",
     "Reservation",
     "ReservationError",
-    "ResourcePool",
     "ScheduledSet",
     "SerializationError",
     "Serializer",
@@ -185,10 +185,10 @@ __all__ = [
     "bucket_task",
     "buffer",
     "lease_task",
+    "leased_resources",
     "parse_rate",
     "pool_task",
     "publish",
-    "resource_pool",
     "retry_after",
     "stream_task",
     "unique",

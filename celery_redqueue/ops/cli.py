@@ -307,7 +307,7 @@ def noisy(ctx: click.Context, bucket: str, top: int, as_json: bool) -> None:
 
 @structure_command(("lease",), "Print as JSON.")
 def leases(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
-    """A resource pool: each resource, its acquisitions, free or held and its lease's expiry."""
+    """Leased resources: each resource, its acquisitions, free or held and its lease's expiry."""
     rows = ops.resources(target)
     if as_json:
         click.echo(json.dumps({"stats": target.structure.stats().as_dict(), "resources": rows}))

@@ -49,7 +49,7 @@ FAMILIES = {
     "shed": ("counter", "shed", "Items shed, by reason.", "reason"),
     "key_depth": ("gauge", "key_depth", "Depth of a bucket's busiest keys.", "key"),
     "key_flight": ("gauge", "key_in_flight", "In-flight items of a bucket's busiest keys.", "key"),
-    "resources": ("gauge", "resources", "Resources of a resource pool by state.", "state"),
+    "resources": ("gauge", "resources", "Resources of a LeasedResources by state.", "state"),
     "acquired": ("counter", "leases_acquired", "Leases granted.", ""),
     "up": ("gauge", "structure_up", "1 when the structure could be read.", ""),
     "paused": (

@@ -25,7 +25,7 @@ from ..redis.server import server_warnings
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
-from ..structures.leases import ResourcePool
+from ..structures.leases import LeasedResources
 from ..structures.pool import CappedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
@@ -34,7 +34,7 @@ from ..tasks.stream_app import stream_tasks
 from ..tasks.wire import DRAIN_HEADER
 from . import bucket_views
 
-#: Most resources of one resource pool listed (the least recently freed and soonest to expire).
+#: Most resources of one LeasedResources listed (the least recently freed and soonest to expire).
 RESOURCE_WINDOW = 200
 #: Seconds the registry listing is reused before it is read again.
 REGISTRY_TTL = 5.0
@@ -128,9 +128,11 @@ class Operations:
             found = []
             for kind, name, settings in registered(self.client, self.prefix):
                 structure: Any
-                if kind == ResourcePool.kind:
+                if kind == LeasedResources.kind:
                     # It is listed already: reading must not write.
-                    structure = ResourcePool(self.client, name, prefix=self.prefix, register=False)
+                    structure = LeasedResources(
+                        self.client, name, prefix=self.prefix, register=False
+                    )
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)
@@ -179,7 +181,7 @@ class Operations:
             base["error"] = target.problem
             return base
         try:
-            if target.kind == ResourcePool.kind:
+            if target.kind == LeasedResources.kind:
                 base["leases"] = target.structure.stats().as_dict()
                 return base
             if target.kind == EventStream.kind:
@@ -270,10 +272,10 @@ class Operations:
         return bucket_views.overrides(self._bucket(target), top)
 
     def resources(self, target: Target) -> list[dict[str, Any]]:
-        """A resource pool's resources: held ones by expiry, then free ones by when freed."""
+        """A LeasedResources' resources: held ones by expiry, then free ones by when freed."""
         pool = target.structure
-        if not isinstance(pool, ResourcePool):
-            raise ConfigurationError(f"{target.id} is not a resource pool")
+        if not isinstance(pool, LeasedResources):
+            raise ConfigurationError(f"{target.id} is not a LeasedResources")
         with redis_errors(f"reading {pool.keys.base}"):
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)

@@ -10,8 +10,8 @@
   the nodes of a cluster), and the routing verbs its methods carry
 - `streams`: [`EventStream`][celery_redqueue.EventStream], a capped log each consumer group reads at
   its own position, with replay (`stream_types`)
-- `leases`: [`ResourcePool`][celery_redqueue.ResourcePool], leased named resources (`lease_types`,
-  `lease_keeper`)
+- `leases`: [`LeasedResources`][celery_redqueue.LeasedResources], named resources leased to one
+  holder at a time (`lease_types`, `lease_keeper`)
 - `sets`: sorted, time-sorted and scheduled sets
 - `figures`: backpressure figures read in one bounded script
 - `catalog`: the registry of structures under a prefix

@@ -13,7 +13,7 @@ A dequeued item is *reserved* until committed. If its consumer dies, the reaper 
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
 to the dead-letter list instead. A worker renews what it holds (`LeakyBucket.renew()`) while
 the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
-drain-pending flag is a short lease (``drain_lease``) that a running drain renews. An item that
+drain flag is a short lease (``drain_lease``) that a running drain renews. An item that
 cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
 ``shards=N`` spreads the keys over N hash tags (cluster nodes): see `sharding`.
 

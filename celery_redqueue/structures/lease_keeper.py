@@ -28,7 +28,7 @@ LostCallback = Callable[["Lease", str], None]
 
 
 class Leasing(Protocol):
-    """What holds the leases a keeper renews: a ResourcePool, or a UniqueLocks table."""
+    """What holds the leases a keeper renews: a LeasedResources, or a UniqueLocks table."""
 
     def renew(self, lease: Lease, ttl: float) -> Lease | None: ...
 
@@ -54,7 +54,7 @@ class LeaseKeeper:
 
     Example:
 
-        keeper = LeaseKeeper(pool, lease, ttl=30, on_lost=lambda lease, why: abort.set())
+        keeper = LeaseKeeper(resources, lease, ttl=30, on_lost=lambda lease, why: abort.set())
         keeper.start()
         try:
             long_job(lease.resource, fence=lease.fence, still_held=lambda: not keeper.lost)
@@ -64,13 +64,13 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        pool: Leasing,
+        leasing: Leasing,
         lease: Lease,
         ttl: float,
         *,
         on_lost: LostCallback | None = None,
     ) -> None:
-        self.pool = pool
+        self.leasing = leasing
         self.ttl = seconds("ttl", ttl, positive=True)
         self.interval = self.ttl / 3
         self.on_lost = on_lost
@@ -121,7 +121,7 @@ class LeaseKeeper:
         Raises a RedQueueError when Redis cannot be reached (the lease then runs out by itself).
         """
         lease = self.stop()
-        released = self.pool.release(lease)
+        released = self.leasing.release(lease)
         if released:
             with self._lock:
                 self._released = self._lost_reason is None
@@ -136,7 +136,7 @@ class LeaseKeeper:
             self._lost_reason = reason
         logger.warning(
             "%s: lease on %r (fence %d) lost: %s; another holder may have it now",
-            self.pool,
+            self.leasing,
             self._lease.resource,
             self._lease.fence,
             reason,
@@ -145,7 +145,7 @@ class LeaseKeeper:
             try:
                 self.on_lost(self._lease, reason)
             except Exception:
-                logger.exception("%s: the on_lost callback failed", self.pool)
+                logger.exception("%s: the on_lost callback failed", self.leasing)
 
     def _run(self) -> None:
         while True:
@@ -154,9 +154,11 @@ class LeaseKeeper:
             if self._stop.wait(pause) or self.lost:
                 return
             try:
-                renewed = self.pool.renew(self._lease, self.ttl)
+                renewed = self.leasing.renew(self._lease, self.ttl)
             except RedQueueError:
-                logger.exception("%s: renewing lease on %r failed", self.pool, self._lease.resource)
+                logger.exception(
+                    "%s: renewing lease on %r failed", self.leasing, self._lease.resource
+                )
                 continue
             if renewed is None:
                 self._mark_lost("a renewal found it no longer held")

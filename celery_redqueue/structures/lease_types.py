@@ -1,4 +1,4 @@
-"""What a ResourcePool hands back (a Lease, its figures) and how its arguments are checked.
+"""What a LeasedResources hands back (a Lease, its figures) and how its arguments are checked.
 Re-exported by `leases`."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from .receipts import Record
 class Lease:
     """Proof that one holder leases one resource; pass it to ``release`` and ``renew``."""
 
-    #: The pool's key base (``prefix:{lease:name}``): a lease only works with its own pool.
-    pool: str
+    #: The key base of the structure that granted it (``prefix:{lease:name}``, or a unique
+    #: table's): a lease only works with its own structure.
+    base: str
     #: The leased resource's name.
     resource: str
     #: Unique to this acquisition; only its holder can release or renew.
@@ -41,9 +42,9 @@ class Lease:
 
 @dataclass(frozen=True)
 class LeaseStats(Record):
-    """One consistent snapshot of a pool (read by one script)."""
+    """One consistent snapshot of a LeasedResources (read by one script)."""
 
-    #: Resources in the pool.
+    #: Resources it has.
     resources: int
     #: Resources free to lease now.
     free: int
@@ -100,12 +101,12 @@ def _text(value: Any) -> str:
 
 
 def check_owned(lease: Any, base: str, what: str) -> None:
-    """Refuse anything but a `Lease` of the structure ``base`` (a lease pool's lease, a unique
+    """Refuse anything but a `Lease` of the structure ``base`` (a LeasedResources' lease, a unique
     table's lock: ``what``)."""
     if not isinstance(lease, Lease):
         raise ReservationError(f"expected a Lease, got {lease!r}")
-    if lease.pool != base:
-        raise ReservationError(f"{what} of {lease.pool} does not belong to {base}")
+    if lease.base != base:
+        raise ReservationError(f"{what} of {lease.base} does not belong to {base}")
 
 
 def renewed(

@@ -1,8 +1,8 @@
-"""ResourcePool: N named resources, each leased to one holder at a time for a limited time.
+"""LeasedResources: N named resources, each leased to one holder at a time for a limited time.
 
 A crashed holder's lease runs out and the next ``acquire`` (or ``reclaim``) returns it to the
 free set: no keyspace notifications, no scan, no daemon. Each operation is one bounded Lua
-script on the server's clock; docs/guides/leases.md explains the pool and its keys.
+script on the server's clock; docs/guides/leases.md explains the structure and its keys.
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ CHANGE_CHUNK = 1000
 WAIT_SLICE = 2.0
 
 
-class ResourcePool(catalog.Registered):
-    """A pool of named resources leased to one holder at a time (see the leases guide).
+class LeasedResources(catalog.Registered):
+    """Named resources, each leased to one holder at a time (see the leases guide).
 
     Args:
         client: a ``redis.Redis`` (or ``RedisCluster``) client.
-        name: the pool's name.
-        resources: names to make sure are in the pool. They are added on the first operation
+        name: the structure's name.
+        resources: names to make sure it has. They are added on the first operation
             (no I/O happens here), and adding is idempotent, so every process may declare the
             same list. Declaring never removes: use `remove_resources()` for that (and drop
             the name from the declaration, or the next new process adds it again).
@@ -90,9 +90,9 @@ class ResourcePool(catalog.Registered):
         self.declare(resources)
 
     def _run(self, name: str, args: list[Any]) -> Any:
-        """Run a lease script; every one receives all of the pool's keys (lease_keys.lua).
+        """Run a lease script; every one receives all of the structure's keys (lease_keys.lua).
 
-        The first call of a process lists the pool in the registry, so operator tools find it.
+        The first call of a process lists the structure in the registry, so operator tools find it.
         The kind is not in the catalog: the reaper and drains have nothing to do with leases
         (expired ones come back on their own), so they skip it; the ops tools open it by name.
         """
@@ -100,11 +100,11 @@ class ResourcePool(catalog.Registered):
         return script(name)(self.client, self._keys, args)
 
     def settings(self) -> dict[str, Any]:
-        """A lease pool is reopened by name alone: its resources are in Redis."""
+        """It is reopened by name alone: its resources are in Redis."""
         return {}
 
     def __repr__(self) -> str:
-        return f"<ResourcePool {self.keys.base}>"
+        return f"<LeasedResources {self.keys.base}>"
 
     # Resources
 
@@ -139,22 +139,22 @@ class ResourcePool(catalog.Registered):
         )
 
     def remove_resources(self, *resources: str) -> int:
-        """Remove resources; returns how many were in the pool.
+        """Remove resources; returns how many it had.
 
         A removed resource that is leased stays with its holder until released or expired, and
-        then leaves the pool instead of becoming free.
+        then leaves instead of becoming free.
         """
         self._apply_declared()
         return self._change("lease_remove", _names(resources))
 
     def resources(self) -> set[str]:
-        """Every resource name of the pool (O(N): for inspection, not for hot paths)."""
+        """Every resource name (O(N): for inspection, not for hot paths)."""
         self._apply_declared()
         with redis_errors(f"reading {self.keys.base}"):
             return {_text(m) for m in self.client.smembers(self.keys("resources"))}
 
     def __len__(self) -> int:
-        """How many resources the pool has, free or leased."""
+        """How many resources it has, free or leased."""
         self._apply_declared()
         with redis_errors(f"reading {self.keys.base}"):
             return int(self.client.scard(self.keys("resources")))
@@ -264,7 +264,7 @@ class ResourcePool(catalog.Registered):
 
         Example:
 
-            with pool.lease(ttl=10, wait=30) as device:
+            with phones.lease(ttl=10, wait=30) as device:
                 flash_firmware(device)
         """
         lease = self.acquire(ttl, wait=wait)
@@ -301,7 +301,7 @@ class ResourcePool(catalog.Registered):
         return total
 
     def stats(self) -> LeaseStats:
-        """One consistent snapshot of the pool's figures."""
+        """One consistent snapshot of its figures."""
         self._apply_declared()
         reply = self._run("lease_stats", [])
         counters = parse_counters(
@@ -320,7 +320,7 @@ class ResourcePool(catalog.Registered):
         )
 
     def clear(self) -> None:
-        """Delete the pool: resources, leases and counters (this pool's keys only)."""
+        """Delete everything: resources, leases and counters (this structure's keys only)."""
         with self._declare_lock:
             self._undeclared.clear()
         with redis_errors(f"clearing {self.keys.base}"):

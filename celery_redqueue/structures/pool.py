@@ -23,7 +23,7 @@ pool delivers at most once, the default). With ``delivery="at_least_once"`` thos
 the pool, and past ``max_receives`` into the dead-letter list (``dead``; ``purged`` once purged).
 Calls held for later (``add(..., delay=)``) count as ``delayed`` and are offered when due.
 
-The drain-pending flag is a short lease (``drain_lease``, 10 s by default) that a running drain
+The drain flag is a short lease (``drain_lease``, 10 s by default) that a running drain
 renews, so a drain job that dies or was never sent frees the pool within seconds; a batch's
 deadline (``visibility_timeout``) is pushed forward by `CappedPool.renew()` while bodies run.
 An entry that cannot be parsed or decoded is dead-lettered with the reason and counted
@@ -623,7 +623,7 @@ class CappedPool(Sharded):
         An entry received before (returned by the reaper or by a failed ack) is popped alone: a
         batch of one, so a call that kills its process takes no good call with it again.
         An empty batch with ``wait`` None means the pool was empty at that instant; the
-        drain-pending flag was cleared in the same step, so nothing that arrives afterwards is
+        drain flag was cleared in the same step, so nothing that arrives afterwards is
         stranded. With ``wait`` set, only delayed calls remain, the first due in ``wait`` s;
         the flag was released (calls due now send their own drain job), and ``schedule`` asks
         the caller to send one drain job with that countdown (none is scheduled earlier).

@@ -1,5 +1,5 @@
-"""Celery glue for leased resources: tasks that run only while holding one resource of a pool
-(`LeaseTask`, `lease_task`, `resource_pool`; docs/guides/leases.md)."""
+"""Celery glue for leased resources: tasks that run only while holding one of N named resources
+(`LeaseTask`, `lease_task`, `leased_resources`; docs/guides/leases.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from celery import Task
 from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
 from ..redis.keys import validate_name
 from ..structures.lease_keeper import LeaseKeeper
-from ..structures.leases import Lease, ResourcePool
+from ..structures.leases import Lease, LeasedResources
 from ..validation import boolean, count, seconds
 from .config import get_config
 from .decorators import decorate_task
@@ -28,7 +28,7 @@ from .options import check_option_names, check_structure_name, warn_if_task_cls_
 logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
-#: Each app's resource pools and declared resources (kept here, not as an attribute on the app).
+#: Each app's LeasedResources and declared resources (kept here, not as an attribute on the app).
 _registries: weakref.WeakKeyDictionary[Any, _LeaseRegistry] = weakref.WeakKeyDictionary()
 
 #: The lease task whose call holds a lease in this context (one lease per call).
@@ -37,52 +37,54 @@ _LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing
 
 @dataclass
 class _LeaseRegistry:
-    """Per app: resources declared for each pool name, and each process's pool objects."""
+    """Per app: resources declared for each name, and each process's LeasedResources."""
 
     declared: dict[str, list[str]] = field(default_factory=dict)
-    pools: dict[tuple[int, str], ResourcePool] = field(default_factory=dict)
+    opened: dict[tuple[int, str], LeasedResources] = field(default_factory=dict)
 
 
-def resource_pool(app: Any, name: str, resources: Iterable[str] | None = None) -> ResourcePool:
-    """The app's [`ResourcePool`][celery_redqueue.ResourcePool] called ``name``; declares
+def leased_resources(
+    app: Any, name: str, resources: Iterable[str] | None = None
+) -> LeasedResources:
+    """The app's [`LeasedResources`][celery_redqueue.LeasedResources] called ``name``; declares
     ``resources`` for it.
 
-    Uses the app's ``redqueue_*`` settings (URL, key prefix). Declaring does no I/O: every process
-    adds the declared names (idempotently) on its first use of the pool, so calling this at module
-    level next to the app is safe and workers forked later know the names too. Each process gets
-    its own pool object; within one process, every call returns the same one.
+    Uses the app's ``redqueue_*`` settings (URL, key prefix). Declaring does no I/O: every
+    process adds the declared names (idempotently) on its first use of the structure, so calling
+    this at module level next to the app is safe and workers forked later know the names too.
+    Each process gets its own object; within one process, every call returns the same one.
 
     Example:
 
-        devices = resource_pool(app, "phones", [f"phone-{i}" for i in range(8)])
+        devices = leased_resources(app, "phones", [f"phone-{i}" for i in range(8)])
         devices.stats()
     """
-    validate_name(name, "lease_pool")
+    validate_name(name, "lease_resources")
     names = list(resources or ())
     key = (os.getpid(), name)
     with _registry_lock:
         registry = _registries.get(app)
         if registry is None:
             registry = _registries[app] = _LeaseRegistry()
-        pool = registry.pools.get(key)
-        if pool is None:
+        structure = registry.opened.get(key)
+        if structure is None:
             config = get_config(app)
-            pool = ResourcePool(
+            structure = LeasedResources(
                 config.client(),
                 name,
                 registry.declared.get(name, []) + names,
                 prefix=config.key_prefix,
             )
-            registry.pools[key] = pool
+            registry.opened[key] = structure
         else:
-            pool.declare(names)
+            structure.declare(names)
         registry.declared.setdefault(name, []).extend(names)
-    return pool
+    return structure
 
 
 class LeaseTask(Task):  # type: ignore[misc]
     """Base class of tasks that hold one resource of a
-    [`ResourcePool`][celery_redqueue.ResourcePool] while they run.
+    [`LeasedResources`][celery_redqueue.LeasedResources] while they run.
 
     Before the body runs the worker leases a free resource; ``self.resource`` names it, in that
     thread, for the call. A background thread renews the lease every ``lease_ttl / 3`` seconds
@@ -95,16 +97,16 @@ class LeaseTask(Task):  # type: ignore[misc]
 
     Example:
 
-        api_keys = resource_pool(app, "api-keys", ["key-1", "key-2", "key-3"])
+        api_keys = leased_resources(app, "api-keys", ["key-1", "key-2", "key-3"])
 
-        @app.task(base=LeaseTask, lease_pool="api-keys", lease_ttl=30, bind=True)
+        @app.task(base=LeaseTask, lease_resources="api-keys", lease_ttl=30, bind=True)
         def fetch(self, url):
             return call_api(url, credentials=CREDENTIALS[self.resource])
     """
 
-    #: Name of the resource pool to lease from (declare it with ``resource_pool``); defaults to
+    #: Name of the LeasedResources to lease from (declare it with ``leased_resources``); defaults to
     #: the task name.
-    lease_pool: str | None = None
+    lease_resources: str | None = None
     #: Seconds a lease lasts unless renewed: how long a crashed worker keeps its resource.
     lease_ttl: float = 60.0
     #: Renew the lease every ``lease_ttl / 3`` seconds while the body runs, so bodies may run
@@ -128,7 +130,7 @@ class LeaseTask(Task):  # type: ignore[misc]
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         check_option_names(cls)
-        check_structure_name(cls, "lease_pool")
+        check_structure_name(cls, "lease_resources")
         resolved = cls.__call__
         if resolved is not LeaseTask.__call__ and not getattr(resolved, "_redqueue_lease", False):
             # Another base's __call__ (or the class's own) would win and run the body without a
@@ -160,9 +162,9 @@ class LeaseTask(Task):  # type: ignore[misc]
         return bound
 
     @property
-    def resource_pool(self) -> ResourcePool:
-        """The pool this task leases from (this process's object)."""
-        return resource_pool(self.app, self.lease_pool or self.name)
+    def leased_resources(self) -> LeasedResources:
+        """The LeasedResources this task leases from (this process's object)."""
+        return leased_resources(self.app, self.lease_resources or self.name)
 
     def _holdings(self) -> list[LeaseKeeper]:
         """The keepers of the leases held in this thread, innermost last."""
@@ -220,12 +222,12 @@ class LeaseTask(Task):  # type: ignore[misc]
     def _hold_and_call(
         self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        pool = self.resource_pool
-        lease = pool.acquire(self.lease_ttl, wait=self.lease_wait or None)
+        resources = self.leased_resources
+        lease = resources.acquire(self.lease_ttl, wait=self.lease_wait or None)
         if lease is None:
-            raise self._no_free_resource(pool)
+            raise self._no_free_resource(resources)
         # Not started without lease_renew: it then only reports a loss found at release.
-        keeper = LeaseKeeper(pool, lease, self.lease_ttl, on_lost=self.on_lease_lost)
+        keeper = LeaseKeeper(resources, lease, self.lease_ttl, on_lost=self.on_lease_lost)
         stack = self._holdings()
         stack.append(keeper)
         try:
@@ -245,13 +247,13 @@ class LeaseTask(Task):  # type: ignore[misc]
         except RedQueueError:
             logger.exception("%s: releasing %r failed", self.name, keeper.lease.resource)
 
-    def _no_free_resource(self, pool: ResourcePool) -> BaseException:
-        if len(pool) == 0:
+    def _no_free_resource(self, resources: LeasedResources) -> BaseException:
+        if len(resources) == 0:
             raise ConfigurationError(
-                f"{self.name}: lease_pool {pool.name!r} has no resources; declare them with "
-                f"resource_pool(app, {pool.name!r}, [...])"
+                f"{self.name}: lease_resources {resources.name!r} has no resources; declare "
+                f"them with leased_resources(app, {resources.name!r}, [...])"
             )
-        exc = NoFreeResourceError(f"{self.name}: every resource of {pool.keys.base} is leased")
+        exc = NoFreeResourceError(f"{self.name}: every resource of {resources.keys.base} is leased")
         request = self.request
         if request.called_directly or request.is_eager:
             return exc
@@ -285,7 +287,7 @@ def lease_task(*args: Any, **options: Any) -> Any:
 
     Example:
 
-        @lease_task(lease_pool="api-keys", lease_ttl=30)
+        @lease_task(lease_resources="api-keys", lease_ttl=30)
         def fetch(url):
             return call_api(url, credentials=CREDENTIALS[fetch.resource])
     """

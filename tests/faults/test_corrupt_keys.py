@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from celery_redqueue import CorruptDataError, EventStream, ResourcePool, UndecodableItemsError
+from celery_redqueue import CorruptDataError, EventStream, LeasedResources, UndecodableItemsError
 from celery_redqueue.redis import lua
 from celery_redqueue.structures import bucket as bucket_module
 from celery_redqueue.structures import leases as leases_module
@@ -354,7 +354,7 @@ VARIANTS = {
         keys=stream_keys,
     ),
     "lease": Variant(
-        build=lambda make, prefix: ResourcePool(
+        build=lambda make, prefix: LeasedResources(
             make["client"], "l", ["r1", "r2", "r3"], prefix=prefix
         ),
         fill=fill_leases,

@@ -4,7 +4,7 @@ from int()."""
 
 import pytest
 
-from celery_redqueue import CorruptDataError, EventStream, RedQueueError, ResourcePool
+from celery_redqueue import CorruptDataError, EventStream, LeasedResources, RedQueueError
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def structures(make_pool, make_bucket, redqueue_redis, redqueue_prefix):
     bucket.enqueue("k", 1)
     stream = EventStream(redqueue_redis, "corrupt", prefix=redqueue_prefix, groups=["g"])
     stream.publish({"a": 1})
-    leases = ResourcePool(redqueue_redis, "corrupt", ["r1"], prefix=redqueue_prefix)
+    leases = LeasedResources(redqueue_redis, "corrupt", ["r1"], prefix=redqueue_prefix)
     leases.release(leases.acquire(ttl=5))
     return {"pool": pool, "bucket": bucket, "stream": stream, "lease": leases}
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from celery_redqueue import LeaseKeeper, LeaseTask, ResourcePool, resource_pool
+from celery_redqueue import LeasedResources, LeaseKeeper, LeaseTask, leased_resources
 from celery_redqueue.redis.client import make_client
 
 pytest_plugins = ["tests.faults.fixtures_errors"]
@@ -16,7 +16,7 @@ def test_keeper_reports_the_loss_at_the_deadline_while_redis_is_stalled(
     fault_server, stopped, wait_for
 ):
     server = fault_server()
-    pool = ResourcePool(make_client(server.url, {"socket_timeout": 0.5}), "gpus", ["gpu-1"])
+    pool = LeasedResources(make_client(server.url, {"socket_timeout": 0.5}), "gpus", ["gpu-1"])
     lease = pool.acquire(ttl=1.0)
     reports = []
     keeper = LeaseKeeper(pool, lease, 1.0)
@@ -80,7 +80,7 @@ def test_a_held_lease_released_in_time_is_not_a_loss(make):
 @pytest.mark.timeout(60)
 def test_fencing_tokens_increase_per_resource_even_after_redis_lost_its_data(fault_server):
     server = fault_server()
-    pool = ResourcePool(make_client(server.url), "accounts", ["a", "b"])
+    pool = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
     fences = {"a": [], "b": []}
     for _ in range(5):
         for lease in (pool.acquire(ttl=5), pool.acquire(ttl=5)):
@@ -91,7 +91,7 @@ def test_fencing_tokens_increase_per_resource_even_after_redis_lost_its_data(fau
     last = max(fences["a"])
 
     server.restart()  # no persistence: every key is gone
-    pool = ResourcePool(make_client(server.url), "accounts", ["a", "b"])
+    pool = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
     after = [pool.acquire(ttl=5), pool.acquire(ttl=5)]
     assert {lease.resource for lease in after} == {"a", "b"}
     assert all(lease.fence > last for lease in after if lease.resource == "a")
@@ -103,7 +103,7 @@ def test_fencing_tokens_keep_growing_after_a_restart_with_many_acquires_per_ms(f
     time ran ahead of the clock (last + 1 per acquire), so after a restart without persistence
     the first token (the clock) was smaller than the last one before it."""
     server = fault_server()
-    pool = ResourcePool(make_client(server.url), "hot", ["only"])
+    pool = LeasedResources(make_client(server.url), "hot", ["only"])
     from celery_redqueue.redis.lua import script
 
     pool.release(pool.acquire(ttl=5))  # loads the scripts
@@ -123,7 +123,7 @@ def test_fencing_tokens_keep_growing_after_a_restart_with_many_acquires_per_ms(f
     per_ms = len(fences) / ((time.monotonic() - started) * 1000)
     assert fences == sorted(fences) and len(set(fences)) == len(fences)
     server.restart()  # no persistence: the fences hash is gone
-    pool = ResourcePool(make_client(server.url), "hot", ["only"])
+    pool = LeasedResources(make_client(server.url), "hot", ["only"])
     first = pool.acquire(ttl=5)
     print(f"\n{per_ms:.1f} acquires per ms; last token {fences[-1]}, after restart {first.fence}")
     assert first.fence > fences[-1]
@@ -132,7 +132,7 @@ def test_fencing_tokens_keep_growing_after_a_restart_with_many_acquires_per_ms(f
 @pytest.fixture
 def make(redqueue_redis, redqueue_prefix):
     def build(name="res", resources=()):
-        return ResourcePool(redqueue_redis, name, resources, prefix=redqueue_prefix)
+        return LeasedResources(redqueue_redis, name, resources, prefix=redqueue_prefix)
 
     return build
 
@@ -140,7 +140,7 @@ def make(redqueue_redis, redqueue_prefix):
 @pytest.mark.timeout(60)
 def test_a_lease_task_learns_that_its_lease_ran_out(redqueue_celery_app):
     app = redqueue_celery_app
-    resource_pool(app, "devices", ["phone-1"])
+    leased_resources(app, "devices", ["phone-1"])
     reports = []
 
     class Guarded(LeaseTask):
@@ -148,7 +148,7 @@ def test_a_lease_task_learns_that_its_lease_ran_out(redqueue_celery_app):
             reports.append((lease.resource, reason))
 
     @app.task(
-        base=Guarded, bind=True, shared=False, lease_pool="devices", lease_ttl=0.2,
+        base=Guarded, bind=True, shared=False, lease_resources="devices", lease_ttl=0.2,
         lease_renew=False,
     )  # fmt: skip
     def overrun(self):

@@ -11,7 +11,7 @@ import pytest
 
 from celery_redqueue import BucketTask, PoolTask, errors
 from celery_redqueue.tasks.config import get_config
-from celery_redqueue.tasks.lease import resource_pool
+from celery_redqueue.tasks.lease import leased_resources
 
 pytest_plugins = ["tests.faults.fixtures_errors"]
 
@@ -31,7 +31,7 @@ def test_a_stalled_redis_is_unavailable_within_seconds_and_then_recovers(
     def bucketed(x):
         pass
 
-    gpus = resource_pool(app, "gpus", ["gpu-1"])
+    gpus = leased_resources(app, "gpus", ["gpu-1"])
     held = gpus.acquire(ttl=60)
     calls = {
         "pool delay": lambda: pooled.delay(1),

@@ -17,8 +17,8 @@ from celery_redqueue import (
     CappedPool,
     EventStream,
     LeakyBucket,
+    LeasedResources,
     ReplyLostError,
-    ResourcePool,
 )
 from celery_redqueue.redis.lua import LOST_REPLY, script
 
@@ -226,8 +226,8 @@ def test_a_lost_upkeep_reply_skips_a_completed_head_once(
 def test_a_lost_lease_acquire_reply_returns_the_same_lease(
     retrying_client, reply_proxy, redqueue_redis, redqueue_prefix
 ):
-    direct = ResourcePool(redqueue_redis, "l", ["a", "b"], prefix=redqueue_prefix)
-    leases = ResourcePool(retrying_client, "l", ["a", "b"], prefix=redqueue_prefix)
+    direct = LeasedResources(redqueue_redis, "l", ["a", "b"], prefix=redqueue_prefix)
+    leases = LeasedResources(retrying_client, "l", ["a", "b"], prefix=redqueue_prefix)
     reply_proxy.drop(sha("lease_acquire"))
     lease = leases.acquire(ttl=60)
     assert reply_proxy.dropped == 1

@@ -144,12 +144,12 @@ def test_a_by_name_call_with_a_countdown_is_stored_and_runs(app, wait_for):
 
 
 def test_a_by_name_lease_call_runs_holding_a_lease(app, wait_for):
-    from celery_redqueue import LeaseTask, resource_pool
+    from celery_redqueue import LeaseTask, leased_resources
 
-    resource_pool(app, "keys", ["k1"])
+    leased_resources(app, "keys", ["k1"])
     held = []
 
-    @app.task(base=LeaseTask, lease_pool="keys", lease_ttl=30)
+    @app.task(base=LeaseTask, lease_resources="keys", lease_ttl=30)
     def fetch(url):
         held.append((url, fetch.resource))
 

@@ -7,7 +7,7 @@ import pytest
 from celery.signals import task_failure, task_retry
 
 from celery_redqueue.errors import ConfigurationError, NoFreeResourceError, RedQueueError
-from celery_redqueue.tasks.lease import LeaseTask, lease_task, resource_pool
+from celery_redqueue.tasks.lease import LeaseTask, lease_task, leased_resources
 
 from .conftest import running_worker
 
@@ -31,10 +31,10 @@ def signals():
 
 
 def test_body_sees_its_resource_and_releases_it(app, wait_for):
-    pool = resource_pool(app, "keys", ["key-1"])
+    pool = leased_resources(app, "keys", ["key-1"])
     seen = []
 
-    @app.task(base=LeaseTask, lease_pool="keys", lease_ttl=30, bind=True)
+    @app.task(base=LeaseTask, lease_resources="keys", lease_ttl=30, bind=True)
     def use_key(self, x):
         seen.append((x, self.resource, pool.stats().leased))
 
@@ -49,10 +49,10 @@ def test_body_sees_its_resource_and_releases_it(app, wait_for):
 
 
 def test_unbound_body_reads_the_resource_from_the_task(app, wait_for):
-    resource_pool(app, "devices", ["phone-1"])
+    leased_resources(app, "devices", ["phone-1"])
     seen = []
 
-    @lease_task(app=app, lease_pool="devices")
+    @lease_task(app=app, lease_resources="devices")
     def flash(build):
         seen.append((build, flash.resource))
 
@@ -63,13 +63,13 @@ def test_unbound_body_reads_the_resource_from_the_task(app, wait_for):
 
 
 def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals, wait_for):
-    pool = resource_pool(app, "accounts", ["acct"])
+    pool = leased_resources(app, "accounts", ["acct"])
     held = pool.acquire(ttl=60)
     seen = []
 
     @app.task(
         base=LeaseTask,
-        lease_pool="accounts",
+        lease_resources="accounts",
         lease_retry_backoff=0.2,
         lease_retry_backoff_max=0.4,
         bind=True,
@@ -99,9 +99,9 @@ def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals
 
 
 def test_lease_is_released_after_the_body_fails(app, signals, wait_for):
-    pool = resource_pool(app, "keys", ["key-1"])
+    pool = leased_resources(app, "keys", ["key-1"])
 
-    @app.task(base=LeaseTask, lease_pool="keys")
+    @app.task(base=LeaseTask, lease_resources="keys")
     def explode():
         raise ValueError("boom")
 
@@ -115,11 +115,11 @@ def test_lease_is_released_after_the_body_fails(app, signals, wait_for):
 
 
 def test_long_body_keeps_its_lease_by_renewing_it(app, wait_for):
-    pool = resource_pool(app, "slow", ["only"])
+    pool = leased_resources(app, "slow", ["only"])
     done = threading.Event()
     probes = []
 
-    @app.task(base=LeaseTask, lease_pool="slow", lease_ttl=0.6)
+    @app.task(base=LeaseTask, lease_resources="slow", lease_ttl=0.6)
     def slow():
         deadline = time.monotonic() + 2.0  # more than three TTLs
         while time.monotonic() < deadline:
@@ -138,12 +138,12 @@ def test_long_body_keeps_its_lease_by_renewing_it(app, wait_for):
 
 
 def test_retries_give_up_with_no_free_resource_error(app, signals, wait_for):
-    pool = resource_pool(app, "scarce", ["one"])
+    pool = leased_resources(app, "scarce", ["one"])
     pool.acquire(ttl=60)
 
     @app.task(
         base=LeaseTask,
-        lease_pool="scarce",
+        lease_resources="scarce",
         lease_retry_backoff=0.1,
         lease_retry_jitter=False,
         lease_max_retries=2,
@@ -159,7 +159,7 @@ def test_retries_give_up_with_no_free_resource_error(app, signals, wait_for):
 
 
 def test_pool_without_resources_is_a_configuration_error(app):
-    @app.task(base=LeaseTask, lease_pool="undeclared")
+    @app.task(base=LeaseTask, lease_resources="undeclared")
     def orphan():
         return "ran"
 
@@ -168,9 +168,9 @@ def test_pool_without_resources_is_a_configuration_error(app):
 
 
 def test_direct_and_eager_calls(app):
-    pool = resource_pool(app, "eager", ["e1"])
+    pool = leased_resources(app, "eager", ["e1"])
 
-    @app.task(base=LeaseTask, lease_pool="eager", bind=True)
+    @app.task(base=LeaseTask, lease_resources="eager", bind=True)
     def which(self):
         return self.resource
 
@@ -191,13 +191,13 @@ def test_pool_name_defaults_to_the_task_name(app):
     def crawl(self):
         return self.resource
 
-    resource_pool(app, "tasks.crawl", ["proxy-1"])
-    assert crawl.resource_pool.name == "tasks.crawl"
+    leased_resources(app, "tasks.crawl", ["proxy-1"])
+    assert crawl.leased_resources.name == "tasks.crawl"
     assert crawl() == "proxy-1"
 
 
 def test_resource_outside_a_call_is_an_error(app):
-    @app.task(base=LeaseTask, lease_pool="keys")
+    @app.task(base=LeaseTask, lease_resources="keys")
     def noop():
         pass
 
@@ -217,8 +217,8 @@ def test_resource_outside_a_call_is_an_error(app):
         ("lease_max_retries", 1.5),
         ("lease_renew", "yes"),
         ("lease_retry_jitter", 1),
-        ("lease_pool", "bad{name}"),
-        ("lease_pool", ""),
+        ("lease_resources", "bad{name}"),
+        ("lease_resources", ""),
     ],
 )
 def test_bad_options_fail_at_decoration_naming_the_option(app, option, value):
@@ -236,23 +236,23 @@ def test_bad_options_fail_on_subclassing():
             lease_ttl = -5
 
 
-def test_resource_pool_helper_is_one_object_per_process_and_merges_declarations(app):
-    first = resource_pool(app, "merged", ["a"])
-    second = resource_pool(app, "merged", ["b"])
+def test_leased_resources_helper_is_one_object_per_process_and_merges_declarations(app):
+    first = leased_resources(app, "merged", ["a"])
+    second = leased_resources(app, "merged", ["b"])
     assert first is second
     assert first.resources() == {"a", "b"}
     with pytest.raises(ConfigurationError):
-        resource_pool(app, "x{y}")
+        leased_resources(app, "x{y}")
 
 
 def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals, wait_for):
-    pool = resource_pool(app, "limits", ["one"])
+    pool = leased_resources(app, "limits", ["one"])
     held = pool.acquire(ttl=60)
     runs = []
 
     @app.task(
         base=LeaseTask,
-        lease_pool="limits",
+        lease_resources="limits",
         lease_retry_backoff=0.1,
         lease_max_retries=10,
         autoretry_for=(ValueError,),

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from celery_redqueue import CappedPool, LeakyBucket, PoolTask, ResourcePool
+from celery_redqueue import CappedPool, LeakyBucket, LeasedResources, PoolTask
 
 from .conftest import TOKEN, running_worker
 
@@ -172,8 +172,8 @@ def test_page_shows_live_figures_chart_escaped_letters_and_acts_with_token(
     assert page.wait_for("document.getElementById('status').textContent") == "drain job sent"
     assert redqueue_redis.llen(broker) == before + 1
 
-    # A resource pool: its own table, and each resource with its lease.
-    creds = ResourcePool(
+    # Leased resources: their own table, and each resource with its lease.
+    creds = LeasedResources(
         redqueue_redis, "creds", ["key-1", "key-2", "key-3"], prefix=redqueue_prefix
     )
     lease = creds.acquire(ttl=120)

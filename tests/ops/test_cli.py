@@ -14,7 +14,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from celery_redqueue import CappedPool, LeakyBucket, LeasedResources
 from tests.integration.conftest import ROOT
 
 RECORD = "tests.integration.proc_app.record"
@@ -99,7 +99,7 @@ def test_keys_and_set_rate(proc_env, redqueue_redis, redqueue_prefix):
 
 
 def test_leases_lists_each_resource(proc_env, redqueue_redis, redqueue_prefix):
-    pool = ResourcePool(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix)
+    pool = LeasedResources(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix)
     lease = pool.acquire(ttl=60)
     out = redqueue(proc_env, "leases", "creds").stdout
     assert "2 free, 1 held, 0 expired of 3" in out

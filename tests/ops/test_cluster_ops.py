@@ -2,7 +2,7 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from celery_redqueue import CappedPool, LeakyBucket, LeasedResources
 from celery_redqueue.ops.metrics import render
 from celery_redqueue.ops.reading import Operations
 from celery_redqueue.redis.client import make_client
@@ -27,7 +27,7 @@ def test_overview_keys_resources_and_requeue_on_a_cluster(cluster_url, redqueue_
             pool.ack(pool.pop(2), failures={0: "boom"})
         bucket = LeakyBucket(client, "crawl", prefix=redqueue_prefix)
         bucket.enqueue_many([("a", 1), ("a", 2), ("b", 3)])
-        ResourcePool(client, "creds", ["x", "y"], prefix=redqueue_prefix).acquire(30)
+        LeasedResources(client, "creds", ["x", "y"], prefix=redqueue_prefix).acquire(30)
 
         ops = Operations(client, redqueue_prefix)
         views = {v["id"]: v for v in ops.overview()["structures"]}

@@ -4,7 +4,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from celery_redqueue import CappedPool, LeakyBucket, LeasedResources
 
 from .promtool import promtool
 
@@ -28,7 +28,7 @@ def test_metrics_endpoint_parses_with_conventional_names(
     bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix)
     # 30 keys, key i holding i + 1 items: only the 10 deepest get per-key series.
     bucket.enqueue_many([(f"k{i:02}", n) for i in range(30) for n in range(i + 1)])
-    ResourcePool(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix).acquire(30)
+    LeasedResources(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix).acquire(30)
 
     with urllib.request.urlopen(base + "metrics", timeout=30) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
@@ -52,7 +52,7 @@ def test_metrics_endpoint_parses_with_conventional_names(
         if name == "redqueue_key_depth"
     }
     assert key_series == {f"k{i:02}": i + 1 for i in range(20, 30)}
-    lease_labels = frozenset({("kind", ResourcePool.kind), ("name", "creds")})
+    lease_labels = frozenset({("kind", LeasedResources.kind), ("name", "creds")})
     assert found["redqueue_resources", lease_labels | {("state", "leased")}] == 1
     assert found["redqueue_leases_acquired_total", lease_labels] == 1
     assert found["redqueue_key_depth", bucket_labels | {("key", "k29")}] == 30

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from celery_redqueue import CappedPool, LeakyBucket, ResourcePool
+from celery_redqueue import CappedPool, LeakyBucket, LeasedResources
 from celery_redqueue.ops.dashboard import Dashboard, dashboard_app, mount
 from celery_redqueue.ops.reading import Operations
 
@@ -68,7 +68,7 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
     bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix, default_rate="2/s")
     bucket.enqueue_many([("a.example", 1), ("a.example", 2), ("b.example", 3)])
     bucket.set_rate("b.example", "10/s", burst=3)
-    leases = ResourcePool(redqueue_redis, "api-keys", ["k1", "k2"], prefix=redqueue_prefix)
+    leases = LeasedResources(redqueue_redis, "api-keys", ["k1", "k2"], prefix=redqueue_prefix)
     lease = leases.acquire(ttl=60)
 
     status, head, overview = request(base + "api/overview")

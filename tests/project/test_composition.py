@@ -5,7 +5,7 @@ from celery import Task
 from flask import current_app
 
 from celery_redqueue import BucketTask, ConfigurationError, PoolTask, bucket_task, pool_task
-from celery_redqueue.tasks.lease import LeaseTask, lease_task, resource_pool
+from celery_redqueue.tasks.lease import LeaseTask, lease_task, leased_resources
 
 from .conftest import in_fresh_app_context, running_worker
 
@@ -100,13 +100,13 @@ def test_a_base_that_calls_super_is_entered_once_per_call(app, wait_for):
 
 @pytest.mark.parametrize("order", ["lease first", "app task first"])
 def test_lease_tasks_hold_a_lease_inside_the_app_context(flask_celery, order):
-    resource_pool(flask_celery, "phones", ["phone-1"])
+    leased_resources(flask_celery, "phones", ["phone-1"])
     bases = (LeaseTask, flask_celery.Task)
     if order == "app task first":
         bases = bases[::-1]
     held = []
 
-    @flask_celery.task(base=type("LeasedFlask", bases, {}), lease_pool="phones", bind=True)
+    @flask_celery.task(base=type("LeasedFlask", bases, {}), lease_resources="phones", bind=True)
     def call(self, n):
         assert current_app.name == "redqueue-test"
         held.append(self.resource)
@@ -114,13 +114,13 @@ def test_lease_tasks_hold_a_lease_inside_the_app_context(flask_celery, order):
     call(1)
     call.apply(args=(2,))
     assert held == ["phone-1", "phone-1"]
-    assert resource_pool(flask_celery, "phones").stats().leased == 0
+    assert leased_resources(flask_celery, "phones").stats().leased == 0
 
 
 def test_lease_task_decorator_builds_on_task_cls(flask_celery):
-    resource_pool(flask_celery, "cards", ["card-1"])
+    leased_resources(flask_celery, "cards", ["card-1"])
 
-    @lease_task(app=flask_celery, lease_pool="cards", shared=False)
+    @lease_task(app=flask_celery, lease_resources="cards", shared=False)
     def charge():
         return current_app.name, charge.resource
 

@@ -64,7 +64,7 @@ def test_bucket_key_of_a_bound_body_is_one_of_its_parameters(app):
 
 @pytest.mark.parametrize(
     ("decorator", "option"),
-    [(pool_task, "pool_name"), (lease_task, "lease_pool")],
+    [(pool_task, "pool_name"), (lease_task, "lease_resources")],
 )
 def test_structure_names_are_checked_at_decoration(decorator, option):
     with pytest.raises(ConfigurationError, match=option):
@@ -82,8 +82,8 @@ def test_a_task_name_that_cannot_name_a_structure_is_refused():
 
 
 def test_structure_name_checked_for_app_task_with_base(app):
-    app.task(base=LeaseTask, lease_pool="a}b")(body)
-    with pytest.raises(ConfigurationError, match="lease_pool"):
+    app.task(base=LeaseTask, lease_resources="a}b")(body)
+    with pytest.raises(ConfigurationError, match="lease_resources"):
         app.finalize()
 
 

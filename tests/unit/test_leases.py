@@ -1,4 +1,4 @@
-"""ResourcePool against a real Redis: exclusivity across processes, expiry, stale holders."""
+"""LeasedResources against a real Redis: exclusivity across processes, expiry, stale holders."""
 
 import multiprocessing
 import os
@@ -20,16 +20,16 @@ from celery_redqueue.errors import (
 )
 from celery_redqueue.structures.leases import (
     Lease,
+    LeasedResources,
     LeaseKeeper,
     NoFreeResourceError,
-    ResourcePool,
 )
 
 
 @pytest.fixture
 def make(redqueue_redis, redqueue_prefix):
     def make(resources=("a", "b", "c"), name="p", **kwargs):
-        return ResourcePool(redqueue_redis, name, resources, prefix=redqueue_prefix, **kwargs)
+        return LeasedResources(redqueue_redis, name, resources, prefix=redqueue_prefix, **kwargs)
 
     return make
 
@@ -117,7 +117,7 @@ def test_a_second_release_is_already_done_and_changes_nothing(make):
 def test_forged_token_is_refused(make):
     pool = make(resources=["only"])
     lease = pool.acquire(ttl=30)
-    forged = Lease(lease.pool, lease.resource, "0" * 32, lease.expires_at)
+    forged = Lease(lease.base, lease.resource, "0" * 32, lease.expires_at)
     assert pool.release(forged) is False
     assert pool.renew(forged, 30) is None
     assert pool.stats().leased == 1
@@ -332,7 +332,7 @@ def test_keeper_notices_a_lost_lease(make, wait_for):
 def _hold_repeatedly(url, prefix, rounds, seed):
     """Acquire, mark the resource occupied in Redis, hold briefly, unmark, release."""
     client = redis.Redis.from_url(url)
-    pool = ResourcePool(client, "shared", prefix=prefix)
+    pool = LeasedResources(client, "shared", prefix=prefix)
     rng = random.Random(seed)
     me = f"{os.getpid()}"
     # Start together (spawned processes come up seconds apart on a busy machine): contention
@@ -354,7 +354,7 @@ def _hold_repeatedly(url, prefix, rounds, seed):
 
 
 def test_processes_never_share_a_resource(redqueue_server_url, redqueue_redis, redqueue_prefix):
-    pool = ResourcePool(redqueue_redis, "shared", ["r1", "r2", "r3"], prefix=redqueue_prefix)
+    pool = LeasedResources(redqueue_redis, "shared", ["r1", "r2", "r3"], prefix=redqueue_prefix)
     assert len(pool) == 3
     ctx = multiprocessing.get_context("spawn")
     procs = [
@@ -380,7 +380,7 @@ def test_processes_never_share_a_resource(redqueue_server_url, redqueue_redis, r
 
 def _hold_until_killed(url, prefix, ready_key):
     client = redis.Redis.from_url(url)
-    pool = ResourcePool(client, "doomed", prefix=prefix)
+    pool = LeasedResources(client, "doomed", prefix=prefix)
     lease = pool.acquire(ttl=3.0)  # long enough for the parent to see it still held
     client.rpush(ready_key, lease.resource if lease else "")
     time.sleep(600)
@@ -389,7 +389,7 @@ def _hold_until_killed(url, prefix, ready_key):
 def test_killed_holder_loses_its_resource_when_the_lease_expires(
     redqueue_server_url, redqueue_redis, redqueue_prefix
 ):
-    pool = ResourcePool(redqueue_redis, "doomed", ["device"], prefix=redqueue_prefix)
+    pool = LeasedResources(redqueue_redis, "doomed", ["device"], prefix=redqueue_prefix)
     assert len(pool) == 1
     ready_key = f"{redqueue_prefix}:ready"
     ctx = multiprocessing.get_context("spawn")
@@ -462,7 +462,7 @@ def test_unreachable_redis_raises_a_package_error():
     client = redis.Redis(
         host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
     )
-    pool = ResourcePool(client, "p", ["a"])
+    pool = LeasedResources(client, "p", ["a"])
     with pytest.raises(RedisUnavailableError):
         pool.acquire(ttl=10)
     with pytest.raises(RedisUnavailableError):
