@@ -47,3 +47,55 @@ def hang(job):
     if r.incr(f"{PREFIX}:hang:runs") == 1:
         time.sleep(600)
     r.rpush(f"{PREFIX}:hang:done", hang.request.id)
+
+
+@unique(key=["account"], mode="queued", ttl=10)
+@app.task
+def refresh(account, n):
+    """Keyed by ``account`` only: calls differing in ``n`` are duplicates."""
+    client().rpush(f"{PREFIX}:refresh:ran", f"{account}:{n}")
+
+
+def _retry_once(task, name, countdown):
+    """Publish the retry, then keep running a moment (``throw=False``): the retry's message may
+    be received while this body has not ended yet. The retry's body waits for the test's go."""
+    r = client()
+    r.rpush(f"{PREFIX}:{name}:runs", f"{task.request.id}:{task.request.retries}")
+    if task.request.retries == 0:
+        retry = task.retry(countdown=countdown, throw=False)
+        r.rpush(f"{PREFIX}:{name}:published", task.request.id)
+        time.sleep(0.5)
+        raise retry
+    r.blpop(f"{PREFIX}:{name}:go", timeout=60)
+    r.rpush(f"{PREFIX}:{name}:done", task.request.id)
+
+
+@unique(key=["job"], mode="until_done", ttl=10)
+@app.task(bind=True)
+def retry_until_done(self, job):
+    _retry_once(self, "retry_until_done", countdown=2)
+
+
+@unique(key=["job"], mode="queued", ttl=10)
+@app.task(bind=True)
+def retry_queued(self, job):
+    _retry_once(self, "retry_queued", countdown=5)
+
+
+@unique(key=["job"], mode="running", ttl=10)
+@app.task(bind=True)
+def retry_running(self, job):
+    _retry_once(self, "retry_running", countdown=0)
+
+
+@unique(key=["job"], mode="running", ttl=3)
+@app.task(acks_late=True)
+def hang_running(job):
+    """Records its pid and its lock's fencing token; its first run never finishes (the test
+    SIGKILLs its worker)."""
+    r = client()
+    lease = hang_running.unique_lease()
+    r.rpush(f"{PREFIX}:hang_running:started", f"{os.getpid()}:{lease.fence}")
+    if r.incr(f"{PREFIX}:hang_running:runs") == 1:
+        time.sleep(600)
+    r.rpush(f"{PREFIX}:hang_running:done", hang_running.request.id)
