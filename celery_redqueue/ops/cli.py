@@ -43,7 +43,7 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        figures = {v["id"]: v.get("figures", v.get("leases")) for v in views}
+        figures = {v["id"]: v.get("figures", v.get("leases", v.get("unique"))) for v in views}
         for view in views:  # a stream's groups go with its figures
             if "groups" in view and figures[view["id"]] is not None:
                 figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
@@ -69,6 +69,8 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         elif "leases" in view:
             s = view["leases"]
             click.echo(f"{view['id']:{w}} {s['free']} free, {s['leased']} held of {s['resources']}")
+        elif "unique" in view:
+            click.echo(f"{view['id']:{w}} {unique_summary(view['unique'])}")
         else:
             f = view["figures"]
             workers = "-" if f["workers_needed"] is None else f"{f['workers_needed']:.2f}"
@@ -119,6 +121,10 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
                 sum(c[n] for n in parts),
             )
         ]
+    if kind == "unique":
+        # A takeover (a worker taking its call's queued lock) is granted without the first
+        # grant ending: no identity ties the counters together.
+        return []
     return [
         (
             "resources == free + leased + expired",
@@ -128,7 +134,7 @@ def identities(kind: str, c: dict[str, int]) -> list[tuple[str, int, int]]:
     ]
 
 
-@structure_command((*WORK_KINDS, "lease"), "Print the counters as JSON.")
+@structure_command((*WORK_KINDS, "lease", "unique"), "Print the counters as JSON.")
 def stats(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
     """Every counter of a structure, with its accounting identities checked (exit 1 if off)."""
     stats = target.structure.stats()
@@ -320,6 +326,38 @@ def leases(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -
     for row in rows:
         detail = "" if row["state"] == "free" else f" expires in {row['expires_in']:.1f}s"
         click.echo(f"  {row['resource']:40} {row['acquisitions']:8} {row['state']}{detail}")
+
+
+TIMES = ("since", "until")
+
+
+def unique_summary(s: dict[str, int]) -> str:
+    """One line of a unique-lock table's counters."""
+    return (
+        f"{s['held']} held; {s['acquired']} acquired, {s['refused']} refused, "
+        f"{s['released']} released, {s['expired']} expired, {s['handed_back']} handed back"
+    )
+
+
+@structure_command(("unique",), "Print as JSON.")
+def unique(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
+    """A unique-lock table: its held keys (who holds each, since when, until when; the soonest
+    to run out first), and its counters (refused: duplicates refused)."""
+    rows = ops.unique_keys(target)
+    stats = target.structure.stats().as_dict()
+    if as_json:
+        click.echo(json.dumps({"stats": stats, "held": rows}))
+        return
+    click.echo(f"{target.id}: {unique_summary(stats)}")
+    if rows:
+        click.echo(f"  {'key':30} {'task id':36} {'phase':7} {'since':8} {'until':8} who")
+    for row in rows:
+        since, until = (time.strftime("%H:%M:%S", time.localtime(row[t])) for t in TIMES)
+        state = "" if row["state"] == "held" else " (expired: its holder died)"
+        click.echo(
+            f"  {row['key']:30} {row['task_id']:36} {row['phase']:7} {since:8} {until:8} "
+            f"{row['who']}{state}"
+        )
 
 
 @redqueue.command()

@@ -26,7 +26,7 @@ import redis
 
 from ..errors import ConfigurationError, RedQueueError
 from .metrics import render
-from .reading import Operations
+from .reading import WORK_KINDS, Operations
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +179,8 @@ class Dashboard:
         if target.kind == "lease":
             detail["resources"] = self.ops.resources(target)
             return detail
+        if target.kind == "unique":
+            return detail  # its held keys are in the view
         start = _int(query, "dead_start", 0, 10**9)
         count = _int(query, "dead_count", 50, 500)
         detail["dead_letters"] = self.ops.dead_letters(target, start, count)
@@ -234,12 +236,12 @@ class Dashboard:
             not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)
         ):
             raise HTTPError("400 Bad Request", "refs must be a list of strings")
-        if action in ("requeue", "purge") and target.kind != "lease":
+        if action in ("requeue", "purge") and target.kind in WORK_KINDS:
             if refs is None and body.get("all") is not True:
                 raise HTTPError("400 Bad Request", "name the letters (refs) or say all: true")
             act = self.ops.requeue if action == "requeue" else self.ops.purge
             message = act(target, refs)
-        elif action == "drain" and target.kind != "lease":
+        elif action == "drain" and target.kind in WORK_KINDS:
             message = self.ops.send_drain(target)
         elif action == "set_rate" and target.kind == "bucket":
             burst = _number(body, "burst", "a number")

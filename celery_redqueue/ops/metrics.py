@@ -51,6 +51,15 @@ FAMILIES = {
     "key_flight": ("gauge", "key_in_flight", "In-flight items of a bucket's busiest keys.", "key"),
     "resources": ("gauge", "resources", "Resources of a LeasedResources by state.", "state"),
     "acquired": ("counter", "leases_acquired", "Leases granted.", ""),
+    "unique_held": ("gauge", "unique_keys_held", "Keys a unique-lock table holds now.", ""),
+    "unique_acquired": ("counter", "unique_acquired", "Unique locks granted.", ""),
+    "unique_refused": (
+        "counter", "unique_refused", "Calls refused because another held their unique key.", "",
+    ),
+    "unique_expired": (
+        "counter", "unique_expired",
+        "Unique locks whose lease ran out before release (a dead or stalled holder).", "",
+    ),
     "up": ("gauge", "structure_up", "1 when the structure could be read.", ""),
     "paused": (
         "gauge", "bucket_keys_paused",
@@ -101,6 +110,11 @@ class RedQueueCollector:
                 for state in ("free", "leased", "expired"):
                     f["resources"].add_metric([*ids, state], stats[state])
                 f["acquired"].add_metric(ids, stats["acquired"])
+                continue
+            if "unique" in view:
+                stats = view["unique"]
+                for name in ("held", "acquired", "refused", "expired"):
+                    f[f"unique_{name}"].add_metric(ids, stats[name])
                 continue
             if "figures" not in view:
                 continue

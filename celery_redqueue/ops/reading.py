@@ -29,6 +29,7 @@ from ..structures.leases import LeasedResources
 from ..structures.pool import CappedPool
 from ..structures.stream_types import GroupFigures
 from ..structures.streams import EventStream
+from ..structures.unique import UniqueLocks
 from ..tasks.config import get_config
 from ..tasks.stream_app import stream_tasks
 from ..tasks.wire import DRAIN_HEADER
@@ -51,7 +52,9 @@ SHED_REASONS = {
 #: The kinds that hold work: they have dead letters and are drained by tasks.
 WORK_KINDS = ("pool", "bucket", "stream")
 #: Every kind an operator can name (``kind:name``).
-KINDS = (*WORK_KINDS, "lease")
+KINDS = (*WORK_KINDS, "lease", "unique")
+#: Most held keys of one unique-lock table listed (the soonest to run out first).
+UNIQUE_WINDOW = 100
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class Operations:
                     structure = LeasedResources(
                         self.client, name, prefix=self.prefix, register=False
                     )
+                elif kind == UniqueLocks.kind:
+                    structure = UniqueLocks(self.client, name, prefix=self.prefix, register=False)
                 else:
                     try:
                         structure = open_structure(self.client, self.prefix, kind, name, settings)
@@ -148,7 +153,7 @@ class Operations:
             self._targets, self._read_at = found, time.monotonic()
         return self._targets
 
-    def find(self, name: str, kinds: Sequence[str] = (*WORK_KINDS, "lease")) -> Target:
+    def find(self, name: str, kinds: Sequence[str] = KINDS) -> Target:
         """The structure with this id (``pool:x``) or bare name, or else the one whose name
         ends in ``.name`` (``record`` for ``proj.tasks.record``: task names are long);
         ConfigurationError if none, or if the suffix fits several (naming them)."""
@@ -183,6 +188,10 @@ class Operations:
         try:
             if target.kind == LeasedResources.kind:
                 base["leases"] = target.structure.stats().as_dict()
+                return base
+            if target.kind == UniqueLocks.kind:
+                base["unique"] = target.structure.stats().as_dict()
+                base["held"] = self.unique_keys(target)
                 return base
             if target.kind == EventStream.kind:
                 groups = self.groups(target)
@@ -300,6 +309,31 @@ class Operations:
         for row, count in zip(rows, uses, strict=True):
             row["acquisitions"] = int(count or 0)
         return rows
+
+    def unique_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[dict[str, Any]]:
+        """A unique-lock table's held keys, the soonest to run out first (at most ``top``): who
+        holds each (task id, ``host:pid``, queued or running), since when and until when; a
+        key whose lease ran out (its holder died) shows ``state`` ``expired`` until the next
+        acquire of the key forgets it."""
+        locks = target.structure
+        if not isinstance(locks, UniqueLocks):
+            raise ConfigurationError(f"{target.id} is not a unique-lock table")
+        held = locks.held(top)
+        now = server_time(self.client)
+        return [
+            {
+                "key": h.key,
+                "task_id": h.task_id,
+                "who": h.who,
+                "phase": h.phase,
+                "since": h.since,
+                "until": h.until,
+                "expires_in": round(h.until - now, 3),
+                "state": "held" if h.until > now else "expired",
+                "fence": h.fence,
+            }
+            for h in held
+        ]
 
     # Acting
 

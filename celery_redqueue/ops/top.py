@@ -54,6 +54,12 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
                 f"{name:{w}} {stats['free']:>5} free {stats['leased']:>5} held "
                 f"{stats['expired']:>4} expired {stats['acquired']:>8} leases"
             )
+        elif "unique" in view:
+            stats = view["unique"]
+            lines.append(
+                f"{name:{w}} {stats['held']:>5} held {stats['refused']:>8} refused "
+                f"{stats['expired']:>5} expired (unique keys)"
+            )
         else:
             f = view["figures"]
             spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""

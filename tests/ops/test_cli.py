@@ -319,7 +319,7 @@ def test_a_unique_suffix_of_a_task_name_names_its_structure(
         assert f"pool:{RECORD}" in out and re.search(r"offered\s+3\b", out), (suffix, out)
     # Only whole parts of the name: "cord" is no suffix of "...proc_app.record".
     partial = redqueue(proc_env, "stats", "cord", check=False)
-    assert partial.returncode == 1 and "no pool, bucket, stream or lease named 'cord'" in (
+    assert partial.returncode == 1 and "no pool, bucket, stream, lease or unique named 'cord'" in (
         partial.stderr
     )
 

@@ -101,7 +101,7 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
 
     status, _, missing = request(base + "api/structure?id=pool:nope")
     assert status == 400
-    assert "no pool, bucket, stream or lease named 'pool:nope'" in missing["error"]
+    assert "no pool, bucket, stream, lease or unique named 'pool:nope'" in missing["error"]
 
 
 def test_requeue_needs_token_csrf_and_same_origin(dashboard, failed_pool):

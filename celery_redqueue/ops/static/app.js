@@ -123,9 +123,12 @@ function renderOverview(data) {
   };
   const rows = [];
   const leaseRows = [];
+  const uniqueRows = [];
   for (const s of data.structures) {
     const tr = row(s);
-    if (s.error) {
+    if (s.unique) {
+      uniqueRows.push(uniqueRow(tr, s));
+    } else if (s.error) {
       tr.appendChild(el("td", s.id));
       const td = el("td", s.error, "error");
       td.colSpan = 10;
@@ -158,9 +161,35 @@ function renderOverview(data) {
     }
   }
   if (rows.length === 0) rows.push(emptyRow(11, "no pool, bucket or stream registered under this prefix yet"));
+  $("unique-section").hidden = uniqueRows.length === 0;
+  fill($("unique").tBodies[0], uniqueRows);
   $("leases-section").hidden = leaseRows.length === 0;
   fill($("leases").tBodies[0], leaseRows);
   fill($("structures").tBodies[0], rows);
+}
+
+// A unique-lock table's line in the overview.
+function uniqueRow(tr, s) {
+  const u = s.unique;
+  return cells(tr, [[s.id], ...["held", "acquired", "refused", "released", "expired",
+    "handed_back"].map((k) => [fmtNum(u[k]), k === "expired" && u[k] ? "num warn" : "num"])]);
+}
+
+// A unique-lock table's held keys in its detail: who holds each, since when, until when.
+function renderHeld(d) {
+  $("held-box").hidden = !d.held;
+  if (!d.held) return;
+  if (d.held.length === 0) {
+    fill($("held").tBodies[0], [emptyRow(7, "no key held")]);
+    return;
+  }
+  fill($("held").tBodies[0], d.held.map((h) => {
+    const tr = cells(el("tr"), [[h.key], [h.task_id], [h.who], [h.phase], [fmtTime(h.since)],
+      [fmtTime(h.until)], [h.state === "held" ? `held, ${fmtSecs(h.expires_in)} left`
+        : "expired (its holder died)", h.state === "held" ? "" : "warn"]]);
+    tr.dataset.key = h.key;
+    return tr;
+  }));
 }
 
 function select(id) {
@@ -276,7 +305,7 @@ function renderDetail(d) {
   $("detail-settings").textContent = Object.entries(d.settings || {})
     .filter(([, v]) => v !== null).map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`).join(" · ");
   $("drain").hidden = !d.can_drain;
-  fill($("counters").tBodies[0], Object.entries(d.counters || d.leases || {}).sort()
+  fill($("counters").tBodies[0], Object.entries(d.counters || d.leases || d.unique || {}).sort()
     .map(([k, v]) => cells(el("tr"), [[k], [fmtNum(v), "num"]])));
   for (const id of ["chart", "legend", "span-label"]) $(id).hidden = !d.history;
   drawChart(d);
@@ -320,6 +349,7 @@ function renderDetail(d) {
         return tr;
       }));
   }
+  renderHeld(d);
   $("resources-box").hidden = !d.resources;
   if (d.resources) {
     fill($("resources").tBodies[0], d.resources.map((r) => cells(el("tr"), [[r.resource], [r.state],
