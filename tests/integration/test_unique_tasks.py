@@ -251,7 +251,9 @@ def test_running_retry_is_not_refused_by_its_own_lock(
     before the retry's message was published, so the retry runs."""
     task = unique_app.retry_running
     _retried(redqueue_redis, redqueue_prefix, "retry_running", task, wait_for)
-    stats = task.unique_locks().stats()
+    locks = task.unique_locks()
+    wait_for(lambda: not locks.held(), timeout=30, message="the key freed")
+    stats = locks.stats()
     assert (stats.acquired, stats.released, stats.refused, stats.held) == (2, 2, 0, 0)
 
 
