@@ -6,11 +6,17 @@
     .venv/bin/python bench/torture.py --scenario kill-prefork --scenario proxy-drops
 
 Each scenario starts a structures Redis and a broker Redis of its own, workers running
-bench/torture_app.py (plus one `celery beat` for the reaper), and produces calls to four tasks
-(an at-least-once pool, an at-most-once pool, a bucket, a stream) while the fault happens:
+bench/torture_app.py (plus one `celery beat` for the reaper), and produces calls to eight tasks
+while the fault happens: an at-least-once pool, an at-most-once pool, a bucket, a stream, by-name
+calls (``send_task`` to a pooled task: the worker stores the message), a metered bucket (costs,
+``bucket_concurrency=2``, keys paused now and then), a gathering batch pool (``pool_batch_wait``)
+and an at-most-once pool with per-call results (every waiter must get an answer):
 
   kill-prefork / kill-threads / kill-solo   SIGKILL the worker (all its processes) in a loop
+  consumer-kill    the same for prefork workers running the continuous consumer
   restart-aof      SIGKILL the structures Redis (appendonly, fsync always) and start it again
+  consumer-restart the same, the workers running the continuous consumer
+  redis-down       the structures Redis (appendonly) is down for 5 s, then comes back
   restart-no-aof   the same without persistence: Redis forgets everything (expected losses)
   client-kill      CLIENT KILL every normal connection every few milliseconds
   proxy-drops      producers and workers reach Redis through a proxy that loses replies
@@ -50,13 +56,19 @@ sys.path.insert(0, str(ROOT))
 from celery_redqueue.embedded import EmbeddedRedis  # noqa: E402
 from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 
-KINDS = ("pool", "pool_amo", "bucket", "stream")
-AT_LEAST_ONCE = ("pool", "bucket", "stream")
+KINDS = ("pool", "pool_amo", "bucket", "stream", "by_name", "metered", "gather", "results")
+AT_LEAST_ONCE = ("pool", "bucket", "stream", "by_name", "metered", "gather")
+AT_MOST_ONCE = ("pool_amo", "results")
+#: Scenarios whose structures Redis keeps its data (appendonly, fsync always) across the fault.
+DURABLE = ("restart-aof", "consumer-restart", "redis-down")
 SCENARIOS = (
     "kill-prefork",
     "kill-threads",
     "kill-solo",
+    "consumer-kill",
     "restart-aof",
+    "consumer-restart",
+    "redis-down",
     "restart-no-aof",
     "client-kill",
     "proxy-drops",
@@ -73,6 +85,8 @@ class Outcome:
     maybe: int = 0
     never_run: int = 0
     duplicates: int = 0
+    #: Calls with per-call results whose waiter would still wait (no value, no error stored).
+    unanswered: int = 0
     unknown: int = 0
     recover: float | None = None
     identity: str = "-"
@@ -89,8 +103,9 @@ class Run:
         self.recover_for = recover_for
         self.dir = Path(tempfile.mkdtemp(prefix=f"torture-{scenario}-"))
         self.prefix = f"torture:{uuid.uuid4().hex[:8]}"
-        extra = ("--appendfsync", "always") if scenario == "restart-aof" else ()
-        self.redis = EmbeddedRedis(appendonly=scenario == "restart-aof", extra_args=extra).start()
+        durable = scenario in DURABLE
+        extra = ("--appendfsync", "always") if durable else ()
+        self.redis = EmbeddedRedis(appendonly=durable, extra_args=extra).start()
         self.broker = EmbeddedRedis().start()
         self.proxy: ReplyDroppingProxy | None = None
         url = self.redis.url
@@ -102,10 +117,12 @@ class Run:
             "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}",
             "TORTURE_REDQUEUE_URL": url,
             "TORTURE_BROKER_URL": self.broker.url,
+            "TORTURE_RESULTS_URL": self.redis.url,
             "TORTURE_PREFIX": self.prefix,
             "TORTURE_HISTORY": str(self.dir),
         }
         self.acked: dict[str, list[str]] = {k: [] for k in KINDS}
+        self.result_ids: dict[str, str] = {}  # call id -> its receipt's id (results kind)
         self.maybe: dict[str, list[str]] = {k: [] for k in KINDS}
         self.errors: collections.Counter[str] = collections.Counter()
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -125,11 +142,14 @@ class Run:
         )
 
     def start_worker(self) -> None:
+        consumer = self.scenario.startswith("consumer-")
         pool = {"kill-prefork": "prefork", "kill-threads": "threads"}.get(self.scenario, "solo")
+        pool = "prefork" if consumer else pool
         concurrency = "1" if pool == "solo" else "2"
         self.workers.append(
             self._spawn("worker", "-P", pool, "-c", concurrency, "-l", "WARNING",
-                        "-n", f"w{len(self.workers)}@%h", "--without-gossip", "--without-mingle")
+                        "-n", f"w{len(self.workers)}@%h", "--without-gossip", "--without-mingle",
+                        *(["--redqueue-consumer"] if consumer else []))
         )  # fmt: skip
 
     def kill_worker(self) -> None:
@@ -155,11 +175,21 @@ class Run:
         sys.path.insert(0, str(ROOT / "bench"))
         import torture_app
 
+        def by_name(call_id: str) -> None:
+            torture_app.app.send_task("torture_app.by_name", args=[call_id])
+
+        def with_result(call_id: str) -> None:
+            self.result_ids[call_id] = torture_app.results.delay(call_id).id
+
         tasks = {
             "pool": torture_app.pool_alo.delay,
             "pool_amo": torture_app.pool_amo.delay,
             "bucket": torture_app.bucket.delay,
             "stream": torture_app.stream_publish,
+            "by_name": by_name,
+            "metered": torture_app.metered.delay,
+            "gather": torture_app.gather.delay,
+            "results": with_result,
         }
         pause = self.produce_for / max(self.calls, 1)
         for n in range(self.calls):
@@ -172,6 +202,9 @@ class Run:
                     self.maybe[kind].append(call_id)
                 else:
                     self.acked[kind].append(call_id)
+            if n % 25 == 0:  # a metered key paused for a moment (an upstream's 429)
+                with contextlib.suppress(Exception):
+                    torture_app.metered.bucket.pause(str(n % 10), 0.3)
             time.sleep(pause)
             if stop.is_set():
                 break
@@ -181,14 +214,21 @@ class Run:
     def fault(self, producing: threading.Thread) -> None:
         s = self.scenario
         rng = random.Random(1)
-        if s.startswith("kill-"):
+        if "kill-" in s and s != "client-kill":
             while producing.is_alive():
                 time.sleep(rng.uniform(1.0, 2.5))
                 self.kill_worker()
                 self.start_worker()
-        elif s.startswith("restart-"):
+        elif s.startswith("restart-") or s == "consumer-restart":
             time.sleep(self.produce_for / 2)
             self.redis.restart(kill=True)
+        elif s == "redis-down":
+            time.sleep(self.produce_for / 3)
+            self.redis.stop(cleanup=False)
+            time.sleep(5.0)
+            requested, self.redis.requested_port = self.redis.requested_port, self.redis.port
+            self.redis.start()
+            self.redis.requested_port = requested
         elif s == "client-kill":
             killer = redis.Redis.from_url(self.redis.url, socket_timeout=2)
             while producing.is_alive():
@@ -221,6 +261,20 @@ class Run:
                     runs[kind][call_id] += 1
         return runs
 
+    def unanswered(self) -> int:
+        """Acknowledged calls with per-call results whose result is not stored (yet)."""
+        import torture_app
+        from celery.result import AsyncResult
+
+        try:
+            return sum(
+                1
+                for call_id in self.acked["results"]
+                if not AsyncResult(self.result_ids[call_id], app=torture_app.app).ready()
+            )
+        except Exception:  # the backend unreachable: nobody is answered
+            return len(self.acked["results"])
+
     def wait_for_recovery(self) -> dict[str, float | None]:
         recovered: dict[str, float | None] = {k: None for k in KINDS}
         deadline = self.fault_end + self.recover_for
@@ -229,7 +283,9 @@ class Run:
             for kind in AT_LEAST_ONCE:
                 if recovered[kind] is None and all(c in runs[kind] for c in self.acked[kind]):
                     recovered[kind] = max(0.0, time.monotonic() - self.fault_end)
-            if all(recovered[k] is not None for k in AT_LEAST_ONCE):
+            if recovered["results"] is None and not self.unanswered():
+                recovered["results"] = max(0.0, time.monotonic() - self.fault_end)
+            if all(recovered[k] is not None for k in (*AT_LEAST_ONCE, "results")):
                 break
             time.sleep(0.25)
         time.sleep(2.0)  # late duplicates and at-most-once calls still draining
@@ -241,7 +297,13 @@ class Run:
         client = redis.Redis.from_url(self.redis.url)
         out = {}
         try:
-            pools = (("pool", "torture_app.pool_alo"), ("pool_amo", "torture_app.pool_amo"))
+            pools = (
+                ("pool", "torture_app.pool_alo"),
+                ("pool_amo", "torture_app.pool_amo"),
+                ("by_name", "torture_app.by_name"),
+                ("gather", "torture_app.gather"),
+                ("results", "torture_app.results"),
+            )
             for kind, name in pools:
                 st = CappedPool(client, name, 100_000, prefix=self.prefix).stats()
                 terminal = st.processed + st.failed + st.evicted + st.lost + st.dead + st.purged
@@ -249,9 +311,11 @@ class Run:
                     terminal + st.depth + st.in_flight
                 )
                 out[kind] = "holds" if ok else f"BROKEN {st}"
-            b = LeakyBucket(client, "torture_app.bucket", prefix=self.prefix).stats()
-            ok = b.enqueued == b.processed + b.evicted + b.purged + b.dead + b.depth + b.in_flight
-            out["bucket"] = "holds" if ok else f"BROKEN {b}"
+            for kind in ("bucket", "metered"):
+                b = LeakyBucket(client, f"torture_app.{kind}", prefix=self.prefix).stats()
+                terminal = b.processed + b.evicted + b.purged + b.dead
+                ok = b.enqueued == terminal + b.depth + b.in_flight
+                out[kind] = "holds" if ok else f"BROKEN {b}"
         finally:
             client.close()
         return out
@@ -259,7 +323,7 @@ class Run:
     def run(self) -> list[Outcome]:
         try:
             self.start_worker()
-            if self.scenario in ("kill-prefork", "kill-threads", "kill-solo"):
+            if "kill-" in self.scenario and self.scenario != "client-kill":
                 self.start_worker()  # two workers: one is always up while the other restarts
             self.beat = self._spawn("beat", "-l", "WARNING", "-s", str(self.dir / "beat"))
             time.sleep(3.0)  # the workers start (their start-up is not the fault)
@@ -268,16 +332,18 @@ class Run:
             producing.start()
             self.fault(producing)
             recovered = self.wait_for_recovery()
+            unanswered = self.unanswered()
             identities = self.identities()
         finally:
             self.stop_all()
-        return self.check(self.history(), recovered, identities)
+        return self.check(self.history(), recovered, identities, unanswered)
 
     def check(
         self,
         runs: dict[str, collections.Counter[str]],
         recovered: dict[str, float | None],
         identities: dict[str, str],
+        unanswered: int,
     ) -> list[Outcome]:
         forgetful = self.scenario == "restart-no-aof"  # Redis itself lost the stored calls
         outcomes = []
@@ -290,9 +356,15 @@ class Run:
             o.unknown = sum(1 for c in ran if c not in known)
             o.recover = recovered.get(kind)
             o.identity = identities.get(kind, "-")
+            if not o.acked:  # the producer failed: nothing was tested
+                o.violations.append("no call acknowledged")
             if kind in AT_LEAST_ONCE and o.never_run and not forgetful:
                 o.violations.append(f"{o.never_run} acknowledged calls never ran")
-            if kind == "pool_amo" and o.duplicates:
+            if kind == "results":
+                o.unanswered = unanswered
+                if unanswered and not forgetful:
+                    o.violations.append(f"{unanswered} waiters never answered")
+            if kind in AT_MOST_ONCE and o.duplicates:
                 o.violations.append(f"{o.duplicates} at-most-once calls ran twice")
             if o.unknown:
                 o.violations.append(f"{o.unknown} runs of calls never made")
@@ -303,8 +375,8 @@ class Run:
 
 
 def print_table(outcomes: list[Outcome], errors: dict[str, collections.Counter[str]]) -> None:
-    header = ("scenario", "kind", "acked", "raised", "never run", "duplicates", "recovered in",
-              "identity", "verdict")  # fmt: skip
+    header = ("scenario", "kind", "acked", "raised", "never run", "duplicates", "unanswered",
+              "recovered in", "identity", "verdict")  # fmt: skip
     rows = []
     for o in outcomes:
         verdict = "; ".join(o.violations) or (
@@ -312,6 +384,7 @@ def print_table(outcomes: list[Outcome], errors: dict[str, collections.Counter[s
         )
         rows.append((
             o.scenario, o.kind, str(o.acked), str(o.maybe), str(o.never_run), str(o.duplicates),
+            str(o.unanswered) if o.kind == "results" else "-",
             "-" if o.recover is None else f"{o.recover:.1f} s",
             o.identity if len(o.identity) < 12 else "BROKEN", verdict,
         ))  # fmt: skip
@@ -327,6 +400,7 @@ def print_table(outcomes: list[Outcome], errors: dict[str, collections.Counter[s
             print(f"- {scenario}: delay()/publish raised {raised} (counted as raised: may run)")
     print("- never run: acknowledged calls with no run in the history (at-least-once: must be 0);")
     print("  duplicates: runs beyond the first (at least once allows them; at most once: 0);")
+    print("  unanswered: per-call results never stored (a waiter would wait forever: must be 0);")
     print("  recovered in: from the fault's end until every acknowledged call had run.")
 
 

@@ -1,9 +1,11 @@
-"""The Celery app of the crash-safety suite (bench/torture.py): one task per delivery mode, each
-body appending its call id to a history file outside Redis (so a Redis that loses its data
-cannot lose the history too).
+"""The Celery app of the crash-safety suite (bench/torture.py): one task per delivery mode and
+per feature under test (by-name calls, metered buckets, gathering, per-call results), each body
+appending its call id to a history file outside Redis (so a Redis that loses its data cannot
+lose the history too).
 
 Configured from the environment: TORTURE_REDQUEUE_URL (the structures' Redis, maybe through the
 reply-dropping proxy), TORTURE_BROKER_URL (a Redis of its own: "broker down" stops it),
+TORTURE_RESULTS_URL (the result backend: the structures' Redis, never through the proxy),
 TORTURE_PREFIX, TORTURE_HISTORY (a directory; one file per process).
 """
 
@@ -24,9 +26,12 @@ HOLD = 3.0
 app = Celery("torture_app")
 app.conf.update(
     broker_url=os.environ.get("TORTURE_BROKER_URL", "redis://127.0.0.1:6379/0"),
-    broker_transport_options={"global_keyprefix": f"{PREFIX}:broker:"},
+    # A by-name call's message is acknowledged after its store: one a SIGKILLed worker held
+    # comes back after the broker's visibility timeout (1 h by default), so make it short.
+    broker_transport_options={"global_keyprefix": f"{PREFIX}:broker:", "visibility_timeout": 8},
     broker_connection_retry_on_startup=True,
-    result_backend=None,
+    result_backend=os.environ.get("TORTURE_RESULTS_URL"),
+    result_backend_transport_options={"global_keyprefix": f"{PREFIX}:results:"},
     redqueue_url=os.environ.get("TORTURE_REDQUEUE_URL", "redis://127.0.0.1:6379/0"),
     redqueue_key_prefix=PREFIX,
     redqueue_reaper_interval=1.0,
@@ -93,6 +98,59 @@ def bucket(call_id: str) -> None:
 )
 def stream(event: dict[str, str]) -> None:
     record("stream", event["id"])
+
+
+@app.task(base=PoolTask, pool_delivery="at_least_once", **pool_options, **common)
+def by_name(call_id: str) -> None:
+    """Called only by name (``app.send_task``): the worker that takes the message stores it."""
+    record("by_name", call_id)
+
+
+@app.task(
+    base=BucketTask,
+    bucket_key=lambda call_id: call_id[-1],
+    bucket_rate="2000/s",
+    bucket_cost=lambda call_id: 1 + int(call_id[-1]) % 3,
+    bucket_cost_rate="3000/s",
+    bucket_concurrency=2,
+    bucket_visibility_timeout=HOLD,
+    bucket_drain_lease=HOLD,
+    bucket_drain_interval=2.0,
+    bucket_max_receives=50,
+    **common,
+)
+def metered(call_id: str) -> None:
+    """Costs, two calls of a key in flight at most, and pauses (the producer pauses keys)."""
+    record("metered", call_id)
+
+
+@app.task(
+    base=PoolTask,
+    pool_delivery="at_least_once",
+    pool_batch=True,
+    pool_batch_wait=0.5,
+    pool_batch_min=20,
+    **{**pool_options, "pool_batch_size": 50},
+    **common,
+)
+def gather(calls: list) -> None:  # type: ignore[type-arg]
+    """A batch body that gathers: a drain waits up to 0.5 s for 20 calls."""
+    for call in calls:
+        record("gather", call.args[0])
+
+
+@app.task(
+    base=PoolTask,
+    pool_delivery="at_most_once",
+    pool_results=True,
+    **pool_options,
+    **common,
+)
+def results(call_id: str) -> str:
+    """At most once with per-call results: every waiter gets an answer (the value, or
+    CallLostError for a call lost with its worker)."""
+    record("results", call_id)
+    return call_id
 
 
 def stream_publish(call_id: str) -> None:

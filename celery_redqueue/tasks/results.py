@@ -11,6 +11,7 @@ stored per call (a result is one more backend write per call) and ``get()`` retu
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -134,21 +135,44 @@ def store_lost(task: ResultTask, payloads: Iterable[Any], why: str) -> None:
     """Tell the waiters of calls counted lost (``why``): a CallLostError is each one's result,
     unless it stored one already (in an at-most-once batch whose worker died, the calls before
     the one it died in ran and stored theirs)."""
+    backend = task.backend
+
+    def tell(call_id: str) -> None:
+        if backend.get_state(call_id) not in states.READY_STATES:
+            lost = CallLostError(f"{task.name}: the call was lost: {why}")
+            backend.mark_as_failure(call_id, lost)
+
     for payload in payloads:
         call_id = call_id_of(payload)
-        if call_id is None or task.backend.get_state(call_id) in states.READY_STATES:
-            continue
-        lost = CallLostError(f"{task.name}: the call was lost: {why}")
-        _storing(task, call_id, partial(task.backend.mark_as_failure, call_id, lost))
+        if call_id is not None:
+            _storing(task, call_id, partial(tell, call_id))
+
+
+#: How long a result store is tried again over connection errors before it is given up (s).
+STORE_PATIENCE = 10.0
 
 
 def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> None:
     # The call ran (or failed for good) whatever the backend says: a backend that cannot take
-    # its result must not turn a done call into a failed or retried one.
-    try:
-        store()
-    except Exception as exc:
-        logger.warning("%s: could not store the result of call %s: %s", task.name, call_id, exc)
+    # its result must not turn a done call into a failed or retried one. A store is safe to run
+    # twice (it sets the call's one key), so a connection error is tried again for a while:
+    # Celery's Redis backend retries its SET but not the GET before it, and a waiter whose
+    # result is never stored waits forever (bench/torture.py, client-kill, found it).
+    deadline = time.monotonic() + STORE_PATIENCE
+    pause = 0.05
+    while True:
+        try:
+            store()
+            return
+        except Exception as exc:
+            retry = getattr(task.backend, "exception_safe_to_retry", None)
+            if retry is None or not retry(exc) or time.monotonic() + pause > deadline:
+                logger.warning(
+                    "%s: could not store the result of call %s: %s", task.name, call_id, exc
+                )
+                return
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
