@@ -106,7 +106,13 @@ class Run:
         durable = scenario in DURABLE
         extra = ("--appendfsync", "always") if durable else ()
         self.redis = EmbeddedRedis(appendonly=durable, extra_args=extra).start()
-        self.broker = EmbeddedRedis().start()
+        # A by-name call is its message until a worker stores it: a broker that forgets its
+        # queue on restart loses those (the broker's durability, not ours), so broker-down
+        # runs a durable broker.
+        self.broker = EmbeddedRedis(
+            appendonly=scenario == "broker-down",
+            extra_args=("--appendfsync", "always") if scenario == "broker-down" else (),
+        ).start()
         self.proxy: ReplyDroppingProxy | None = None
         url = self.redis.url
         if scenario == "proxy-drops":
