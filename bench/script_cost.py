@@ -73,6 +73,17 @@ def _pool_pop(client: Any, prefix: str) -> Callable[[int], Any]:
     return op
 
 
+def _pool_pop_mixed(client: Any, prefix: str) -> Callable[[int], Any]:
+    # Coalescing: every pop takes the general script (pool_pop replies MIXED).
+    pool = CappedPool(client, "bench", capacity=10**9, prefix=prefix, coalesce=True)
+
+    def op(i: int) -> None:
+        pool.add_many(range(10))
+        pool.ack(pool.pop(10))
+
+    return op
+
+
 def _stream(client: Any, prefix: str) -> Callable[[int], Any]:
     stream = EventStream(client, "bench", prefix=prefix, groups=["g"])
     return lambda i: stream.publish({"n": i})
@@ -93,6 +104,7 @@ OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
     "pool_add_plain": _pool,
     "pool_pop": _pool_pop,
     "pool_ack": _pool_pop,
+    "pool_pop_mixed": _pool_pop_mixed,
     "stream_publish": _stream,
     "lease_acquire": _lease,
     "lease_release": _lease,

@@ -7,10 +7,14 @@
 -- delivered; malformed entries are dead-lettered with the reason.
 -- KEYS[1..20], ARGV[1..13]: pool_pop's (ARGV[10..14] are not read here).
 -- Reply: pool_pop's, with status TAKEN, or AGAIN when nothing was handed out (only skipped
--- entries were taken, or the pool emptied meanwhile: pool_pop again, which pops what is left
--- or ends the drain). Bounded: O(n log N).
--- Lost reply: safe to run twice: a pop whose batch id is in flight already replies that batch
--- again (TAKEN, no fan-out) and pops nothing; an AGAIN wrote only skipped entries away.
+-- entries were taken, the pool emptied meanwhile, or the batch id is in flight already: run
+-- pool_pop again with the same arguments, which replays that batch, pops what is left or ends
+-- the drain). Bounded: O(n log N).
+-- Checks every key it touches, the stats counters and the arrival slots of the entries it
+-- reads before its first write (a bad one: CORRUPT, nothing written).
+-- Lost reply: safe to run twice: a pop whose batch id is in flight already pops nothing and
+-- replies AGAIN (pool_pop, run next, replays the batch); an AGAIN wrote only skipped entries
+-- away.
 --#include clock
 --#include tick
 --#include take_status
@@ -18,20 +22,30 @@
 --#include pool_read_entries
 --#include pool_forget_entries
 --#include pool_bury
---#include pool_replay
 --#include pool_reply_entries
 --#include pool_hold
+--#include check_keys
+--#include check_fields
 local pool = pool_keys(KEYS, ARGV)
 local n, batch_id, timeout_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local max_drains, guard = tonumber(ARGV[8]), ARGV[9] == '1'
 local now = math.floor(now_ms())
 local result = {TAKEN, 0, 0, -1, 0, 0}
-local replayed = pool_replay(pool, batch_id, timeout_ms, now, result)
-if replayed then return replayed end
+check_keys({pool.items, 'zset', pool.counts, 'hash', pool.receives, 'hash', pool.ages, 'zset',
+  pool.arrivals, 'hash', pool.dead, 'list', pool.done, 'zset', pool.inflight, 'zset',
+  pool.inflight_calls, 'hash', pool.inflight_items, 'hash', pool.drains, 'string'}, pool.stats)
+if redis.call('HEXISTS', pool.inflight_calls, batch_id) == 1 then
+  result[1] = AGAIN
+  return pool_reply_entries(result, {})
+end
 
 local kept, calls, skipped, guarded, malformed = {}, 0, 0, 0, 0
 local range = redis.call('ZRANGE', pool.items, 0, n - 1, 'WITHSCORES')
 local e = pool_read_entries(pool, range, guard, now)
+-- pool_forget_entries counts the entries out of their arrival slots: read them first.
+local slots = {}
+for _, slot in pairs(e.slot) do slots[#slots + 1], slots[#slots + 2] = pool.arrivals, slot end
+check_fields(slots)
 local gone, alone = {}, false
 for i = 1, #range / 2 do
   local bad, done = e.bad[i], e.done[i]
@@ -68,6 +82,11 @@ if calls == 0 then
   return pool_reply_entries(result, {})
 end
 -- One drain job per batch still waiting, up to the fan-out limit; the reply is the batch as
--- kept, as a re-send of this pop would reply it.
-result[2] = pool_hold(pool, batch_id, calls, cmsgpack.pack(5, kept), timeout_ms, max_drains, n, now)
-return pool_replay(pool, batch_id, timeout_ms, now, result)
+-- kept, as pool_pop would replay it.
+result[2], result[3] = pool_hold(pool, batch_id, calls, cmsgpack.pack(5, kept), timeout_ms,
+  max_drains, n, now)
+local members, counts, receives = {}, {}, {}
+for i = 1, #kept / 5 do
+  members[i], counts[i], receives[i] = kept[5 * i - 4], kept[5 * i - 2], kept[5 * i - 1]
+end
+return pool_reply_entries(result, members, counts, receives)

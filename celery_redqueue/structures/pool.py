@@ -662,6 +662,13 @@ class CappedPool(Sharded):
             reply = self._run("pool_pop", args)
         if reply[0] == MIXED:
             reply = self._run("pool_pop_mixed", args)
+            if reply[0] == AGAIN:
+                # Skipped entries only, or (a re-sent pop) the batch is in flight already:
+                # pool_pop replays it, or pops on (no UPKEEP: pool_due ran or was not due).
+                args[-1] = 0
+                reply = self._run("pool_pop", args)
+                if reply[0] == MIXED:
+                    reply = self._run("pool_pop_mixed", args)
         reply[5] = int(reply[5]) + malformed
         return read_pop(reply, batch_id, self.serializer.loads, self.coalesce, self.keys.base)
 
