@@ -12,11 +12,19 @@
 -- payload: dead now (undecodable). A delayed retry waits in
 -- `scheduled` as "<id>/<receives>/<count>:<score>:<payload>" (pool_due.lua), counted in depth.
 -- Then, with the processed guard on, the ids of the entries that succeeded.
--- Reply: {held, send_drain}. held LATE (0): the batch was no longer in flight (the reaper had
--- taken it back: counted as `late`); HELD (1): acked now; DONE (2): this ack was applied already
--- (a re-send); send_drain 1: retried calls need a drain job the caller should send.
+-- Calls retried now (mark '@0') are not put back here: the batch stays in flight holding only
+-- them (its record rewritten, in_flight counting them), and `back` asks the caller to run
+-- pool_ack_back, which puts them back in the pool (a drain that dies between the two steps
+-- leaves them to the reaper, as any batch in flight).
+-- Checks every key it writes and the stats counters before its first write (a bad one:
+-- CORRUPT, nothing written).
+-- Reply: {held, send_drain, back}. held LATE (0): the batch was no longer in flight (the reaper
+-- had taken it back: counted as `late`); HELD (1): acked now; DONE (2): this ack was applied
+-- already (a re-send); send_drain 1: retried calls need a drain job the caller should send;
+-- back 1: calls retried now wait in the batch: run pool_ack_back.
 -- Lost reply: safe to run twice: the ack is recorded (record_call.lua) under its batch id, and
--- a second run replies "already done" (DONE) and changes nothing.
+-- a second run replies "already done" (DONE) and changes nothing (back 1 again while the
+-- batch still holds calls retried now).
 --#include clock
 --#include tick
 --#include add_counts
@@ -24,10 +32,9 @@
 --#include record_call
 --#include recorded
 --#include pool_keys
---#include pool_status
 --#include pool_unpack_batch
---#include pool_admit
 --#include pool_bury
+--#include check_keys
 local pool = pool_keys(KEYS, ARGV)
 local LATE, HELD, DONE = 0, 1, 2
 local batch_id, max_receives, processed_guard_ms = ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -47,21 +54,24 @@ for i = 12, last, 4 do
   end
   unsettled = unsettled + count
 end
+check_keys({pool.inflight, 'zset', pool.inflight_calls, 'hash', pool.inflight_items, 'hash',
+  pool.scheduled, 'zset', pool.dead, 'list', pool.done, 'zset', pool.calls, 'hash',
+  pool.calls_at, 'zset', pool.drains, 'string'}, pool.stats)
+local calls = tonumber(redis.call('HGET', pool.inflight_calls, batch_id) or '-1') or -1
+-- A late ack is recorded too, so that its re-send is not counted late twice.
+local done = recorded(pool.calls, 'ack:' .. batch_id)
+if done == 'late' then return {LATE, 0, 0} end
+if done then return {DONE, 0, calls > 0 and 1 or 0} end
 -- Ids that succeeded are recorded by the guard either way (a late ack too), so their returned
 -- copies are skipped.
 if processed_guard_ms > 0 and #ARGV > last then
   forget_expired(pool.done, now)
   for i = last + 1, #ARGV do redis.call('ZADD', pool.done, now + processed_guard_ms, ARGV[i]) end
 end
-local calls = tonumber(redis.call('HGET', pool.inflight_calls, batch_id) or '-1') or -1
 if calls < 0 then
-  -- A late ack is recorded too, so that its re-send is not counted late twice.
-  local done = recorded(pool.calls, 'ack:' .. batch_id)
-  if done == 'late' then return {LATE, 0} end
-  if done then return {DONE, 0} end
   if named > 0 then redis.call('HINCRBY', pool.stats, 'late', named) end
   record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 'late', now)
-  return {LATE, 0}
+  return {LATE, 0, 0}
 end
 if named ~= calls or unsettled > calls then
   return redis.error_reply('ERR pool_ack: batch holds ' .. calls .. ' calls, the ack names ' .. named)
@@ -76,12 +86,12 @@ if unsettled > 0 then
     entries[entry[6]] = entry
   end
 end
+-- Deletions first: at maxmemory, a script that has written may go on writing (an ack frees).
 redis.call('HDEL', pool.inflight_calls, batch_id)
 redis.call('HDEL', pool.inflight_items, batch_id)
-redis.call('ZREM', pool.inflight, batch_id)
 record_call(pool.calls, pool.calls_at, 'ack:' .. batch_id, 1, now)
 
-local failed, retried, buried, evicted, pushed = 0, 0, 0, 0, 0
+local failed, retried, buried, back, kept = 0, 0, 0, 0, {}
 for i = 12, last, 4 do
   local id, count, err, mark = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
   local entry, bad, delay = entries[id], string.sub(mark, 1, 1) == '!', tonumber(string.match(mark, '^@(%d+)$'))
@@ -96,21 +106,27 @@ for i = 12, last, 4 do
     redis.call('ZADD', pool.scheduled, now + delay, string.format('%x/%d/%d:%.17g:%s', seq, entry[4], count, entry[2], entry[7]))
     retried = retried + count
   elseif entry and delay then
-    local status, out = pool_admit(pool, entry[1], entry[2], count, entry[4], entry[5])
-    -- What admit pushed out was waiting in the pool: it leaves the depth too (`pushed`).
-    local back = status ~= REFUSED and count or 0
-    retried, evicted, pushed = retried + back, evicted + out + count - back, pushed + out
+    -- Back now: kept in the batch for pool_ack_back, as pool_unpack_batch reads it.
+    back = back + count
+    for j = 1, 5 do kept[#kept + 1] = entry[j] end
+    kept[#kept - 2] = count
   else
     failed = failed + count
   end
 end
+if back > 0 then
+  redis.call('HSET', pool.inflight_calls, batch_id, back)
+  redis.call('HSET', pool.inflight_items, batch_id, cmsgpack.pack(5, kept))
+else
+  redis.call('ZREM', pool.inflight, batch_id)
+end
 local processed = calls - unsettled
-add_counts(pool.stats, {in_flight = -calls, processed = processed, failed = failed,
-                     retried = retried, depth = retried - pushed, evicted = evicted})
+add_counts(pool.stats, {in_flight = back - calls, processed = processed, failed = failed,
+                     retried = retried, depth = retried})
 tick(pool.flow, 'out', processed + failed + buried, now)
 tick(pool.flow, 'busy', busy, now)
 tick(pool.flow, 'done', processed + failed + buried, now)
 -- Retried calls need a drain job unless one holds the flag (for delayed ones, the job's pop
 -- schedules the job that offers them when due).
-if retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease) then return {HELD, 1} end
-return {HELD, 0}
+local send = retried > 0 and redis.call('SET', pool.drains, 1, 'NX', 'PX', pool.lease)
+return {HELD, send and 1 or 0, back > 0 and 1 or 0}

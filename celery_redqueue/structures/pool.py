@@ -698,7 +698,10 @@ class CappedPool(Sharded):
             repr(float(seconds)),
             *ack_args(batch, failures or {}, guard, retry_in, dead, again),
         ]
-        held, send_drain = self._run("pool_ack", args)
+        held, send_drain, *back = self._run("pool_ack", args)
+        if back and back[0]:
+            # Calls retried now wait in the batch: a second step puts them back.
+            send_drain = self._run("pool_ack_back", [batch.id])[1] or send_drain
         batch.drain_needed = bool(send_drain)
         return bool(held)
 
