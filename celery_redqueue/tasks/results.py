@@ -151,22 +151,34 @@ def store_lost(task: ResultTask, payloads: Iterable[Any], why: str) -> None:
 #: How long a result store is tried again over connection errors before it is given up (s).
 STORE_PATIENCE = 10.0
 
+#: Set once a store gave up over connection errors, cleared by the next store that succeeds:
+#: while it is set, stores are tried once, so a backend outage costs a worker one patience,
+#: not one per call (a drain of 100 calls would otherwise wait 100 x 10 s).
+_backend_down = False
+
 
 def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> None:
     # The call ran (or failed for good) whatever the backend says: a backend that cannot take
     # its result must not turn a done call into a failed or retried one. A store is safe to run
     # twice (it sets the call's one key), so a connection error is tried again for a while:
     # Celery's Redis backend retries its SET but not the GET before it, and a waiter whose
-    # result is never stored waits forever (bench/torture.py, client-kill, found it).
+    # result is never stored waits forever (bench/torture.py, client-kill, found it). With
+    # Celery's own `result_backend_always_retry` on, its loop covers the GET too: none here.
+    global _backend_down
+    backend = task.backend
+    transient = getattr(backend, "exception_safe_to_retry", None)
+    patient = not _backend_down and not getattr(backend, "always_retry", False)
     deadline = time.monotonic() + STORE_PATIENCE
     pause = 0.05
     while True:
         try:
             store()
+            _backend_down = False
             return
         except Exception as exc:
-            retry = getattr(task.backend, "exception_safe_to_retry", None)
-            if retry is None or not retry(exc) or time.monotonic() + pause > deadline:
+            safe = transient is not None and transient(exc)
+            if not (patient and safe) or time.monotonic() + pause > deadline:
+                _backend_down = _backend_down or safe
                 logger.warning(
                     "%s: could not store the result of call %s: %s", task.name, call_id, exc
                 )
