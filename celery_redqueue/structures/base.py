@@ -51,6 +51,7 @@ class Structure(catalog.Registered):
     unstored_counters: tuple[str, ...] = ("dead",)
     #: Dead letters of this kind carry their key (buckets).
     keyed_letters = False
+    _head: list[Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,6 +74,9 @@ class Structure(catalog.Registered):
         self._registered = not register
         #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
         self._keys_of: dict[str, list[str]] = {}
+        #: `_script_head()`, taken on the first script call (a shard's, after its settings
+        #: are adjusted): the settings it reads do not change once the structure is built.
+        self._head: list[Any] | None = None
 
     def _script_head(self) -> list[Any]:
         """The arguments every script of this kind takes before its own."""
@@ -90,7 +94,10 @@ class Structure(catalog.Registered):
         lua = script(name)
         if keys is None:
             keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)
-        return lua(self.client, keys, self._script_head() + args)
+        head = self._head
+        if head is None:
+            head = self._head = self._script_head()
+        return lua(self.client, keys, head + args)
 
     def _named_keys(self, name: str, parts: Sequence[str]) -> list[str]:
         keys = self._keys_of.get(name)

@@ -1,7 +1,8 @@
 """What a pool or a bucket does over its shards (see `sharding`): building them, the heartbeat's
 parts, wake signals, dead letters, figures and clearing.
 `Sharded` is the base of `CappedPool` and `LeakyBucket` (a `Structure` with shards, and the wake
-signal both kinds have); on a structure with one shard each of its methods is the plain one."""
+signal both kinds have); on a structure with one shard each of its methods is the plain one,
+and one with several is an instance of `sharding.sharded_class` of its class."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from .base import Structure
 from .deadletters import DeadLetter
 from .figures import Figures, structure_figures
-from .sharding import on_every, on_owner, shard_names, split_id, validate_shards
+from .sharding import on_every, on_owner, shard_names, sharded_class, split_id, validate_shards
 from .wake import WakeSignal, listen_any
 
 
@@ -58,6 +59,7 @@ class Sharded(Structure):
             if adjust is not None:
                 adjust(self, shard, i)
         self.next_shard = random.randrange(count)
+        self.__class__ = sharded_class(type(self))  # its verbs route over the shards
 
     # What every pool and bucket offers over its shards
 

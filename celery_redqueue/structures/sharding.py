@@ -13,9 +13,11 @@ Each public method of a pool or bucket carries its routing as a decorator, one o
 here, so a method is written once: `on_owner` (the one shard that holds a key, a batch or a
 reservation), `on_owners` (held ids, each on its shard), `on_every` (every shard, the answers
 merged), `swept` (shards in turn until one has work) and `spread` (stored calls, each on the
-shard its kind picks). On a structure with one shard a verb runs the method's own body at the
-cost of one attribute test. What pools and buckets share over their shards (wake signals, dead
-letters, figures, the heartbeat's parts) is `sharded.Sharded`, a base of both.
+shard its kind picks). A verb only marks its method: a structure with one shard runs it as
+written, and one with several becomes, at the end of its __init__, an instance of
+`sharded_class` of its class, in which every marked method routes. What pools and buckets
+share over their shards (wake signals, dead letters, figures, the heartbeat's parts) is
+`sharded.Sharded`, a base of both.
 
 Pools: each call goes to one shard, chosen with probability proportional to the shard's
 capacity (the capacity is split as evenly as it divides): at random; by a hash of the payload
@@ -121,21 +123,47 @@ def sum_results(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
 
 
 def _routing(name: str, route: Callable[..., Any]) -> Callable[[_F], _F]:
-    """A verb: with no shards the method's own body runs on the structure (one attribute
-    test); else ``route(method, self, *args, **kwargs)``. The method is marked with the verb's
-    name (a test checks that every public method of a pool or bucket has one)."""
+    """A verb: marks the method with its routing, ``route(method, self, *args, **kwargs)``,
+    and returns it unchanged. A structure with one shard runs its methods as written; one with
+    several is an instance of `sharded_class` of its class, whose methods route (a test checks
+    that every public method of a pool or bucket has a verb)."""
 
     def verb(method: _F) -> _F:
-        @functools.wraps(method)
-        def routed(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-            if not self.shards:
-                return method(self, *args, **kwargs)
-            return route(method, self, *args, **kwargs)
-
-        routed.__sharding__ = name  # type: ignore[attr-defined]
-        return cast(_F, routed)
+        method.__sharding__ = name  # type: ignore[attr-defined]
+        method.__route__ = route  # type: ignore[attr-defined]
+        return method
 
     return verb
+
+
+def _routed(method: Callable[..., Any]) -> Callable[..., Any]:
+    route: Callable[..., Any] = method.__route__  # type: ignore[attr-defined]
+
+    @functools.wraps(method)
+    def routed(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return route(method, self, *args, **kwargs)
+
+    return routed
+
+
+_SHARDED: dict[type, type] = {}
+
+
+def sharded_class(cls: type[_T]) -> type[_T]:
+    """``cls`` with every verb-marked method routing over ``self.shards`` (built once per
+    class): what a structure with several shards becomes at the end of its __init__, so one
+    with a single shard pays nothing for sharding."""
+    sharded = _SHARDED.get(cls)
+    if sharded is None:
+        methods: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):  # the nearest definition of a name wins
+            for name, value in vars(klass).items():
+                methods[name] = value
+        routes = {n: _routed(m) for n, m in methods.items() if hasattr(m, "__route__")}
+        sharded = _SHARDED[cls] = type(
+            cls.__name__, (cls,), {**routes, "__module__": cls.__module__}
+        )
+    return cast(type[_T], sharded)
 
 
 def on_owner(owner: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[_F], _F]:
@@ -197,38 +225,31 @@ def swept(
 def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F]:
     """Store a list of calls (``store_encoded``), each on the shard ``shard_of(self, call,
     dedupe_id)`` picks: one round trip per shard touched, and the receipts ask for at most one
-    drain job, as one structure's would. The producer's hot path, so a wrapper of its own:
-    named parameters add about 0.1 us a call where `_routing`'s ``**kwargs`` add 0.5."""
+    drain job, as one structure's would."""
 
-    def verb(method: _F) -> _F:
-        @functools.wraps(method)
-        def routed(
-            self: Any,
-            encoded: Sequence[Any],
-            *,
-            delay: float = 0.0,
-            dedupe_ids: Sequence[str | None] | None = None,
-        ) -> list[Receipt]:
-            if not self.shards:
-                return method(self, encoded, delay=delay, dedupe_ids=dedupe_ids)  # type: ignore[no-any-return]
-            ids = list(dedupe_ids or [None] * len(encoded))
-            by_shard: dict[int, list[int]] = {}
-            for n, call in enumerate(encoded):
-                by_shard.setdefault(shard_of(self, call, ids[n]), []).append(n)
-            self.register_once()
-            results: list[Any] = [None] * len(encoded)
-            groups: dict[int, list[Receipt]] = {}
-            for i, at in by_shard.items():
-                calls, call_ids = [encoded[n] for n in at], [ids[n] for n in at]
-                got = groups[i] = method(self.shards[i], calls, delay=delay, dedupe_ids=call_ids)
-                for n, result in zip(at, got, strict=True):
-                    results[n] = result
-            return pass_receipts(self, results, groups)
+    def route(
+        method: Callable[..., list[Receipt]],
+        self: Any,
+        encoded: Sequence[Any],
+        *,
+        delay: float = 0.0,
+        dedupe_ids: Sequence[str | None] | None = None,
+    ) -> list[Receipt]:
+        ids = list(dedupe_ids or [None] * len(encoded))
+        by_shard: dict[int, list[int]] = {}
+        for n, call in enumerate(encoded):
+            by_shard.setdefault(shard_of(self, call, ids[n]), []).append(n)
+        self.register_once()
+        results: list[Any] = [None] * len(encoded)
+        groups: dict[int, list[Receipt]] = {}
+        for i, at in by_shard.items():
+            calls, call_ids = [encoded[n] for n in at], [ids[n] for n in at]
+            got = groups[i] = method(self.shards[i], calls, delay=delay, dedupe_ids=call_ids)
+            for n, result in zip(at, got, strict=True):
+                results[n] = result
+        return pass_receipts(self, results, groups)
 
-        routed.__sharding__ = "spread"  # type: ignore[attr-defined]
-        return cast(_F, routed)
-
-    return verb
+    return _routing("spread", route)
 
 
 def _unsharded(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
