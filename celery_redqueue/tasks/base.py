@@ -18,9 +18,10 @@ import inspect
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from celery import Task
 
@@ -39,18 +40,48 @@ from .wire import DRAIN_HEADER, REAPER_TASK
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-#: This process's id, refreshed in a forked child: every call looks its structure up, and
-#: os.getpid() is a system call. Read it as ``base.process_id`` (a module attribute, so a fork
-#: is seen).
-process_id = os.getpid()
+
+class per_process(Generic[_T]):
+    """A task attribute built on first use in each process: ``pool = per_process(_make_pool)``.
+
+    The value is kept in the task's ``__dict__``, so later reads are plain attribute reads (the
+    producer's path reads the structure on every call), and dropped in a forked child, which
+    must not reuse its parent's connections (a prefork child builds its own)."""
+
+    def __init__(self, build: Callable[[Any], _T]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        _PER_PROCESS.add(name)
+
+    @overload
+    def __get__(self, task: None, owner: type | None = None) -> per_process[_T]: ...
+    @overload
+    def __get__(self, task: object, owner: type | None = None) -> _T: ...
+    def __get__(self, task: object, owner: type | None = None) -> _T | per_process[_T]:
+        if task is None:
+            return self
+        value = self.build(task)
+        task.__dict__[self.name] = value
+        _holders.add(task)
+        return value
 
 
-def _refresh_pid() -> None:
-    global process_id
-    process_id = os.getpid()
+#: The names of `per_process` attributes, and the tasks holding any: a forked child drops them.
+_PER_PROCESS: set[str] = set()
+_holders: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-os.register_at_fork(after_in_child=_refresh_pid)
+def _drop_in_child() -> None:
+    for task in list(_holders):
+        for name in _PER_PROCESS:
+            task.__dict__.pop(name, None)
+    _holders.clear()
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def error_text(exc: BaseException) -> str:
@@ -353,12 +384,12 @@ class RedQueueTask(Task):  # type: ignore[misc]
             self.send_drain()
         return count
 
-    @property
-    def structure(self) -> Drained:
-        """The Redis structure behind this task, whatever its kind: its ``pool``, ``bucket`` or
-        ``stream`` (what the reaper, the figures and the heartbeat look at)."""
-        structure: Drained = getattr(self, self.redqueue_kind)
-        return structure
+    if TYPE_CHECKING:  # each kind sets it, a `per_process` attribute
+
+        @property
+        def structure(self) -> Drained:
+            """The Redis structure behind this task, whatever its kind: its ``pool``,
+            ``bucket`` or ``stream`` (what the reaper, the figures and the heartbeat look at)."""
 
     def send_drain_or_release(
         self, countdown: float | None = None, routing: dict[str, Any] | None = None
@@ -399,19 +430,23 @@ class RedQueueTask(Task):  # type: ignore[misc]
             return error_text(exc)
         return None
 
-    def _per_process(self, attr: str, build: Callable[[], _T]) -> _T:
-        """Build a structure once per process: a prefork child must not reuse the parent's."""
-        cached: tuple[int, _T] | None = self.__dict__.get(attr)
-        if cached is None or cached[0] != process_id:
-            cached = (process_id, build())
-            self.__dict__[attr] = cached
-        return cached[1]
+    def send_wanted_drains(
+        self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
+    ) -> tuple[bool, str | None]:
+        """Send the drain jobs that stored calls asked for: one now (``drain_needed``) and/or
+        one when the earliest delayed call is due (``wake_in``). Returns (all sent, error)."""
+        error = None
+        if drain_needed:
+            error = self.send_drain_or_release(routing=routing)
+        if wake_in is not None:
+            error = self.send_drain_or_release(countdown=wake_in, routing=routing) or error
+        return error is None, error
 
-    @property
+    @per_process
     def _local(self) -> threading.local:
         """What this thread's stored call carries (the bucket's reservation, the stream's
         event), per process."""
-        return self._per_process("_redqueue_local", threading.local)
+        return threading.local()
 
     def _body(self) -> Callable[..., Any]:
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""

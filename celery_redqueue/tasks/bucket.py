@@ -17,7 +17,7 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharding import validate_shards
-from .base import error_text
+from .base import error_text, per_process
 from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
@@ -138,10 +138,15 @@ class BucketTask(ProducerTask, MeteredOptions):
         or None outside a drain (a direct or eager call)."""
         return getattr(self._local, "reservation", None)
 
-    @property
+    @per_process
     def bucket(self) -> LeakyBucket:
         """This task's bucket (rates, stats, dead letters), built once per process."""
-        return self._per_process("_redqueue_bucket", self._make_bucket)
+        return self._make_bucket()
+
+    @per_process
+    def structure(self) -> LeakyBucket:
+        """What the reaper, the figures and the heartbeat look at: the bucket."""
+        return self.bucket
 
     def _make_bucket(self) -> LeakyBucket:
         config = get_config(self.app)

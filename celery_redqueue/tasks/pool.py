@@ -31,8 +31,7 @@ from ..validation import (
     positive_int,
     seconds,
 )
-from . import base
-from .base import error_text
+from .base import error_text, per_process
 from .beat import DrainSummary
 from .config import get_config
 from .decorators import decorate_task
@@ -218,22 +217,20 @@ class PoolTask(ProducerTask):
                 f"({cls.pool_batch_size}): a drain pops at most pool_batch_size calls"
             )
 
-    @property
+    @per_process
     def pool(self) -> CappedPool:
         """This task's pool (stats, pop, clear), built once per process."""
-        return self._in_process()[1]
+        return self._make_pool()
 
-    #: What the reaper, the figures and the heartbeat look at: the pool.
-    structure = pool
+    @per_process
+    def structure(self) -> CappedPool:
+        """What the reaper, the figures and the heartbeat look at: the pool."""
+        return self.pool
 
-    def _in_process(self) -> tuple[int, CappedPool, bool]:
-        """This process's pool and whether calls are traced, built on first use in each process
-        (a prefork child must not reuse its parent's connections)."""
-        built: tuple[int, CappedPool, bool] | None = self.__dict__.get("_redqueue_pool")
-        if built is None or built[0] != base.process_id:
-            tracing = get_config(self.app).tracing and not self.pool_coalesce
-            built = self.__dict__["_redqueue_pool"] = (base.process_id, self._make_pool(), tracing)
-        return built
+    @per_process
+    def _traced(self) -> bool:
+        """Whether calls carry their caller's trace context (tracing on, not coalescing)."""
+        return bool(get_config(self.app).tracing and not self.pool_coalesce)
 
     def _make_pool(self) -> CappedPool:
         config = get_config(self.app)
@@ -293,7 +290,7 @@ class PoolTask(ProducerTask):
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
         per-call results are on or the call is traced); raises, storing nothing."""
-        _, pool, traced = self._in_process()
+        pool, traced = self.pool, self._traced
         if self.typing and not self.pool_batch:
             # Celery's check (a batch body takes the list of calls: its signature says nothing
             # of one call).

@@ -270,15 +270,3 @@ class ProducerTask(RedQueueTask):
             return receipt
         sent, error = self.send_wanted_drains(receipt.drain_needed, receipt.wake_in, routing)
         return dataclasses.replace(receipt, drain_sent=sent, drain_error=error)
-
-    def send_wanted_drains(
-        self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
-    ) -> tuple[bool, str | None]:
-        """Send the drain jobs that stored calls asked for: one now (``drain_needed``) and/or
-        one when the earliest delayed call is due (``wake_in``). Returns (all sent, error)."""
-        error = None
-        if drain_needed:
-            error = self.send_drain_or_release(routing=routing)
-        if wake_in is not None:
-            error = self.send_drain_or_release(countdown=wake_in, routing=routing) or error
-        return error is None, error

@@ -22,7 +22,7 @@ from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
 from ..validation import positive_int, seconds
-from .base import RedQueueTask, error_text
+from .base import RedQueueTask, error_text, per_process
 from .beat import DrainSummary
 from .decorators import decorate_task
 from .neighbour import Looker
@@ -103,10 +103,15 @@ class StreamTask(RedQueueTask):
         """This task's consumer group."""
         return self.stream_group or validate_group(self.name, "stream_group (the task name)")
 
-    @property
+    @per_process
     def stream(self) -> EventStream:
         """The stream, as this group reads it; ``publish`` wakes every group of the app."""
-        return self._per_process("_redqueue_stream", self._make_stream)
+        return self._make_stream()
+
+    @per_process
+    def structure(self) -> EventStream:
+        """What the reaper, the figures and the heartbeat look at: the stream."""
+        return self.stream
 
     @property
     def event(self) -> StreamEvent | None:

@@ -174,7 +174,8 @@ def test_buckets_and_pools_together(app, pooled, limited, recorded, redqueue_red
 def test_a_failed_store_fails_every_receipt_it_did_not_store(app, pooled):
     app.conf.redqueue_url = "redis://127.0.0.1:1/0"  # nothing listens there
     forget_config(app)
-    pooled.__dict__.pop("_redqueue_pool", None)
+    pooled.__dict__.pop("pool", None)
+    pooled.__dict__.pop("structure", None)
     with pytest.raises(RedisUnavailableError), pooled.buffer():
         receipt = pooled.delay(1)
     with pytest.raises(ReceiptNotReadyError, match="not stored"):
