@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_redqueue import CappedPool, EventStream, LeasedResources
+from celery_redqueue import CappedPool, EventStream, LeakyBucket, LeasedResources
 from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis import lua
 from celery_redqueue.structures.sets import ScheduledSet
@@ -99,6 +99,34 @@ def _set(client: Any, prefix: str) -> Callable[[int], Any]:
     return lambda i: sset.add(i, delay=0)
 
 
+def _bucket(client: Any, prefix: str, **options: Any) -> LeakyBucket:
+    # A rate no key reaches, so every poll releases at once: the scripts' own cost is measured.
+    return LeakyBucket(client, "bench", default_rate="1000000/s", prefix=prefix, **options)
+
+
+def _bucket_plain(client: Any, prefix: str) -> Callable[[int], Any]:
+    bucket = _bucket(client, prefix, drain_lease=3600)
+    return lambda i: bucket.enqueue(f"k{i % 100}", i)
+
+
+def _bucket_general(client: Any, prefix: str) -> Callable[[int], Any]:
+    # A dedupe id takes the general script (bucket_enqueue).
+    bucket = _bucket(client, prefix, drain_lease=3600, dedupe_window=1)
+    return lambda i: bucket.enqueue(f"k{i % 100}", i, dedupe_id=str(i))
+
+
+def _bucket_cycle(client: Any, prefix: str) -> Callable[[int], Any]:
+    bucket = _bucket(client, prefix)
+
+    def op(i: int) -> None:
+        bucket.enqueue(f"k{i % 100}", i)
+        reservation = bucket.dequeue().reservation
+        assert reservation is not None
+        bucket.commit(reservation)
+
+    return op
+
+
 #: script -> how to build a structure and run one operation that sends it.
 OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
     "pool_add_plain": _pool,
@@ -109,6 +137,10 @@ OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
     "lease_acquire": _lease,
     "lease_release": _lease,
     "set_add_now": _set,
+    "bucket_enqueue_plain": _bucket_plain,
+    "bucket_enqueue": _bucket_general,
+    "bucket_dequeue": _bucket_cycle,
+    "bucket_settle": _bucket_cycle,
 }
 
 
@@ -156,12 +188,13 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         server.stop()
     print(f"\n{args.script}: {args.calls} operations per side, {args.rounds} interleaved chunks\n")
-    print("| side | us/op | server us/script | scripts/op |")
-    print("|---|---|---|---|")
+    print("| side | us/op | server us/script | scripts/op | server us/op |")
+    print("|---|---|---|---|---|")
     for s in sides.values():
         per = s.scripts / s.calls if s.calls else 0
         usec = s.script_usec / s.scripts if s.scripts else 0
-        print(f"| {s.name} | {s.usec_per_call:.1f} | {usec:.2f} | {per:.2f} |")
+        server_op = s.script_usec / s.calls if s.calls else 0
+        print(f"| {s.name} | {s.usec_per_call:.1f} | {usec:.2f} | {per:.2f} | {server_op:.1f} |")
     old_side, new_side = sides.values()
     if old_side.scripts and new_side.scripts:
         a = old_side.script_usec / old_side.scripts

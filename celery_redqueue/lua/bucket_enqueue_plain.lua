@@ -33,7 +33,8 @@ local b = bucket_keys(KEYS, ARGV)
 -- type, or a counter it adds to that is not an integer, is CORRUPT and nothing is written).
 check_keys({b.ready, 'zset', b.rates, 'hash', b.items, 'hash', b.heads, 'hash', b.tails, 'hash',
   b.tat, 'hash', b.ages, 'zset', b.paused, 'zset', b.keystats, 'hash', b.flow, 'hash',
-  b.drains, 'string', b.wake, 'string', b.listening, 'zset', b.signal, 'list'}, b.stats)
+  b.drains, 'string', b.wake, 'string', b.listening, 'zset', b.signal, 'list', b.scheduled, 'zset'},
+  b.stats)
 -- The key's own counters it reads or adds to (not every key's: bounded).
 local fields = {b.heads, ARGV[8], b.tails, ARGV[8], b.keystats, (ARGV[8] or '') .. '\0in_flight'}
 for i = 1, ARGV[8] and #fields or 0, 2 do
