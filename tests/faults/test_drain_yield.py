@@ -42,3 +42,38 @@ def test_a_plain_task_does_not_wait_behind_a_lingering_drain(
     except AssertionError:
         print(worker_logs())
         raise
+
+
+def test_a_plain_task_does_not_wait_behind_lingering_drains_under_gevent(
+    celery_procs, neighbour_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
+):
+    """Under ``-P gevent -c 2`` with prefetch 1, both greenlets and both prefetch slots held by
+    lingering drains (a pooled and a bucket one): the plain task sent then still runs at once."""
+    pytest.importorskip("gevent")
+    celery_procs(
+        "tests.faults.neighbour_app",
+        "worker",
+        "--pool=gevent",
+        "--concurrency=2",
+        "--prefetch-multiplier=1",
+    )
+    try:
+        neighbour_app.pooled.delay(0)
+        neighbour_app.metered.delay(0)
+        wait_for(
+            lambda: redqueue_redis.llen(f"{redqueue_prefix}:ran") == 2,
+            timeout=90,
+            message="the pooled and the bucket call ran",
+        )
+        time.sleep(0.5)  # both drains now linger on empty structures, holding both slots
+        neighbour_app.plain.delay(time.time())
+        wait_for(
+            lambda: redqueue_redis.llen(f"{redqueue_prefix}:plain") == 1,
+            timeout=BOUND,
+            message="the plain task ran beside the lingering drains",
+        )
+        waited = float(redqueue_redis.lindex(f"{redqueue_prefix}:plain", 0))
+        assert waited < BOUND
+    except AssertionError:
+        print(worker_logs())
+        raise
