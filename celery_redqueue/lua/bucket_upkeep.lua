@@ -68,7 +68,11 @@ if key ~= '' then
   local head, slot = bucket_head(b, key)
   local receives, id = bucket_parse_slot(slot)
   local done = receives and guard and redis.call('ZSCORE', b.done, id)
-  if not receives or done then
+  if not slot and (tonumber(redis.call('HGET', b.tails, key) or '0') or 0) <= head then
+    -- A ready member with no queue (another program's, or a corruption's): no call to
+    -- dead-letter or count; it leaves the ready set.
+    redis.call('ZREM', b.ready, key)
+  elseif not receives or done then
     local remaining = bucket_take_head(b, key, head)
     if remaining <= 0 then redis.call('ZREM', b.ready, key) end
     if done then

@@ -76,6 +76,28 @@ def test_problem_3_bucket_dequeue_parses_a_slot_before_taking_it(
     assert bucket.dead_letters()[0].error.startswith("malformed entry")
 
 
+def test_a_ready_member_with_no_queue_is_dropped_not_dead_lettered(
+    bucket, redqueue_redis, identities
+):
+    """A key in the ready set that holds no calls (another program's member) is no call: it
+    leaves the ready set, and nothing is dead-lettered or counted (the old upkeep buried one
+    empty "malformed entry" per ghost and took depth below zero)."""
+    bucket.enqueue_many([("k", 0), ("k", 1), ("k", 2)])
+    redqueue_redis.zadd(bucket.keys("ready"), {"ghost": 0, "ghost\0two": 0})
+    payloads = []
+    for _ in range(8):
+        poll = bucket.dequeue()
+        if poll.reservation is not None:
+            payloads.append(poll.reservation.payload)
+            assert bucket.commit(poll.reservation)
+    assert sorted(payloads) == [0, 1, 2]
+    stats = bucket.stats()
+    assert (stats.depth, stats.processed, stats.dead) == (0, 3, 0)
+    assert identities["bucket"](stats)
+    assert bucket.dead_letters() == []
+    assert redqueue_redis.zcard(bucket.keys("ready")) == 0
+
+
 def test_problem_3_bucket_enqueue_reads_the_rate_before_appending(bucket, redqueue_redis):
     bucket.enqueue("k", "kept")
     redqueue_redis.hset(bucket.keys("rates"), "new", b"not a rate")
