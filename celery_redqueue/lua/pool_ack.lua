@@ -1,7 +1,7 @@
 -- Finish an in-flight batch: count what succeeded; retry (now, or as a delayed call after a
 -- retry delay, in either delivery mode), count what failed, or dead-letter it (at once what can
 -- never succeed: a payload the worker could not decode).
--- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
+-- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id, ARGV[6] at least once (1|0: unused here, the marks say), ARGV[7] max receives,
 -- ARGV[8] processed-guard window ms (0: off), ARGV[9] seconds the bodies took,

@@ -2,7 +2,7 @@
 -- in flight, holding only them). Each competes for room like any entry, keeping its place (its
 -- score), receives and age; what does not fit counts as evicted, what it pushes out leaves the
 -- depth. A batch record that cannot be decoded is dead-lettered whole, with the reason.
--- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
+-- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch id.
 -- Checks every key it writes, the stats counters and the counts its entries move (their

@@ -36,9 +36,10 @@ local function pool_admit(pool, member, score, count, receives, offered_at)
     status, evicted = EVICTED, pool_evict(pool, victim)
   end
   redis.call('ZADD', pool.items, string.format('%.17g', score), member)
+  -- A debounced call (pool_debounce.lua) stands for its count in any pool.
+  if count ~= 1 then redis.call('HSET', pool.counts, member, count) end
   if pool.coalesce then
     redis.call('ZADD', pool.ages, offered_at, member)
-    if count ~= 1 then redis.call('HSET', pool.counts, member, count) end
   else
     local _, n = pool_id(member, false)
     local _, slot = pool_arrival(n)

@@ -1,5 +1,5 @@
 -- Requeue or purge dead letters of a pool.
--- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
+-- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] action: requeue | purge
 -- ARGV[6] how many from the oldest when no entries are named (-1: all)

@@ -12,8 +12,10 @@ local function pool_forget_entries(pool, e, gone)
   end
   over_chunks('ZREM', pool.items, members)
   over_chunks('HDEL', pool.receives, members)
-  if pool.coalesce then
+  if pool.coalesce or redis.call('EXISTS', pool.counts) == 1 then
     over_chunks('HDEL', pool.counts, members)
+  end
+  if pool.coalesce then
     over_chunks('ZREM', pool.ages, members)
   else
     pool_depart(pool.ages, pool.arrivals, slots)

@@ -25,6 +25,7 @@
 -- KEYS[18] done           zset: entry id -> end of its processed-guard window (ms)
 -- KEYS[19] calls          hash: call id -> what it did (record_call.lua: re-sent acks)
 -- KEYS[20] calls_at       zset: call id -> when its record expires (ms)
+-- KEYS[21] debounce       hash: dedupe id -> "<first call ms> <its held member>" (pool_debounce.lua)
 -- ARGV[1] capacity, ARGV[2] policy (sample|newest|reject), ARGV[3] coalesce (1|0),
 -- ARGV[4] drain lease ms (see claim_drain.lua).
 local function pool_keys(keys, argv)
@@ -33,7 +34,7 @@ local function pool_keys(keys, argv)
     ages = keys[6], arrivals = keys[7], flow = keys[8], scheduled = keys[9], dedupe = keys[10],
     wake = keys[11], signal = keys[12], listening = keys[13], inflight = keys[14],
     inflight_calls = keys[15], inflight_items = keys[16], dead = keys[17], done = keys[18],
-    calls = keys[19], calls_at = keys[20],
+    calls = keys[19], calls_at = keys[20], debounce = keys[21],
     capacity = tonumber(argv[1]), policy = argv[2], coalesce = argv[3] == '1', lease = argv[4],
   }
 end

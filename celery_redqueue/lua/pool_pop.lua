@@ -4,7 +4,7 @@
 -- writes nothing: UPKEEP when delayed calls are due (the caller runs pool_due, which offers
 -- them, then pops again), MIXED when the entries need the general pop (the caller runs
 -- pool_pop_mixed with the same arguments).
--- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
+-- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] n, ARGV[6] batch id, ARGV[7] batch timeout ms, ARGV[8] most drain jobs at once,
 -- ARGV[9] processed-guard (1|0): skip entries whose id completed already (pool_pop_mixed),
@@ -87,9 +87,10 @@ if #range == 0 then
   return pool_reply_entries(result, {})
 end
 
--- A receive count kept, the guard, coalescing or a malformed member: the general pop's work.
+-- A receive count or a debounced call's count kept, the guard, coalescing or a malformed
+-- member: the general pop's work.
 local taken, slots
-if not (guard or pool.coalesce) and redis.call('EXISTS', pool.receives) == 0 then
+if not (guard or pool.coalesce) and redis.call('EXISTS', pool.receives, pool.counts) == 0 then
   taken, slots = pool_fresh(range, step)
 end
 if not taken then

@@ -5,7 +5,7 @@
 -- later pop (a call that killed its batch's process cannot take good calls down with it
 -- again). Entries the guard skips (their id completed already) count as processed and are not
 -- delivered; malformed entries are dead-lettered with the reason.
--- KEYS[1..20], ARGV[1..13]: pool_pop's (ARGV[10..14] are not read here).
+-- KEYS[1..21], ARGV[1..13]: pool_pop's (ARGV[10..14] are not read here).
 -- Reply: pool_pop's, with status TAKEN, or AGAIN when nothing was handed out (only skipped
 -- entries were taken, the pool emptied meanwhile, or the batch id is in flight already: run
 -- pool_pop again with the same arguments, which replays that batch, pops what is left or ends

@@ -3,7 +3,7 @@
 -- (competing for room like any entry; what does not fit counts as evicted), or to the
 -- dead-letter list once it has been received max_receives times; a batch record that cannot
 -- be decoded is dead-lettered whole, as it is, with the reason.
--- KEYS[1..20]: the pool's keys (pool_keys.lua names each).
+-- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] most batches to reap in this call, ARGV[6] at least once (1|0), ARGV[7] max receives
 -- ARGV[8] reply the payloads of the calls counted lost, or evicted (a returned call with no room

@@ -158,6 +158,7 @@ COUNTERS = (
     "redelivered",
     "guard_skipped",
     "late",
+    "debounced",
 )
 
 
@@ -175,6 +176,8 @@ class PoolStats(QueueCounters):
     lost: int
     capacity: int
     drains_pending: int
+    #: Calls that replaced a held debounced call of their dedupe id (``debounce``).
+    debounced: int = 0
 
 
 def validate_pool_options(
@@ -412,7 +415,7 @@ PARTS = (
     # on the hot path); the other scripts receive them all.
     "items", "counts", "stats", "drains", "receives", "ages", "arrivals", "flow", "scheduled",
     "dedupe", "wake", "signal", "listening", "inflight", "inflight_calls", "inflight_items",
-    "dead", "done", "calls", "calls_at",
+    "dead", "done", "calls", "calls_at", "debounce",
 )
 # fmt: on
 
@@ -470,6 +473,8 @@ class CappedPool(Sharded):
         dedupe_window: float = 0.0,
         processed_guard: float = 0.0,
         name_evicted: bool = False,
+        debounce: float = 0.0,
+        debounce_max_wait: float = 0.0,
         register: bool = True,
         shards: int = 1,
     ) -> None:
@@ -480,6 +485,10 @@ class CappedPool(Sharded):
         positive_int("max_receives", max_receives)
         seconds("dedupe_window", dedupe_window)
         seconds("processed_guard", processed_guard)
+        seconds("debounce", debounce)
+        seconds("debounce_max_wait", debounce_max_wait)
+        if debounce_max_wait and not debounce:
+            raise ConfigurationError("debounce_max_wait needs debounce (seconds)")
         if coalesce and processed_guard:
             raise ConfigurationError(
                 "processed_guard is not available on coalescing pools: equal calls merge "
@@ -497,6 +506,8 @@ class CappedPool(Sharded):
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.processed_guard_ms = int(processed_guard * 1000)
         self.name_evicted = bool(name_evicted)
+        self.debounce_ms = int(debounce * 1000)
+        self.debounce_max_wait_ms = int(debounce_max_wait * 1000)
         # With shards > 1, each holds its share of the capacity.
         self._build_shards(shards, split_capacity, capacity)
 
@@ -536,6 +547,8 @@ class CappedPool(Sharded):
             "visibility_timeout": self.visibility_timeout_ms / 1000,
             "max_drains": self.max_drains,
             "drain_lease": self.drain_lease_ms / 1000,
+            "debounce": self.debounce_ms / 1000,
+            "debounce_max_wait": self.debounce_max_wait_ms / 1000,
         }
 
     @sharding.spread(pool_shard)
@@ -547,6 +560,13 @@ class CappedPool(Sharded):
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
         delay_ms = int(seconds("delay", delay) * 1000) if delay else 0
+        if self.debounce_ms and dedupe_ids is not None and any(dedupe_ids):
+            if delay_ms:
+                raise ConfigurationError("a debounced call takes no delay: it waits its window")
+            return [
+                self._debounce(data, key) if key else self.store_encoded([data], delay=0)[0]
+                for data, key in zip(encoded, dedupe_ids, strict=True)
+            ]
         if (delay_ms == 0 and not self.name_evicted) and (
             dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):
@@ -568,6 +588,14 @@ class CappedPool(Sharded):
             results[0] = _add_result(statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None)
         victims = reply[2 + len(encoded) :]
         return name_victims(results, victims, self) if victims else results
+
+    def _debounce(self, data: bytes, key: str) -> Receipt:
+        """Hold one call under its dedupe id (lua/pool_debounce.lua): the latest payload wins,
+        due ``debounce`` after the last call (at most ``debounce_max_wait`` after the first)."""
+        args = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex]
+        reply = self._run("pool_debounce", [*args, repr(random.random()), data, key])
+        send, wake_ms, status = reply[0] == 1, int(reply[1]), int(reply[2])
+        return _add_result(status, send, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
     def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.

@@ -1,0 +1,75 @@
+"""Debounce on capped pools (issue 33): calls with one dedupe id collapse into one delayed
+call, the latest payload wins, and it is offered with the count of the calls it merges."""
+
+import time
+
+import pytest
+
+from celery_redqueue import CappedPool
+from celery_redqueue.errors import ConfigurationError
+
+
+def wait_pop(pool, until=10.0):
+    end = time.monotonic() + until
+    while time.monotonic() < end:
+        batch = pool.pop(100)
+        if batch:
+            return batch
+        time.sleep(0.02)
+    return pool.pop(100)
+
+
+def test_latest_payload_wins_with_the_count(redqueue_redis, redqueue_prefix, assert_identities):
+    pool = CappedPool(redqueue_redis, "d", 100, prefix=redqueue_prefix, debounce=0.3)
+    receipts = [pool.add(i, dedupe_id="k") for i in range(5)]
+    pool.add("other", dedupe_id="j")
+    assert receipts[0].delayed and all(r.merged for r in receipts[1:])
+    stats = pool.stats()
+    assert (stats.delayed, stats.debounced) == (6, 4)
+    assert not pool.pop(100)  # held: nothing due yet
+    batch = wait_pop(pool)
+    got = {item.payload: item.count for item in batch.items}
+    while len(got) < 2:
+        more = wait_pop(pool)
+        got.update({item.payload: item.count for item in more.items})
+        pool.ack(more)
+    assert got == {4: 5, "other": 1}
+    pool.ack(batch)
+    stats = pool.stats()
+    assert (stats.offered, stats.accepted, stats.processed, stats.delayed) == (6, 6, 6, 0)
+    assert_identities(stats)
+    # The record is forgotten once due: the next call starts a new window.
+    assert pool.add(9, dedupe_id="k").delayed
+
+
+def test_max_wait_caps_a_never_quiet_key(redqueue_redis, redqueue_prefix):
+    pool = CappedPool(
+        redqueue_redis, "m", 100, prefix=redqueue_prefix, debounce=5.0, debounce_max_wait=0.3
+    )
+    calls, batch = 0, None
+    end = time.monotonic() + 10
+    while not batch and time.monotonic() < end:
+        pool.add(calls, dedupe_id="k")
+        calls += 1
+        time.sleep(0.05)
+        batch = pool.pop(100)
+    # Due while calls kept coming (each pushes the 5 s window), with all of them so far.
+    assert batch and (batch.items[0].count, batch.items[0].payload) == (calls, calls - 1)
+
+
+def test_a_resent_call_changes_nothing(redqueue_redis, redqueue_prefix):
+    pool = CappedPool(redqueue_redis, "r", 100, prefix=redqueue_prefix, debounce=5.0)
+    args = [5000, 0, "call-1", "0.5", pool.encode("a"), "k"]
+    first = pool._run("pool_debounce", args)
+    again = pool._run("pool_debounce", args)
+    assert first == again
+    assert redqueue_redis.zcard(pool.keys("scheduled")) == 1
+    assert pool.stats().delayed == 1
+
+
+def test_bad_options_are_refused(redqueue_redis, redqueue_prefix):
+    with pytest.raises(ConfigurationError):
+        CappedPool(redqueue_redis, "b", 10, prefix=redqueue_prefix, debounce_max_wait=1.0)
+    pool = CappedPool(redqueue_redis, "c", 10, prefix=redqueue_prefix, debounce=1.0)
+    with pytest.raises(ConfigurationError):
+        pool.add(1, dedupe_id="k", delay=1.0)
