@@ -172,6 +172,15 @@ class PoolTask(ProducerTask):
     pool_batch_wait: float = 0.0
     #: Calls that end the gathering wait early; None: ``pool_batch_size``.
     pool_batch_min: int | None = None
+    #: Debounce (seconds, 0: off): calls with one dedupe key (pool_dedupe_key) collapse into
+    #: one, the latest arguments win, and the body runs once the key has been quiet this long,
+    #: with the count of merged calls as ``count=`` (pool_count_kwarg), as coalescing passes it.
+    pool_debounce: float = 0.0
+    #: With pool_debounce: a never-quiet key still runs this long after its first call (0: no cap).
+    pool_debounce_max_wait: float = 0.0
+    #: Throttle (seconds, 0: off): the first call of a dedupe key runs, later ones within this
+    #: window are refused and counted as duplicates (pool_dedupe_window set to it).
+    pool_throttle: float = 0.0
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
     #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
@@ -199,6 +208,18 @@ class PoolTask(ProducerTask):
                 f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
             )
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
+        seconds("pool_debounce", cls.pool_debounce)
+        seconds("pool_debounce_max_wait", cls.pool_debounce_max_wait)
+        seconds("pool_throttle", cls.pool_throttle)
+        if cls.pool_debounce and cls.pool_throttle:
+            raise ConfigurationError("pool_debounce and pool_throttle are exclusive: pick one")
+        if (cls.pool_debounce or cls.pool_throttle) and cls.pool_dedupe_key is None:
+            raise ConfigurationError(
+                "pool_debounce and pool_throttle need pool_dedupe_key: a function of the "
+                "call's arguments naming the calls that collapse"
+            )
+        if cls.pool_debounce_max_wait and not cls.pool_debounce:
+            raise ConfigurationError("pool_debounce_max_wait needs pool_debounce (seconds)")
         seconds("pool_batch_wait", cls.pool_batch_wait)
         positive_int("pool_batch_min", cls.pool_batch_min, optional=True)
         if cls.pool_batch_wait and cls.pool_shards > 1:
@@ -248,7 +269,9 @@ class PoolTask(ProducerTask):
             max_drains=self.pool_drain_concurrency,
             delivery=self.pool_delivery,
             max_receives=self.pool_max_receives,
-            dedupe_window=self.pool_dedupe_window,
+            dedupe_window=self.pool_throttle or self.pool_dedupe_window,
+            debounce=self.pool_debounce,
+            debounce_max_wait=self.pool_debounce_max_wait,
             processed_guard=self.pool_processed_guard,
             name_evicted=self.pool_results,  # so that an evicted call's waiter is told
         )
@@ -296,7 +319,7 @@ class PoolTask(ProducerTask):
             # of one call).
             check_arguments(self, args, kwargs)
         call_kwargs = dict(kwargs or {})
-        if self.pool_coalesce and self.pool_count_kwarg in call_kwargs:
+        if (self.pool_coalesce or self.pool_debounce) and self.pool_count_kwarg in call_kwargs:
             raise RedQueueError(
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
@@ -441,7 +464,7 @@ class PoolTask(ProducerTask):
                 break
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
-                if self.pool_coalesce:
+                if self.pool_coalesce or self.pool_debounce:
                     call_kwargs[self.pool_count_kwarg] = item.count
                 with self._processing([item]) if traced else nullcontext():  # tracing hook
                     value = run(*call_args, **call_kwargs)

@@ -73,3 +73,20 @@ def test_bad_options_are_refused(redqueue_redis, redqueue_prefix):
     pool = CappedPool(redqueue_redis, "c", 10, prefix=redqueue_prefix, debounce=1.0)
     with pytest.raises(ConfigurationError):
         pool.add(1, dedupe_id="k", delay=1.0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"pool_debounce": 1.0},
+        {"pool_throttle": 1.0},
+        {"pool_debounce": 1.0, "pool_throttle": 1.0, "pool_dedupe_key": str},
+        {"pool_debounce_max_wait": 1.0, "pool_dedupe_key": str},
+        {"pool_debounce": -1.0, "pool_dedupe_key": str},
+    ],
+)
+def test_bad_task_options_are_refused_at_decoration(options):
+    from celery_redqueue import PoolTask
+
+    with pytest.raises(ConfigurationError):
+        type("Bad", (PoolTask,), dict(options))
