@@ -12,10 +12,8 @@ local function pool_evict(pool, member)
     redis.call('HDEL', pool.counts, member)
     return calls
   end
-  local _, n = pool_id(member, false)
-  if n then pool_depart(pool.ages, pool.arrivals, {[select(2, pool_arrival(n))] = 1}) end
+  local _, n = pool_id(member, false) if n then pool_depart(pool.ages, pool.arrivals, {[select(2, pool_arrival(n))] = 1}) end
   -- A debounced call's entry stands for its count (pool_debounce.lua).
   local calls = tonumber(redis.call('HGET', pool.counts, member) or '1') or 1
-  if calls ~= 1 then redis.call('HDEL', pool.counts, member) end
-  return calls
+  if calls ~= 1 then redis.call('HDEL', pool.counts, member) end return calls
 end

@@ -337,6 +337,7 @@ VARIANTS = {
     "pool_coalescing": pool_variant(coalesce=True),
     "pool_at_least_once": pool_variant(delivery="at_least_once", processed_guard=60),
     "pool_newest": pool_variant(policy="newest"),
+    "pool_debounced": pool_variant(debounce=30),
     "bucket": bucket_variant(),
     "bucket_metered": bucket_variant(cost_rate="1000/s", total_rate="1000/s", concurrency=5),
     "bucket_ordered": bucket_variant(ordered=True, processed_guard=60, dedupe_window=60),
