@@ -178,9 +178,6 @@ class PoolTask(ProducerTask):
     pool_debounce: float = 0.0
     #: With pool_debounce: a never-quiet key still runs this long after its first call (0: no cap).
     pool_debounce_max_wait: float = 0.0
-    #: Throttle (seconds, 0: off): the first call of a dedupe key runs, later ones within this
-    #: window are refused and counted as duplicates (pool_dedupe_window set to it).
-    pool_throttle: float = 0.0
     #: Pool name; defaults to the task name.
     pool_name: str | None = None
     #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
@@ -210,13 +207,10 @@ class PoolTask(ProducerTask):
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
         seconds("pool_debounce", cls.pool_debounce)
         seconds("pool_debounce_max_wait", cls.pool_debounce_max_wait)
-        seconds("pool_throttle", cls.pool_throttle)
-        if cls.pool_debounce and cls.pool_throttle:
-            raise ConfigurationError("pool_debounce and pool_throttle are exclusive: pick one")
-        if (cls.pool_debounce or cls.pool_throttle) and cls.pool_dedupe_key is None:
+        if cls.pool_debounce and cls.pool_dedupe_key is None:
             raise ConfigurationError(
-                "pool_debounce and pool_throttle need pool_dedupe_key: a function of the "
-                "call's arguments naming the calls that collapse"
+                "pool_debounce needs pool_dedupe_key: a function of the call's arguments "
+                "naming the calls that collapse"
             )
         if cls.pool_debounce_max_wait and not cls.pool_debounce:
             raise ConfigurationError("pool_debounce_max_wait needs pool_debounce (seconds)")
@@ -227,9 +221,10 @@ class PoolTask(ProducerTask):
                 "pool_batch_wait is not available with pool_shards > 1: a sharded pool has no "
                 "one oldest call to count the wait from"
             )
-        if cls.pool_results and cls.pool_coalesce:
+        if cls.pool_results and (cls.pool_coalesce or cls.pool_debounce):
+            merging = "pool_coalesce" if cls.pool_coalesce else "pool_debounce"
             raise ConfigurationError(
-                "pool_results is not available with pool_coalesce: equal calls merge into one "
+                f"pool_results is not available with {merging}: calls merge into one "
                 "entry, so a call has no outcome of its own to store"
             )
         if cls.pool_batch_min is not None and cls.pool_batch_min > cls.pool_batch_size:
@@ -247,6 +242,12 @@ class PoolTask(ProducerTask):
     def structure(self) -> CappedPool:
         """What the reaper, the figures and the heartbeat look at: the pool."""
         return self.pool
+
+    @property
+    def merges_calls(self) -> bool:
+        """Whether one entry stands for several calls (coalescing or debounce): the body
+        gets their count as ``pool_count_kwarg``, and a caller may not pass it."""
+        return bool(self.pool_coalesce or self.pool_debounce)
 
     @per_process
     def _traced(self) -> bool:
@@ -269,7 +270,7 @@ class PoolTask(ProducerTask):
             max_drains=self.pool_drain_concurrency,
             delivery=self.pool_delivery,
             max_receives=self.pool_max_receives,
-            dedupe_window=self.pool_throttle or self.pool_dedupe_window,
+            dedupe_window=self.pool_dedupe_window,
             debounce=self.pool_debounce,
             debounce_max_wait=self.pool_debounce_max_wait,
             processed_guard=self.pool_processed_guard,
@@ -319,7 +320,7 @@ class PoolTask(ProducerTask):
             # of one call).
             check_arguments(self, args, kwargs)
         call_kwargs = dict(kwargs or {})
-        if (self.pool_coalesce or self.pool_debounce) and self.pool_count_kwarg in call_kwargs:
+        if self.merges_calls and self.pool_count_kwarg in call_kwargs:
             raise RedQueueError(
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
@@ -464,7 +465,7 @@ class PoolTask(ProducerTask):
                 break
             try:
                 call_args, call_kwargs = self._unpack(item.payload)
-                if self.pool_coalesce or self.pool_debounce:
+                if self.merges_calls:
                     call_kwargs[self.pool_count_kwarg] = item.count
                 with self._processing([item]) if traced else nullcontext():  # tracing hook
                     value = run(*call_args, **call_kwargs)

@@ -12,27 +12,35 @@ pytestmark = pytest.mark.timeout(180)
 BOUND = 10
 
 
+def run_calls_then_a_plain_task(app, redis, prefix, wait_for, kinds):
+    """Send one call of each kind, wait until they ran (their drains now linger on empty
+    structures, holding the worker's slots), then check a plain task runs within BOUND."""
+    for kind in kinds:
+        getattr(app, kind).delay(0)
+    wait_for(
+        lambda: redis.llen(f"{prefix}:ran") == len(kinds),
+        timeout=90,
+        message=f"the {' and '.join(kinds)} calls ran",
+    )
+    time.sleep(0.5)
+    app.plain.delay(time.time())
+    wait_for(
+        lambda: redis.llen(f"{prefix}:plain") == 1,
+        timeout=BOUND,
+        message="the plain task ran beside the lingering drains",
+    )
+    assert float(redis.lindex(f"{prefix}:plain", 0)) < BOUND
+
+
 @pytest.mark.parametrize("kind", ["pooled", "metered"])
 def test_a_plain_task_does_not_wait_behind_a_lingering_drain(
     kind, celery_procs, neighbour_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
 ):
     celery_procs("tests.faults.neighbour_app", "worker", "--pool=prefork", "--concurrency=1")
     try:
-        getattr(neighbour_app, kind).delay(0)
-        wait_for(
-            lambda: redqueue_redis.llen(f"{redqueue_prefix}:ran") == 1,
-            timeout=90,
-            message=f"the {kind} call ran",
+        run_calls_then_a_plain_task(
+            neighbour_app, redqueue_redis, redqueue_prefix, wait_for, [kind]
         )
-        time.sleep(0.5)  # its drain now lingers on an empty structure, holding the process
-        neighbour_app.plain.delay(time.time())
-        wait_for(
-            lambda: redqueue_redis.llen(f"{redqueue_prefix}:plain") == 1,
-            timeout=BOUND,
-            message="the plain task ran beside the lingering drain",
-        )
-        waited = float(redqueue_redis.lindex(f"{redqueue_prefix}:plain", 0))
-        assert waited < BOUND
         getattr(neighbour_app, kind).delay(1)  # a fresh drain serves the next call
         wait_for(
             lambda: redqueue_redis.llen(f"{redqueue_prefix}:ran") == 2,
@@ -58,22 +66,9 @@ def test_a_plain_task_does_not_wait_behind_lingering_drains_under_gevent(
         "--prefetch-multiplier=1",
     )
     try:
-        neighbour_app.pooled.delay(0)
-        neighbour_app.metered.delay(0)
-        wait_for(
-            lambda: redqueue_redis.llen(f"{redqueue_prefix}:ran") == 2,
-            timeout=90,
-            message="the pooled and the bucket call ran",
+        run_calls_then_a_plain_task(
+            neighbour_app, redqueue_redis, redqueue_prefix, wait_for, ["pooled", "metered"]
         )
-        time.sleep(0.5)  # both drains now linger on empty structures, holding both slots
-        neighbour_app.plain.delay(time.time())
-        wait_for(
-            lambda: redqueue_redis.llen(f"{redqueue_prefix}:plain") == 1,
-            timeout=BOUND,
-            message="the plain task ran beside the lingering drains",
-        )
-        waited = float(redqueue_redis.lindex(f"{redqueue_prefix}:plain", 0))
-        assert waited < BOUND
     except AssertionError:
         print(worker_logs())
         raise

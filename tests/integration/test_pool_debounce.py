@@ -1,4 +1,4 @@
-"""Debounce and throttle on pooled tasks, with a real worker (issue 33)."""
+"""Debounce, and throttle (a dedupe window), on pooled tasks, with a real worker (issue 33)."""
 
 import time
 
@@ -49,9 +49,10 @@ def test_max_wait_runs_a_never_quiet_key(app, wait_for):
 
 
 def test_throttle_keeps_the_first_and_counts_the_dropped(app, wait_for):
+    # Throttle is a dedupe key with a window: the first call runs, later ones are refused.
     runs = []
 
-    @app.task(base=PoolTask, pool_size=100, pool_throttle=60.0, pool_dedupe_key=lambda n: "k")
+    @app.task(base=PoolTask, pool_size=100, pool_dedupe_window=60.0, pool_dedupe_key=lambda n: "k")
     def hook(n):
         runs.append(n)
 

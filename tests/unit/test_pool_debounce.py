@@ -79,8 +79,7 @@ def test_bad_options_are_refused(redqueue_redis, redqueue_prefix):
     "options",
     [
         {"pool_debounce": 1.0},
-        {"pool_throttle": 1.0},
-        {"pool_debounce": 1.0, "pool_throttle": 1.0, "pool_dedupe_key": str},
+        {"pool_debounce": 1.0, "pool_dedupe_key": str, "pool_results": True},
         {"pool_debounce_max_wait": 1.0, "pool_dedupe_key": str},
         {"pool_debounce": -1.0, "pool_dedupe_key": str},
     ],
