@@ -331,6 +331,10 @@ def leases(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -
 TIMES = ("since", "until")
 
 
+def _clock(at: float | None) -> str:
+    return "-" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
 def unique_summary(s: dict[str, int]) -> str:
     """One line of a unique-lock table's counters."""
     return (
@@ -413,6 +417,26 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
         pass
     finally:
         server.server_close()
+
+
+@structure_command(("pool",), "Print as JSON.")
+def debounced(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
+    """A debouncing pool's dedupe ids holding a call (the soonest due first): since when (its
+    first call), due when, and how many calls merged so far (the latest arguments win)."""
+    rows = ops.debounced_keys(target)
+    debounce = target.structure.settings().get("debounce", 0)
+    if as_json:
+        click.echo(json.dumps({"debounce": debounce, "waiting": rows}))
+        return
+    window = f"debounce {debounce:g}s" if debounce else "no debounce"
+    click.echo(f"{target.id}: {len(rows)} debounced keys waiting ({window})")
+    if rows:
+        click.echo(f"  {'key':30} {'since':8} {'due':8} {'due in':>8} calls")
+    for row in rows:
+        click.echo(
+            f"  {row['key']:30} {_clock(row['since']):8} {_clock(row['due']):8} "
+            f"{row['due_in']:>7.1f}s {row['calls']}"
+        )
 
 
 # The commands that change things live beside this module; importing it registers them (the

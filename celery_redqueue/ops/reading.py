@@ -335,6 +335,26 @@ class Operations:
             for h in held
         ]
 
+    def debounced_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[dict[str, Any]]:
+        """A debouncing pool's dedupe ids holding a call, the soonest due first (at most
+        ``top``; read-only, bounded: see `CappedPool.debounced`): since when (its first call),
+        due when, and how many calls it merges so far."""
+        pool = target.structure
+        if not isinstance(pool, CappedPool):
+            raise ConfigurationError(f"{target.id} is not a pool: it debounces nothing")
+        held = pool.debounced(top)
+        now = server_time(self.client)
+        return [
+            {
+                "key": h.key,
+                "since": h.since,
+                "due": h.due,
+                "due_in": round(h.due - now, 3),
+                "calls": h.calls,
+            }
+            for h in held
+        ]
+
     # Acting
 
     def _letters(self, refs: Sequence[str] | None) -> list[DeadLetter] | None:

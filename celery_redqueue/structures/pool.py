@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ __all__ = [
     "DELIVERIES",
     "POLICIES",
     "CappedPool",
+    "DebouncedKey",
     "PoolBatch",
     "PoolItem",
     "PoolStats",
@@ -178,6 +180,22 @@ class PoolStats(QueueCounters):
     drains_pending: int
     #: Calls that replaced a held debounced call of their dedupe id (``debounce``).
     debounced: int = 0
+
+
+@dataclass(frozen=True)
+class DebouncedKey:
+    """One dedupe id holding a debounced call (``debounce``): since when (its first call),
+    when the held call is due, and how many calls it merges so far (times: server clock, s)."""
+
+    key: str
+    #: When the id's first call of this window came (None: its record is gone).
+    since: float | None
+    due: float
+    calls: int
+
+
+#: A held debounced member of ``scheduled``: "<hex seq>#<count>#<hex dedupe id>:" (pool_debounce).
+_DEBOUNCED = re.compile(rb"^[0-9a-f]+#(\d+)#([0-9a-f]*):")
 
 
 def validate_pool_options(
@@ -794,6 +812,37 @@ class CappedPool(Sharded):
             capacity=self.capacity,
             drains_pending=pending,
         )
+
+    def debounced(self, limit: int = 100) -> list[DebouncedKey]:
+        """The dedupe ids holding a debounced call, the soonest due first (at most ``limit``;
+        read-only and bounded: the next ``4 * limit`` delayed calls of each shard are read, so
+        other delayed calls due sooner can hide some)."""
+        rows: list[DebouncedKey] = []
+        for part in self.shards or [self]:
+            rows += part._debounced(limit)
+        rows.sort(key=lambda row: (row.due, row.key))
+        return rows[:limit]
+
+    def _debounced(self, limit: int) -> list[DebouncedKey]:
+        with redis_errors(f"reading debounced keys of {self.keys.base}"):
+            ranked = self.client.zrange(self.keys("scheduled"), 0, 4 * limit - 1, withscores=True)
+            held = []
+            for member, due in ranked:
+                found = _DEBOUNCED.match(member)
+                if found:
+                    key = bytes.fromhex(found.group(2).decode()).decode("utf-8", "replace")
+                    held.append((key, member, due, int(found.group(1))))
+                if len(held) == limit:
+                    break
+            if not held:
+                return []
+            records = self.client.hmget(self.keys("debounce"), [key for key, *_ in held])
+        rows = []
+        for (key, member, due, calls), record in zip(held, records, strict=True):
+            since, _, kept = (record or b"").partition(b" ")
+            first = int(since) / 1000.0 if kept == member and since.isdigit() else None
+            rows.append(DebouncedKey(key, first, due / 1000.0, calls))
+        return rows
 
     def __len__(self) -> int:
         """Calls waiting in the pool."""

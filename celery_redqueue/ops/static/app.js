@@ -192,6 +192,22 @@ function renderHeld(d) {
   }));
 }
 
+// A debouncing pool's dedupe ids holding a call: since when, due when, calls merged so far.
+function renderDebounced(d) {
+  $("debounced-box").hidden = !d.debounced;
+  if (!d.debounced) return;
+  if (d.debounced.length === 0) {
+    fill($("debounced").tBodies[0], [emptyRow(4, "no key waiting")]);
+    return;
+  }
+  fill($("debounced").tBodies[0], d.debounced.map((h) => {
+    const tr = cells(el("tr"), [[h.key], [h.since === null ? "-" : fmtTime(h.since)],
+      [`${fmtTime(h.due)} (in ${fmtSecs(Math.max(0, h.due_in))})`], [fmtNum(h.calls), "num"]]);
+    tr.dataset.key = h.key;
+    return tr;
+  }));
+}
+
 function select(id) {
   state.selected = id;
   state.query = "";
@@ -350,6 +366,7 @@ function renderDetail(d) {
       }));
   }
   renderHeld(d);
+  renderDebounced(d);
   $("resources-box").hidden = !d.resources;
   if (d.resources) {
     fill($("resources").tBodies[0], d.resources.map((r) => cells(el("tr"), [[r.resource], [r.state],
