@@ -28,7 +28,7 @@ local b = bucket_keys(KEYS, ARGV)
 local function corrupt(what, v, want) error('CORRUPT ' .. what .. ' holds ' .. v .. ', not ' .. want, 0) end
 -- Only the keys it touches ('-': not touched; tests/unit/test_lua_shape.py checks the masks).
 local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'}
-for i = 1, 26 do local want = TYPES[string.sub('zhhhhh---hh-sszzz-hz----lz', i, i)]
+for i = 1, 27 do local want = TYPES[string.sub('zhhhhh---hh-sszzz-hz----lz-', i, i)]
   local kind = want and redis.call('TYPE', KEYS[i]).ok
   if kind and kind ~= want and kind ~= 'none' then corrupt(KEYS[i], 'a ' .. kind, 'a ' .. want) end end
 local fields, stats = {}, redis.call('HGETALL', b.stats)

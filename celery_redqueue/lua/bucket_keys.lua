@@ -29,6 +29,8 @@
 -- KEYS[24] calls_at  zset: call id -> when its record expires (ms)
 -- KEYS[25] signal    list: the wake signal's token (wake_listener.lua)
 -- KEYS[26] listening zset: listener id -> until when (ms) it waits on the signal
+-- KEYS[27] debounce  hash: dedupe id -> "first ms, space, its held member of scheduled"
+--                    (bucket_debounce.lua; bucket_upkeep.lua forgets it when the call is due)
 -- ARGV[1] default interval ms, [2] default burst, [3] limits: "concurrency" alone (0: none;
 -- 1: the ordered bucket), or "concurrency cost_interval cost_burst cost_max total_interval
 -- total_burst" (intervals in ms per unit and per call, 0: no such limit; cost_max: the largest
@@ -44,7 +46,7 @@ local function bucket_keys(keys, argv)
     stats = keys[10], keystats = keys[11], dead = keys[12], drains = keys[13], wake = keys[14],
     ages = keys[15], scheduled = keys[16], dedupe = keys[17], done = keys[18], flow = keys[19],
     paused = keys[20], releases = keys[21], releases_prev = keys[22], calls = keys[23],
-    calls_at = keys[24], signal = keys[25], listening = keys[26],
+    calls_at = keys[24], signal = keys[25], listening = keys[26], debounce = keys[27],
     interval = tonumber(argv[1]), burst = tonumber(argv[2]), concurrency = v[1] or 0,
     cost_interval = v[2] or 0, cost_burst = v[3] or 0, cost_max = v[4] or 0,
     total_interval = v[5] or 0, total_burst = v[6] or 0, max_depth = tonumber(argv[4]),

@@ -47,7 +47,7 @@ local now = now_ms()
 -- bucket_keys.lua names, or a counter it adds to that is not an integer (a stats field; the
 -- settled key's head, tail and counters), fails it with CORRUPT, nothing written.
 -- Only the keys it touches ('-': not touched; tests/unit/test_lua_shape.py checks the masks).
-local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 26 do local want = TYPES[string.sub('zhhhhhzhhhhlssz--zhz--hz--', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
+local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 27 do local want = TYPES[string.sub('zhhhhhzhhhhlssz--zhz--hz---', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
 local function integer(h, f)
   local v = redis.call('HGET', h, f) if v and not string.match(v, '^%-?%d+$') then error('CORRUPT ' .. h .. ' field ' .. f .. ' holds ' .. v .. ', not an integer', 0) end
 end

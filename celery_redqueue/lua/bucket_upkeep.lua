@@ -14,7 +14,9 @@
 -- keeps `releases_base`, the receives when this minute began, and `releases_prev`, the
 -- previous minute's total.
 -- Delayed items due now join the tail of their key's queue, in due order (at most 100 per
--- call); a malformed one is dead-lettered (counted as enqueued and dead).
+-- call); a malformed one is dead-lettered (counted as enqueued and dead). A debounced call's
+-- record (b.debounce) is forgotten when it is the call queued, so the id's next call starts a
+-- new window.
 -- Reply: malformed, the entries dead-lettered because they could not be read.
 -- Bounded: O(100 * log K) (plus one rename a minute).
 -- Lost reply: safe to run twice: it acts on a key's head only if that head is unreadable or
@@ -42,7 +44,7 @@ local malformed = 0
 check_keys({b.ready, 'zset', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.keystats,
   'hash', b.dead, 'list', b.done, 'zset', b.releases, 'zset', b.releases_prev, 'zset',
   b.scheduled, 'zset', b.ages, 'zset', b.tat, 'hash', b.rates, 'hash', b.paused, 'zset',
-  b.inflight, 'zset'}, b.stats)
+  b.inflight, 'zset', b.debounce, 'hash'}, b.stats)
 local fields = {}
 local function touches(k)
   local n = #fields
@@ -58,7 +60,10 @@ local parsed = {}
 for i, entry in ipairs(due) do
   -- "id key NUL payload", or "id/cost key NUL payload" for a call with a cost.
   local id, cost, item_key, payload = string.match(entry, '^(%d+)/?([%d.]*) ([^%z]*)%z(.*)$')
-  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or '')}
+  -- A debounced call (bucket_debounce.lua) names its dedupe id, whose record it ends.
+  local hex = payload and string.match(payload, '^%zdebounced:%d+:(%x*)%z')
+  local dedupe_id = hex and string.gsub(hex, '%x%x', function(h) return string.char(tonumber(h, 16)) end)
+  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or ''), dedupe_id = dedupe_id}
   if id then touches(item_key) end
 end
 if key ~= '' then touches(key) end
@@ -106,6 +111,9 @@ end
 for i, entry in ipairs(due) do
   redis.call('ZREM', b.scheduled, entry)
   local p = parsed[i]
+  if p.dedupe_id and select(2, string.match(redis.call('HGET', b.debounce, p.dedupe_id) or '', '^(%d+) (.*)$')) == entry then
+    redis.call('HDEL', b.debounce, p.dedupe_id)
+  end
   if not p.id then
     bucket_bury(b, '', entry, 'malformed entry: unreadable delayed item', now)
     redis.call('HINCRBY', b.stats, 'enqueued', 1)

@@ -70,6 +70,7 @@ from .bucket_types import (
     spaced_interval,
     validate_bucket_options,
 )
+from .deadletters import split_debounced
 from .figures import parse_counters, unfold
 from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
@@ -98,7 +99,7 @@ PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
     "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
     "flow", "paused", "releases", "releases_prev", "calls",
-    "calls_at", "signal", "listening",
+    "calls_at", "signal", "listening", "debounce",
 )
 # fmt: on
 #: Items one enqueue_many round trip carries.
@@ -159,10 +160,16 @@ class LeakyBucket(Sharded):
         total_rate: str | float | None = None,
         total_burst: float = 0,
         margin: float = 0.0,
+        debounce: float = 0.0,
+        debounce_max_wait: float = 0.0,
         shards: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
         seconds("dedupe_window", dedupe_window)
+        seconds("debounce", debounce)
+        seconds("debounce_max_wait", debounce_max_wait)
+        if debounce_max_wait and not debounce:
+            raise ConfigurationError("debounce_max_wait needs debounce (seconds)")
         seconds("processed_guard", processed_guard)
         validate_bucket_options(
             rate=default_rate,
@@ -198,6 +205,8 @@ class LeakyBucket(Sharded):
         self.max_drains = max_drains
         self.dedupe_window_ms = int(dedupe_window * 1000)
         self.processed_guard_ms = int(processed_guard * 1000)
+        self.debounce_ms = int(debounce * 1000)
+        self.debounce_max_wait_ms = int(debounce_max_wait * 1000)
         self._build_shards(shards, None)
 
     @sharding.recorded
@@ -213,6 +222,8 @@ class LeakyBucket(Sharded):
             "overflow": self.overflow,
             "max_drains": self.max_drains,
             "drain_lease": self.drain_lease_ms / 1000,
+            "debounce": self.debounce_ms / 1000,
+            "debounce_max_wait": self.debounce_max_wait_ms / 1000,
             **self._limit_options,
         }
 
@@ -298,6 +309,13 @@ class LeakyBucket(Sharded):
         dedupe_ids: Sequence[str | None] | None = None,
     ) -> list[Receipt]:
         delay_ms = int(seconds("delay", delay) * 1000)
+        if self.debounce_ms and dedupe_ids is not None and any(dedupe_ids):
+            if delay_ms:
+                raise ConfigurationError("a debounced call takes no delay: it waits its window")
+            return [
+                self._debounce(call, dedupe_id) if dedupe_id else self.store_encoded([call])[0]
+                for call, dedupe_id in zip(encoded, dedupe_ids, strict=True)
+            ]
         # The plain script answers None for a full key under drop_oldest (the general script's).
         if (
             len(encoded) == 1
@@ -320,6 +338,14 @@ class LeakyBucket(Sharded):
                 statuses[0], send, wake_ms / 1000.0 if wake_ms >= 0 else None
             )
         return results
+
+    def _debounce(self, call: EncodedCall, dedupe_id: str) -> Receipt:
+        """Hold one call under its dedupe id (lua/bucket_debounce.lua): the latest payload
+        wins, due ``debounce`` after the last call (at most ``debounce_max_wait`` after the
+        first); safe to re-send (its call id)."""
+        args = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex, call[0], call[1]]
+        send, wake_ms, status, _ = self._run("bucket_debounce", [*args, dedupe_id, _cost_arg(call)])
+        return _enqueue_result(int(status), send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
     def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
         """One item, no dedupe id, no delay: the smaller script (None: full, drop_oldest)."""
@@ -576,7 +602,7 @@ class LeakyBucket(Sharded):
             if reply[0] == LATER:
                 wait = float(reply[1]) / 1000.0
                 return Dequeued(wait=wait, schedule=bool(reply[2]), malformed=malformed)
-            res_id, payload = reply[2], reply[3]
+            res_id, (count, payload) = reply[2], split_debounced(reply[3])
             try:
                 decoded = self.serializer.loads(payload)
             except Exception as exc:
@@ -587,7 +613,7 @@ class LeakyBucket(Sharded):
                 self.dead_letter(res_id.decode(), reason)
                 malformed += 1
                 continue
-            reservation = Reservation.from_reply(reply[1:9], decoded, self.keys.base)
+            reservation = Reservation.from_reply(reply[1:9], decoded, self.keys.base, count)
             lead = float(reply[9]) / 1000.0
             if lead > 0:  # released ahead, at its slot: the body may start then, not sooner
                 time.sleep(lead)
@@ -689,7 +715,7 @@ class LeakyBucket(Sharded):
         counters = unfold(parse_counters(self.keys("stats"), pairs(flat)))
         fields = ("enqueued", "rejected", "evicted", "depth", "in_flight", "processed", "dead")
         extra: tuple[str, ...] = ("receives", "redelivered", "delayed", "duplicates", "purged")
-        extra += ("requeued", "late", "backoffs", "retried")
+        extra += ("requeued", "late", "backoffs", "retried", "debounced")
         return BucketStats(
             **{f: counters.get(f, 0) for f in fields + extra},
             keys_ready=int(ready),

@@ -86,9 +86,13 @@ class Reservation:
     fan_out: bool = False
     #: The units it was charged (a bucket with a cost rate), None when it has no cost.
     cost: float | None = None
+    #: The calls it stands for: a debounced call (``debounce``) counts the calls it replaced.
+    count: int = 1
 
     @classmethod
-    def from_reply(cls, fields: Sequence[Any], payload: Any, bucket: str) -> Reservation:
+    def from_reply(
+        cls, fields: Sequence[Any], payload: Any, bucket: str, count: int = 1
+    ) -> Reservation:
         """From bucket_dequeue's fields key .. cost (the payload already decoded)."""
         key, res_id, _, receives, deadline, now, fan_out, cost = fields
         return cls(
@@ -101,6 +105,7 @@ class Reservation:
             bucket=bucket,
             fan_out=bool(fan_out),
             cost=float(cost) if cost else None,
+            count=count,
         )
 
     @staticmethod
@@ -150,6 +155,8 @@ class BucketStats(QueueCounters):
     reaped: int
     #: Calls a body put back with KeyBackoff (their key paused; no receive counted).
     backoffs: int
+    #: Calls that replaced a held debounced call of their dedupe id (``debounce``).
+    debounced: int = 0
 
 
 @dataclass(frozen=True)
@@ -223,18 +230,19 @@ def _enqueue_result(
     status: int, drain_needed: bool = False, wake_in: float | None = None
 ) -> Receipt:
     return Receipt(
-        kept=status in (1, 2),
+        kept=status in (1, 2, 6),
         evicted_oldest=status == 2,
         drain_needed=drain_needed,
         duplicate=status == 4,
         delayed=status == 5,
+        merged=status == 6,  # into the held call of its dedupe id (debounce): kept
         wake_in=wake_in,
     )
 
 
 #: The result of each status when the item asks for no drain job: results are frozen, so the
 #: producer path hands out these instead of building one per item.
-_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(6))
+_QUIET_RESULTS = tuple(_enqueue_result(status) for status in range(7))
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)")

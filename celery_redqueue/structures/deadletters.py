@@ -7,6 +7,7 @@ then the payload exactly as stored (so any serializer round-trips).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,19 @@ class DeadLetter:
 UNREADABLE = "unreadable dead-letter entry"
 
 
+#: A debounced bucket call's payload starts "NUL debounced:<count>:<hex dedupe id> NUL"
+#: (lua/bucket_debounce.lua): no serializer's output starts with a NUL byte followed by more.
+_DEBOUNCED = re.compile(rb"\A\0debounced:(\d+):[0-9a-f]*\0")
+
+
+def split_debounced(payload: bytes) -> tuple[int, bytes]:
+    """The calls a stored payload stands for and the serialized call: a debounced bucket
+    call's payload carries its count (``count=`` of the body); any other stands for one."""
+    if payload[:1] == b"\0" and (found := _DEBOUNCED.match(payload)):
+        return int(found.group(1)), payload[found.end() :]
+    return 1, payload
+
+
 def readable(raw: bytes) -> bool:
     """The entry has the dead-letter format: a JSON object, a newline, the payload."""
     info_text, newline, _ = raw.partition(b"\n")
@@ -53,6 +67,7 @@ def readable(raw: bytes) -> bool:
 def parse_dead_letter(raw: bytes, serializer: Serializer) -> DeadLetter:
     info_text, _, payload = raw.partition(b"\n")
     info = json.loads(info_text)
+    merged, payload = split_debounced(payload)
     try:
         value = serializer.loads(payload)
     except Exception:  # keep undecodable letters listable: the raw bytes are the evidence
@@ -62,7 +77,7 @@ def parse_dead_letter(raw: bytes, serializer: Serializer) -> DeadLetter:
         receives=int(info.get("receives", 0)),
         error=str(info.get("error", "")),
         at=float(info.get("at", 0)) / 1000.0,
-        count=int(info.get("count", 1)),
+        count=int(info.get("count", merged)),
         key=info.get("key"),
         id=info.get("id"),
         raw=raw,

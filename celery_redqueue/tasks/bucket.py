@@ -17,6 +17,7 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
 from ..structures.bucket_types import EncodedCall
 from ..structures.sharding import validate_shards
+from ..validation import seconds
 from .base import error_text, per_process
 from .beat import DrainSummary
 from .config import get_config
@@ -99,6 +100,16 @@ class BucketTask(ProducerTask, MeteredOptions):
     bucket_dedupe_key: Callable[..., str] | None = None
     #: Seconds a dedupe id is remembered.
     bucket_dedupe_window: float = 300.0
+    #: Debounce (seconds, 0: off): calls with one dedupe key (bucket_dedupe_key) collapse into
+    #: one, the latest arguments win, and the call joins its key's queue once the dedupe key has
+    #: been quiet this long; the body gets the count of merged calls as ``count=``
+    #: (bucket_count_kwarg).
+    bucket_debounce: float = 0.0
+    #: With bucket_debounce: a never-quiet key still goes this long after its first call (0: no
+    #: cap).
+    bucket_debounce_max_wait: float = 0.0
+    #: Name of the keyword argument that carries the count of a debounced call.
+    bucket_count_kwarg: str = "count"
     #: Consumer-side guard (seconds, 0: off): an item whose body completed is recorded with
     #: its commit, and a redelivered copy is skipped rather than applied twice.
     bucket_processed_guard: float = 0.0
@@ -131,6 +142,24 @@ class BucketTask(ProducerTask, MeteredOptions):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
+        seconds("bucket_debounce", cls.bucket_debounce)
+        seconds("bucket_debounce_max_wait", cls.bucket_debounce_max_wait)
+        if cls.bucket_debounce and cls.bucket_dedupe_key is None:
+            raise ConfigurationError(
+                "bucket_debounce needs bucket_dedupe_key: a function of the call's arguments "
+                "naming the calls that collapse"
+            )
+        if cls.bucket_debounce_max_wait and not cls.bucket_debounce:
+            raise ConfigurationError("bucket_debounce_max_wait needs bucket_debounce (seconds)")
+        if cls.bucket_debounce and cls.bucket_results:
+            raise ConfigurationError(
+                "bucket_results is not available with bucket_debounce: calls merge into one, "
+                "so a call has no outcome of its own to store"
+            )
+        if not isinstance(cls.bucket_count_kwarg, str) or not cls.bucket_count_kwarg.isidentifier():
+            raise ConfigurationError(
+                f"bucket_count_kwarg must be an identifier, got {cls.bucket_count_kwarg!r}"
+            )
 
     @property
     def reservation(self) -> Reservation | None:
@@ -167,6 +196,8 @@ class BucketTask(ProducerTask, MeteredOptions):
             drain_lease=self.bucket_drain_lease,
             dedupe_window=self.bucket_dedupe_window,
             processed_guard=self.bucket_processed_guard,
+            debounce=self.bucket_debounce,
+            debounce_max_wait=self.bucket_debounce_max_wait,
             **limit_options(self),
         )
         bucket.drain_sender = self.send_drain_or_release  # resume() needs a drain job
@@ -235,6 +266,11 @@ class BucketTask(ProducerTask, MeteredOptions):
         """Check a call, compute its key and serialize it (with ``call_id`` when per-call
         results are on or the call is traced); raises, storing nothing."""
         self.check_call(args, kwargs)
+        if self.bucket_debounce and kwargs and self.bucket_count_kwarg in kwargs:
+            raise RedQueueError(
+                f"{self.name} debounces calls and passes {self.bucket_count_kwarg}= itself; "
+                "do not pass it when calling"
+            )
         if type(self).key_for is BucketTask.key_for:
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
@@ -313,6 +349,8 @@ class BucketTask(ProducerTask, MeteredOptions):
         call_id = call_id_of(reservation.payload) if self.bucket_results else None
         try:
             call_args, call_kwargs = self._unpack(reservation.payload)
+            if self.bucket_debounce:
+                call_kwargs[self.bucket_count_kwarg] = reservation.count
             try:
                 with tracing.processing(  # tracing hook
                     self,

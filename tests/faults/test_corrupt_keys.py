@@ -179,10 +179,20 @@ def take(bucket):
     raise AssertionError("nothing to dequeue")
 
 
-def bucket_ops():
-    return {
+def bucket_ops(debounce=False):
+    # A debounced call takes no delay (it waits its window): its own ops instead.
+    full = {"dedupe_id": "d2"} if debounce else {"delay": 30, "dedupe_id": "d2"}
+    # Merges into the held call of d1 (fill's, due now), and starts a new id's window.
+    more = {
+        "debounce": lambda b, s: (
+            b.enqueue("k2", "again", dedupe_id="d1"),
+            b.enqueue("k7", "n", dedupe_id="d3"),
+        )
+    }
+    more = more if debounce else {}
+    return more | {
         "enqueue": lambda b, s: b.enqueue("k1", "new"),
-        "enqueue_full": lambda b, s: b.enqueue("k5", "new", delay=30, dedupe_id="d2"),
+        "enqueue_full": lambda b, s: b.enqueue("k5", "new", **full),
         "enqueue_many": lambda b, s: b.enqueue_many([("k1", "n1"), ("k6", "n2")]),
         "dequeue": lambda b, s: [b.dequeue() for _ in range(3)],
         "commit": lambda b, s: b.commit(s["held"], seconds=0.1),
@@ -218,7 +228,7 @@ def bucket_variant(**options):
     return Variant(
         build=lambda make, prefix: make["bucket"]("b", **options),
         fill=fill_bucket,
-        ops=bucket_ops(),
+        ops=bucket_ops(debounce=bool(options.get("debounce"))),
         check=bucket_check,
         keys=bucket_keys,
     )
@@ -341,6 +351,8 @@ VARIANTS = {
     "bucket": bucket_variant(),
     "bucket_metered": bucket_variant(cost_rate="1000/s", total_rate="1000/s", concurrency=5),
     "bucket_ordered": bucket_variant(ordered=True, processed_guard=60, dedupe_window=60),
+    # fill's debounced call (dedupe id d1) is due when the ops run: upkeep queues it.
+    "bucket_debounced": bucket_variant(debounce=0.01),
     "stream": Variant(
         build=lambda make, prefix: EventStream(
             make["client"], "s", prefix=prefix, groups=["g"], key=lambda e: str(e["n"] % 2)

@@ -12,6 +12,7 @@ from importlib import resources
 import pytest
 
 from celery_redqueue.redis.lua import INCLUDE, LOST_REPLY, _expand, code_of, script
+from celery_redqueue.structures import bucket as bucket_module
 from celery_redqueue.structures import pool
 
 LUA = resources.files("celery_redqueue").joinpath("lua")
@@ -177,7 +178,7 @@ def test_the_common_store_defines_no_helper_it_does_not_call():
 
 
 _BUCKET_KEY = re.compile(r"^-- KEYS\[(\d+)\]\s+(\w+)\s+(zset|hash|string|list)\b", re.M)
-_MASK = re.compile(r"string\.sub\('([zhls-]{26})', i, i\)")
+_MASK = re.compile(rf"string\.sub\('([zhls-]{{{len(bucket_module.PARTS)}}})', i, i\)")
 _CHECK_KEYS = re.compile(r"check_keys\(\{(.*?)\}", re.S)
 BUCKET_SCRIPTS = sorted(n for n in SCRIPTS if "bucket_keys(KEYS" in script(n).source)
 
@@ -193,7 +194,7 @@ def test_a_bucket_script_checks_the_type_of_every_key_it_touches(name):
             _BUCKET_KEY.findall(FILES["bucket_keys"]), key=lambda r: int(r[0])
         )
     ]
-    assert len(table) == 26
+    assert len(table) == len(bucket_module.PARTS)
     source = "\n".join(code_of(line) for line in script(name).source.splitlines())
     touched = {part for part, _ in table if re.search(rf"\bb\.{part}\b", source)}
     touched -= {"stats"}  # checked by its fields (HGETALL), not by its type alone
