@@ -419,10 +419,11 @@ def dashboard(ctx: click.Context, host: str, port: int, token: str | None, refre
         server.server_close()
 
 
-@structure_command(("pool",), "Print as JSON.")
+@structure_command(("pool", "bucket"), "Print as JSON.")
 def debounced(ctx: click.Context, ops: Operations, target: Target, as_json: bool) -> None:
-    """A debouncing pool's dedupe ids holding a call (the soonest due first): since when (its
-    first call), due when, and how many calls merged so far (the latest arguments win)."""
+    """A debouncing pool's or bucket's dedupe ids holding a call (the soonest due first): since
+    when (its first call), due when, and how many calls merged so far (the latest arguments
+    win)."""
     rows = ops.debounced_keys(target)
     debounce = target.structure.settings().get("debounce", 0)
     if as_json:

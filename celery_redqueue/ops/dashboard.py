@@ -185,7 +185,7 @@ class Dashboard:
         count = _int(query, "dead_count", 50, 500)
         detail["dead_letters"] = self.ops.dead_letters(target, start, count)
         detail["can_drain"] = self.token is not None and self.ops.drain_task(target) is not None
-        if target.kind == "pool" and target.structure.settings().get("debounce"):
+        if target.kind in ("pool", "bucket") and target.structure.settings().get("debounce"):
             detail["debounced"] = self.ops.debounced_keys(target)
         if target.kind == "bucket":
             top = _int(query, "top", 20, 200)

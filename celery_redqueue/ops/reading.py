@@ -336,13 +336,13 @@ class Operations:
         ]
 
     def debounced_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[dict[str, Any]]:
-        """A debouncing pool's dedupe ids holding a call, the soonest due first (at most
-        ``top``; read-only, bounded: see `CappedPool.debounced`): since when (its first call),
-        due when, and how many calls it merges so far."""
-        pool = target.structure
-        if not isinstance(pool, CappedPool):
-            raise ConfigurationError(f"{target.id} is not a pool: it debounces nothing")
-        held = pool.debounced(top)
+        """A debouncing pool's or bucket's dedupe ids holding a call, the soonest due first (at
+        most ``top``; read-only, bounded: see `debounce.debounced`): since when (its first
+        call), due when, and how many calls it merges so far."""
+        structure = target.structure
+        if not isinstance(structure, CappedPool | LeakyBucket):
+            raise ConfigurationError(f"{target.id} is not a pool or a bucket: it debounces nothing")
+        held = structure.debounced(top)
         now = server_time(self.client)
         return [
             {

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +48,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import EMPTY, LATER, UPKEEP, read_atomic
 from ..redis.serializers import Serializer
 from ..validation import seconds
-from . import sharding
+from . import debounce, sharding
 from .base import DRAIN_LEASE, decode_ids
 from .bucket_types import (
     _MINUTE_FIELDS,
@@ -71,6 +72,7 @@ from .bucket_types import (
     validate_bucket_options,
 )
 from .deadletters import split_debounced
+from .debounce import DebouncedKey
 from .figures import parse_counters, unfold
 from .protocols import in_chunks
 from .receipts import ReapResult, Receipt
@@ -102,6 +104,9 @@ PARTS = (
     "calls_at", "signal", "listening", "debounce",
 )
 # fmt: on
+#: A held debounced member of ``scheduled``: "id[/cost] key NUL NUL debounced:<count>:<hex
+#: dedupe id> NUL payload" (lua/bucket_debounce.lua).
+_DEBOUNCED = re.compile(rb"\A[^ ]* [^\0]*\0\0debounced:(\d+):([0-9a-f]*)\0")
 #: Items one enqueue_many round trip carries.
 ENQUEUE_CHUNK = 1000
 FULL = 3  # bucket_enqueue_plain: the item's key is full, nothing stored (lua/bucket_statuses.lua)
@@ -445,6 +450,11 @@ class LeakyBucket(Sharded):
         if send and self.drain_sender is not None:
             self.drain_sender()
         return bool(changed)
+
+    def debounced(self, limit: int = 100) -> list[DebouncedKey]:
+        """The dedupe ids holding a debounced call (``debounce``), the soonest due first (at
+        most ``limit``; read-only and bounded: see `debounce.debounced`)."""
+        return debounce.debounced(self, _DEBOUNCED, limit)
 
     @sharding.ranked(lambda row: (row[1], row[0]))
     def paused(self, limit: int = 100) -> list[tuple[str, float]]:

@@ -58,8 +58,9 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import AGAIN, LATER, LINGER, MIXED, UPKEEP
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
-from . import sharding
+from . import debounce, sharding
 from .base import DRAIN_LEASE, decode_ids
+from .debounce import DebouncedKey
 from .figures import parse_counters, unfold
 from .protocols import in_chunks
 from .receipts import QueueCounters, ReapResult, Receipt
@@ -74,7 +75,6 @@ __all__ = [
     "DELIVERIES",
     "POLICIES",
     "CappedPool",
-    "DebouncedKey",
     "PoolBatch",
     "PoolItem",
     "PoolStats",
@@ -180,18 +180,6 @@ class PoolStats(QueueCounters):
     drains_pending: int
     #: Calls that replaced a held debounced call of their dedupe id (``debounce``).
     debounced: int = 0
-
-
-@dataclass(frozen=True)
-class DebouncedKey:
-    """One dedupe id holding a debounced call (``debounce``): since when (its first call),
-    when the held call is due, and how many calls it merges so far (times: server clock, s)."""
-
-    key: str
-    #: When the id's first call of this window came (None: its record is gone).
-    since: float | None
-    due: float
-    calls: int
 
 
 #: A held debounced member of ``scheduled``: "<hex seq>#<count>#<hex dedupe id>:" (pool_debounce).
@@ -815,34 +803,8 @@ class CappedPool(Sharded):
 
     def debounced(self, limit: int = 100) -> list[DebouncedKey]:
         """The dedupe ids holding a debounced call, the soonest due first (at most ``limit``;
-        read-only and bounded: the next ``4 * limit`` delayed calls of each shard are read, so
-        other delayed calls due sooner can hide some)."""
-        rows: list[DebouncedKey] = []
-        for part in self.shards or [self]:
-            rows += part._debounced(limit)
-        rows.sort(key=lambda row: (row.due, row.key))
-        return rows[:limit]
-
-    def _debounced(self, limit: int) -> list[DebouncedKey]:
-        with redis_errors(f"reading debounced keys of {self.keys.base}"):
-            ranked = self.client.zrange(self.keys("scheduled"), 0, 4 * limit - 1, withscores=True)
-            held = []
-            for member, due in ranked:
-                found = _DEBOUNCED.match(member)
-                if found:
-                    key = bytes.fromhex(found.group(2).decode()).decode("utf-8", "replace")
-                    held.append((key, member, due, int(found.group(1))))
-                if len(held) == limit:
-                    break
-            if not held:
-                return []
-            records = self.client.hmget(self.keys("debounce"), [key for key, *_ in held])
-        rows = []
-        for (key, member, due, calls), record in zip(held, records, strict=True):
-            since, _, kept = (record or b"").partition(b" ")
-            first = int(since) / 1000.0 if kept == member and since.isdigit() else None
-            rows.append(DebouncedKey(key, first, due / 1000.0, calls))
-        return rows
+        read-only and bounded: see `debounce.debounced`)."""
+        return debounce.debounced(self, _DEBOUNCED, limit)
 
     def __len__(self) -> int:
         """Calls waiting in the pool."""

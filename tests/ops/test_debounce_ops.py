@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from celery_redqueue import CappedPool
+from celery_redqueue import CappedPool, LeakyBucket
 from celery_redqueue.ops.reading import Operations
 
 from .test_cli import redqueue
@@ -94,3 +94,32 @@ def test_dashboard_shows_debounced_keys(dashboard, browser, redqueue_redis, redq
     assert all(re.search(r"\(in \S+\)$", r[2]) for r in rows), rows
     assert page.eval("document.getElementById('debounced-box').hidden") is False
     page.screenshot("debounced")
+
+
+def test_a_debouncing_bucket_lists_its_keys_in_the_cli_and_the_dashboard(
+    proc_env, dashboard, browser, redqueue_redis, redqueue_prefix
+):
+    bucket = LeakyBucket(redqueue_redis, "crawl", prefix=redqueue_prefix, debounce=60.0)
+    for n in range(3):
+        for _ in range(n + 1):
+            bucket.enqueue(f"site-{n}.example", {"n": n}, dedupe_id=f"https://site-{n}.example/")
+    bucket.enqueue("site-9.example", "plain", delay=30)  # a plain delayed call: not listed
+    rows = bucket.debounced()
+    assert [(r.key, r.calls) for r in rows] == [
+        (f"https://site-{n}.example/", n + 1) for n in range(3)
+    ]
+    data = json.loads(redqueue(proc_env, "debounced", "bucket:crawl", "--json").stdout)
+    assert [(r["key"], r["calls"]) for r in data["waiting"]] == [(r.key, r.calls) for r in rows]
+    assert data["debounce"] == 60.0
+
+    base, _ = dashboard
+    page = browser.new_page()
+    page.goto(base + "#bucket%3Acrawl")
+    page.wait_for(
+        "document.querySelectorAll('#debounced tbody tr').length === 3", message="debounced keys"
+    )
+    keys = page.eval(
+        "[...document.querySelectorAll('#debounced tbody tr')].map((tr) => tr.cells[0].textContent)"
+    )
+    assert keys == [r.key for r in rows]
+    page.screenshot("debounced-bucket")

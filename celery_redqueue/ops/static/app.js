@@ -192,7 +192,7 @@ function renderHeld(d) {
   }));
 }
 
-// A debouncing pool's dedupe ids holding a call: since when, due when, calls merged so far.
+// A debouncing pool's or bucket's dedupe ids holding a call: since when, due when, calls merged so far.
 function renderDebounced(d) {
   $("debounced-box").hidden = !d.debounced;
   if (!d.debounced) return;
