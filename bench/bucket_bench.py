@@ -621,7 +621,7 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
     def batch_calls(chunk: range) -> None:
         head = [*batch_twin._script_head(), batch_twin.dedupe_window_ms]
         for i in chunk:
-            batch_script(client, batch_twin._keys, [*head, users[i % 100], payload, "", 0, ""])
+            batch_script(client, batch_twin._keys, [*head, users[i % 100], payload, "", 0, "", 0])
 
     def bucket_calls(chunk: range) -> None:
         for i in chunk:

@@ -22,7 +22,7 @@ local action, oldest = ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
 -- Every key it may write (a requeue appends), before its first write (check_keys.lua: a key
 -- of another type or a stats counter that is not an integer is CORRUPT, nothing written).
-check_keys({b.dead, 'list', b.keystats, 'hash', b.items, 'hash', b.heads, 'hash',
+check_keys({b.urgent, 'zset', b.dead, 'list', b.keystats, 'hash', b.items, 'hash', b.heads, 'hash',
   b.tails, 'hash', b.ready, 'zset', b.ages, 'zset', b.tat, 'hash', b.rates, 'hash',
   b.paused, 'zset', b.inflight, 'zset', b.drains, 'string', b.wake, 'string'}, b.stats)
 -- Read and check every dead letter before removing any: one that cannot be parsed (or, to

@@ -8,7 +8,7 @@
 -- any delayed item); a call that replaced a held one counts as debounced.
 -- KEYS and ARGV[1..7]: see bucket_keys.lua. ARGV[8] window ms, ARGV[9] max wait ms (0: none),
 -- ARGV[10] call id, ARGV[11] key, ARGV[12] payload, ARGV[13] dedupe id, ARGV[14] cost ('' for
--- none).
+-- none), ARGV[15] priority tier (0-9: bucket_tier_heads.lua; the latest call's, as its cost).
 -- Returns {send_drain, wake_in_ms, status, count}: as bucket_enqueue's (status DELAYED for the
 -- first call of its id, MERGED for one that replaced the held call), and the calls now held.
 -- Checks every key and counter it touches before its first write. Bounded: O(log N).
@@ -26,8 +26,9 @@
 local b = bucket_keys(KEYS, ARGV)
 local window, max_wait, call_id = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 local key, payload, dedupe_id, cost = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
-if not (window and window > 0 and max_wait and key and key ~= '' and dedupe_id and dedupe_id ~= '') then
-  return redis.error_reply('ERR bucket_debounce: bad window, max wait, key or dedupe id')
+local tier = tonumber(ARGV[15] or '0')
+if not (window and window > 0 and max_wait and key and key ~= '' and dedupe_id and dedupe_id ~= '' and tier and tier >= 0 and tier <= 9 and tier % 1 == 0) then
+  return redis.error_reply('ERR bucket_debounce: bad window, max wait, key, dedupe id or tier')
 end
 if cost ~= '' then
   local units, limit = tonumber(cost), select(3, bucket_cost_rate(b, key))
@@ -56,6 +57,7 @@ local due = now + window
 if max_wait > 0 and first + max_wait < due then due = first + max_wait end
 local id = redis.call('HINCRBY', b.stats, 'seq', 1)
 local stamp = cost ~= '' and (id .. '/' .. string.format('%.17g', tonumber(cost))) or tostring(id)
+if tier > 0 then stamp = stamp .. '^' .. tier end
 local hex = string.gsub(dedupe_id, '.', function(ch) return string.format('%02x', string.byte(ch)) end)
 local member = stamp .. ' ' .. key .. '\0\0debounced:' .. count .. ':' .. hex .. '\0' .. payload
 redis.call('ZADD', b.scheduled, due, member)

@@ -40,6 +40,9 @@
 --#include bucket_take_head
 --#include bucket_reserve
 --#include bucket_concurrency
+--#include bucket_ready
+--#include bucket_unready
+--#include bucket_next_key
 local b = bucket_keys(KEYS, ARGV)
 local timeout_ms, max_drains, guard = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local poll_id, listen = 'poll:' .. ARGV[11], tonumber(ARGV[12]) or 0
@@ -49,7 +52,7 @@ local now = now_ms()
 -- bucket_keys.lua names, or a counter it reads or adds to that is not an integer (a stats
 -- field; the key it releases from: its head, tail and in_flight), fails it with CORRUPT.
 -- Only the keys it touches ('-': not touched; tests/unit/test_lua_shape.py checks the masks).
-local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 27 do local want = TYPES[string.sub('zhhhhhzhhhh-sszz-z-zz-hzlz-', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
+local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 28 do local want = TYPES[string.sub('zhhhhhzhhhh-sszz-z-zz-hzlz-z', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
 local function integer(h, f) local v = redis.call('HGET', h, f) if v and not string.match(v, '^%-?%d+$') then error('CORRUPT ' .. h .. ' field ' .. f .. ' holds ' .. v .. ', not an integer', 0) end end
 local stats = redis.call('HGETALL', b.stats) for i = 2, #stats, 2 do if not string.match(stats[i], '^%-?%d+$') then error('CORRUPT ' .. b.stats .. ' field ' .. stats[i - 1] .. ' holds ' .. stats[i] .. ', not an integer', 0) end end
 
@@ -88,7 +91,7 @@ local function sleep_until(when)
 end
 
 for _ = 1, 100 do
-  local top = redis.call('ZRANGE', b.ready, 0, 0, 'WITHSCORES')
+  local top = bucket_next_key(b, now)
   if #top == 0 then
     if due_at then return sleep_until(due_at) end
     -- Nothing is eligible until a new item, a commit (ordered keys) or the reaper adds a key;
@@ -110,10 +113,10 @@ for _ = 1, 100 do
   local due = bucket_eligible_at(b, key, 0, now)
   -- Released ahead, a call is charged from its slot on, as if released then.
   local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
-  local head, slot = bucket_head(b, key)
+  local head, slot, tier = bucket_head(b, key, now)
   local receives, id, at, payload, cost = bucket_parse_slot(slot)
   if due > when then  -- math.huge: paused until resumed
-    if due < math.huge then redis.call('ZADD', b.ready, due, key) else redis.call('ZREM', b.ready, key) end
+    if due < math.huge then bucket_ready(b, key, due) else bucket_unready(b, key) end
   elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))
   elseif not receives or (guard and redis.call('ZSCORE', b.done, id)) or tonumber(redis.call('HGET', b.stats, 'releases_minute') or '-1') ~= minute then
@@ -122,8 +125,8 @@ for _ = 1, 100 do
     return {UPKEEP, key}
   else
     local at_ms = math.max(when, now)
-    local remaining = bucket_take_head(b, key, head)
-    local reservation, deadline = bucket_reserve(b, key, id, receives + 1, at, payload, cost, remaining, timeout_ms, at_ms, now)
+    local remaining = bucket_take_head(b, key, head, tier)
+    local reservation, deadline = bucket_reserve(b, key, id, receives + 1, at, payload, cost, remaining, timeout_ms, at_ms, now, tier)
     record_call(b.calls, b.calls_at, poll_id, reservation, now)
     -- One drain job per key eligible now, up to the fan-out limit. A key with room for more
     -- calls in flight wants a drain job for each of its calls in flight (this one included:

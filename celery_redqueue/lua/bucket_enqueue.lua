@@ -1,8 +1,9 @@
 -- Append items to their keys' FIFO queues (or hold them until due), make those keys eligible,
 -- and plan the drain job they need. KEYS and ARGV[1..7]: see bucket_keys.lua.
 -- ARGV[8] dedupe window ms (0: no producer-side deduplication)
--- ARGV[9], ARGV[10], ... groups of 5: key, payload, dedupe id ('' for none), delay ms, cost
--- ('' for none: a bucket without bucket_cost)
+-- ARGV[9], ARGV[10], ... groups of 6: key, payload, dedupe id ('' for none), delay ms, cost
+-- ('' for none: a bucket without bucket_cost), priority tier (0-9; above 0 only on a bucket with
+-- priority tiers, bucket_tier_heads.lua)
 -- Returns {send_drain, wake_in_ms, status...}: send_drain 1 means "send a drain job now";
 -- wake_in_ms >= 0 means "send a drain job with this countdown" (no job is scheduled earlier).
 -- Status (bucket_statuses.lua): REFUSED (key full), QUEUED, DROPPED (queued and the key's
@@ -28,17 +29,19 @@ local b = bucket_keys(KEYS, ARGV)
 local function corrupt(what, v, want) error('CORRUPT ' .. what .. ' holds ' .. v .. ', not ' .. want, 0) end
 -- Only the keys it touches ('-': not touched; tests/unit/test_lua_shape.py checks the masks).
 local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'}
-for i = 1, 27 do local want = TYPES[string.sub('zhhhhh---hh-sszzz-hz----lz-', i, i)]
+for i = 1, 28 do local want = TYPES[string.sub('zhhhhh---hh-sszzz-hz----lz-z', i, i)]
   local kind = want and redis.call('TYPE', KEYS[i]).ok
   if kind and kind ~= want and kind ~= 'none' then corrupt(KEYS[i], 'a ' .. kind, 'a ' .. want) end end
 local fields, stats = {}, redis.call('HGETALL', b.stats)
 for i = 2, #stats, 2 do if not string.match(stats[i], '^%-?%d+$') then corrupt(b.stats .. ' field ' .. stats[i - 1], stats[i], 'an integer') end end
 local window = tonumber(ARGV[8])
-local count = (#ARGV - 8) / 5
+local count = (#ARGV - 8) / 6
 local dedupe = false
 -- Check every item, and the stored rate of every key an item joins now, before writing.
-for i = 9, #ARGV, 5 do
+for i = 9, #ARGV, 6 do
   local delay = tonumber(ARGV[i + 3])
+  local tier = tonumber(ARGV[i + 5])
+  if not tier or tier < 0 or tier > 9 or tier % 1 ~= 0 or (tier > 0 and b.priority_bound <= 0) then return redis.error_reply('ERR bucket_enqueue: bad priority tier ' .. ARGV[i + 5]) end
   for _, f in ipairs({b.heads, ARGV[i], b.tails, ARGV[i], b.keystats, ARGV[i] .. '\0in_flight'}) do fields[#fields + 1] = f end
   if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
   local cost = ARGV[i + 4]
@@ -70,9 +73,9 @@ if dedupe then forget_expired(b.dedupe, now) end
 
 -- Ids for the whole batch in one step (a duplicate leaves a gap: ids need only be unique).
 local id = redis.call('HINCRBY', b.stats, 'seq', count) - count
-for i = 9, #ARGV, 5 do
+for i = 9, #ARGV, 6 do
   local key, payload, dedupe_id, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local cost = tonumber(ARGV[i + 4])
+  local cost, tier = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   id = id + 1
   local status
   if dedupe and dedupe_id ~= '' and redis.call('ZSCORE', b.dedupe, dedupe_id) then
@@ -80,11 +83,12 @@ for i = 9, #ARGV, 5 do
     duplicates = duplicates + 1
   elseif delay > 0 then
     local stamp = cost and (id .. '/' .. string.format('%.17g', cost)) or id
+    if tier > 0 then stamp = stamp .. '^' .. tier end
     redis.call('ZADD', b.scheduled, now + delay, stamp .. ' ' .. key .. '\0' .. payload)
     delayed = delayed + 1
     status = DELAYED
   else
-    status = bucket_append(b, key, bucket_make_slot(0, id, now, payload, cost), now)
+    status = bucket_append(b, key, bucket_make_slot(0, id, now, payload, cost, nil, tier), now)
     if status == REFUSED then rejected = rejected + 1 else enqueued = enqueued + 1 end
   end
   -- Remember the dedupe id only for an item that was taken: a refused item may be retried.

@@ -33,6 +33,9 @@
 --#include bucket_plan_drain
 --#include check_keys
 local b = bucket_keys(KEYS, ARGV)
+-- A bucket with priority tiers keeps tier-0 calls in sub-queues of their keys as well: the
+-- general script stores them (FULL sends the caller there; nothing is written here).
+if b.priority_bound > 0 then return {0, -1, FULL} end
 -- What it reads or writes, before its first read of a key (check_keys.lua: a key of another
 -- type, or a counter it adds to that is not an integer, is CORRUPT and nothing is written).
 check_keys({b.ready, 'zset', b.rates, 'hash', b.items, 'hash', b.heads, 'hash', b.tails, 'hash',

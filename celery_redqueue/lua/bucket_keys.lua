@@ -31,10 +31,13 @@
 -- KEYS[26] listening zset: listener id -> until when (ms) it waits on the signal
 -- KEYS[27] debounce  hash: dedupe id -> "first ms, space, its held member of scheduled"
 --                    (bucket_debounce.lua; bucket_upkeep.lua forgets it when the call is due)
+-- KEYS[28] urgent    zset: key -> band(tier) + ready score, a key in b.ready whose highest
+--                    priority tier is above 0 (bucket_tier_heads.lua)
 -- ARGV[1] default interval ms, [2] default burst, [3] limits: "concurrency" alone (0: none;
 -- 1: the ordered bucket), or "concurrency cost_interval cost_burst cost_max total_interval
--- total_burst" (intervals in ms per unit and per call, 0: no such limit; cost_max: the largest
--- cost one period allows), [4] max depth per key (0: unbounded), [5] overflow
+-- total_burst priority_bound" (intervals in ms per unit and per call, 0: no such limit;
+-- cost_max: the largest cost one period allows; priority_bound: ms a lower tier waits at most
+-- beside a higher one, 0: no priority tiers, bucket_tier_heads.lua), [4] max depth per key (0: unbounded), [5] overflow
 -- (reject|drop_oldest), [6] drain lease ms (plan_drain.lua), [7] max receives.
 -- Key names never hold NUL, so no field of a per-key hash clashes.
 local function bucket_keys(keys, argv)
@@ -47,9 +50,10 @@ local function bucket_keys(keys, argv)
     ages = keys[15], scheduled = keys[16], dedupe = keys[17], done = keys[18], flow = keys[19],
     paused = keys[20], releases = keys[21], releases_prev = keys[22], calls = keys[23],
     calls_at = keys[24], signal = keys[25], listening = keys[26], debounce = keys[27],
+    urgent = keys[28],
     interval = tonumber(argv[1]), burst = tonumber(argv[2]), concurrency = v[1] or 0,
     cost_interval = v[2] or 0, cost_burst = v[3] or 0, cost_max = v[4] or 0,
-    total_interval = v[5] or 0, total_burst = v[6] or 0, max_depth = tonumber(argv[4]),
+    total_interval = v[5] or 0, total_burst = v[6] or 0, priority_bound = v[7] or 0, max_depth = tonumber(argv[4]),
     overflow = argv[5], lease = tonumber(argv[6]), max_receives = tonumber(argv[7]),
   }
 end

@@ -12,6 +12,8 @@
 --#include bucket_eligible_at
 --#include bucket_make_eligible
 --#include check_keys
+--#include bucket_ready
+--#include bucket_unready
 local b = bucket_keys(KEYS, ARGV)
 local action, key, ms = ARGV[8], ARGV[9], ARGV[10]
 if (action ~= 'pause' and action ~= 'resume') or not key or key == '' then
@@ -26,7 +28,7 @@ local now = now_ms()
 -- a resume must not report it as ended here.
 -- The keys it reads or writes, before its first write (check_keys.lua: a key of another type
 -- is CORRUPT, nothing written); a pause is rare, a TYPE each is cheap beside it.
-check_keys({b.paused, 'zset', b.ready, 'zset', b.heads, 'hash', b.tails, 'hash', b.tat, 'hash',
+check_keys({b.urgent, 'zset', b.items, 'hash', b.paused, 'zset', b.ready, 'zset', b.heads, 'hash', b.tails, 'hash', b.tat, 'hash',
   b.rates, 'hash', b.inflight, 'zset', b.keystats, 'hash', b.drains, 'string', b.wake, 'string',
   b.signal, 'list', b.listening, 'zset'})
 forget_expired(b.paused, now)
@@ -36,10 +38,10 @@ if action == 'pause' then
   -- GT: a pause never shortens a longer one; a new key is added.
   local changed = redis.call('ZADD', b.paused, 'GT', 'CH', till, key)
   if ms == '' then
-    redis.call('ZREM', b.ready, key)
+    bucket_unready(b, key)
   else
     -- XX GT: a key in the ready set waits until then; one out of it stays out.
-    redis.call('ZADD', b.ready, 'XX', 'GT', till, key)
+    bucket_ready(b, key, till, 'XX', 'GT')
   end
   return {changed, 0}
 end
@@ -48,7 +50,7 @@ if redis.call('ZREM', b.paused, key) == 0 then return {0, 0} end
 -- Out of the ready set (paused until resumed): back in if it has work; in it (a timed pause):
 -- its own schedules decide again.
 if redis.call('ZSCORE', b.ready, key) then
-  redis.call('ZADD', b.ready, 'XX', bucket_eligible_at(b, key, now, now), key)
+  bucket_ready(b, key, bucket_eligible_at(b, key, now, now), 'XX')
 else
   bucket_make_eligible(b, key, now)
 end

@@ -20,7 +20,7 @@ local limit = tonumber(ARGV[8])
 local now = now_ms()
 -- Every key it may write, before its first write (check_keys.lua: a key of another type or a
 -- stats counter that is not an integer is CORRUPT, nothing written).
-check_keys({b.inflight, 'zset', b.res_keys, 'hash', b.res_items, 'hash', b.dead, 'list',
+check_keys({b.urgent, 'zset', b.inflight, 'zset', b.res_keys, 'hash', b.res_items, 'hash', b.dead, 'list',
   b.keystats, 'hash', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.ready, 'zset',
   b.ages, 'zset', b.tat, 'hash', b.rates, 'hash', b.paused, 'zset', b.scheduled, 'zset',
   b.drains, 'string', b.wake, 'string'}, b.stats)

@@ -12,7 +12,9 @@
 --#include bucket_limits_at
 --#include bucket_make_slot
 --#include bucket_turn
-local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining, timeout_ms, at_ms, now)
+--#include bucket_ready
+--#include bucket_unready
+local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining, timeout_ms, at_ms, now, tier)
   local interval, burst, ok = bucket_rate(b, key)
   if not ok then redis.log(redis.LOG_WARNING, 'redqueue: malformed rate of key ' .. key) end
   local tat = tonumber(redis.call('HGET', b.tat, key) or '0') or 0
@@ -27,11 +29,11 @@ local function bucket_reserve(b, key, id, receives, at, payload, cost, remaining
   local keep = bucket_turn(b, key) and tonumber(redis.call('ZSCORE', b.ready, key) or '')
   local when = remaining > 0 and not bucket_at_capacity(b, key)
     and math.max(keep or next_tat - burst * interval, bucket_limits_at(b, key, now)) or math.huge
-  if when < math.huge then redis.call('ZADD', b.ready, when, key) else redis.call('ZREM', b.ready, key) end
+  if when < math.huge then bucket_ready(b, key, when) else bucket_unready(b, key) end
   local reservation, deadline = id .. '.' .. receives, at_ms + timeout_ms
   redis.call('ZADD', b.inflight, deadline, reservation)
   redis.call('HSET', b.res_keys, reservation, key)
-  redis.call('HSET', b.res_items, reservation, bucket_make_slot(receives, id, at, payload, cost, mark))
+  redis.call('HSET', b.res_items, reservation, bucket_make_slot(receives, id, at, payload, cost, mark, tier))
   redis.call('HINCRBY', b.stats, 'in_flight', 1)
   redis.call('HINCRBY', b.stats, 'receives', 1)
   if receives > 1 then redis.call('HINCRBY', b.stats, 'redelivered', 1) end

@@ -19,7 +19,7 @@ if not key or key == '' or (limit ~= '' and not string.match(limit or '', '^[1-9
   return redis.error_reply('ERR bucket_set_concurrency: bad key or limit')
 end
 -- Everything it writes or reads before writing: the right types, and the key's numbers.
-check_keys({b.rates, 'hash', b.ready, 'zset', b.drains, 'string', b.wake, 'string',
+check_keys({b.urgent, 'zset', b.items, 'hash', b.rates, 'hash', b.ready, 'zset', b.drains, 'string', b.wake, 'string',
             b.keystats, 'hash', b.heads, 'hash', b.tails, 'hash', b.tat, 'hash',
             b.paused, 'zset'})
 for _, field in ipairs({{b.keystats, key .. '\0in_flight'}, {b.heads, key}, {b.tails, key}}) do

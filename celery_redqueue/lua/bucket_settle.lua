@@ -32,6 +32,7 @@
 --#include bucket_concurrency
 --#include bucket_make_eligible
 --#include bucket_bury
+--#include bucket_ready
 local NOT_HELD, SETTLED, ALREADY_SETTLED = 0, 1, 2
 local b = bucket_keys(KEYS, ARGV)
 local reservation, action, detail = ARGV[8], ARGV[9], ARGV[10]
@@ -47,7 +48,7 @@ local now = now_ms()
 -- bucket_keys.lua names, or a counter it adds to that is not an integer (a stats field; the
 -- settled key's head, tail and counters), fails it with CORRUPT, nothing written.
 -- Only the keys it touches ('-': not touched; tests/unit/test_lua_shape.py checks the masks).
-local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 27 do local want = TYPES[string.sub('zhhhhhzhhhhlssz--zhz--hz---', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
+local TYPES = {z = 'zset', h = 'hash', l = 'list', s = 'string'} for i = 1, 28 do local want = TYPES[string.sub('zhhhhhzhhhhlssz--zhz--hz---z', i, i)] local kind = want and redis.call('TYPE', KEYS[i]).ok if kind and kind ~= want and kind ~= 'none' then error('CORRUPT ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. want, 0) end end
 local function integer(h, f)
   local v = redis.call('HGET', h, f) if v and not string.match(v, '^%-?%d+$') then error('CORRUPT ' .. h .. ' field ' .. f .. ' holds ' .. v .. ', not an integer', 0) end
 end
@@ -69,7 +70,7 @@ if not key then
 end
 record_call(b.calls, b.calls_at, 'settle:' .. reservation, 1, now)
 tick(b.flow, 'busy', busy, now)
-local receives, id, at, payload, charged, mark = bucket_parse_slot(slot)
+local receives, id, at, payload, charged, mark, tier = bucket_parse_slot(slot)
 if action == 'backoff' and not actual then actual = 0 end
 if actual and receives then bucket_correct_cost(b, key, actual - (charged or 1), mark) end
 
@@ -84,7 +85,7 @@ if action == 'retry' or action == 'backoff' then
     redis.call('ZADD', b.paused, 'GT', now + tonumber(detail), key)
     redis.call('HINCRBY', b.stats, 'backoffs', 1)
     redis.call('HINCRBY', b.keystats, key .. '\0backoffs', 1)
-    if receives then slot = bucket_make_slot(math.max(receives - 1, 0), id, at, payload, charged) end
+    if receives then slot = bucket_make_slot(math.max(receives - 1, 0), id, at, payload, charged, nil, tier) end
   end
   -- Back to the head of its key's queue; the whole key waits out the delay (an HTTP 429 is
   -- about the key, and the key's order is kept).
@@ -92,7 +93,7 @@ if action == 'retry' or action == 'backoff' then
   local when = bucket_eligible_at(b, key, now + tonumber(detail), now)
   -- GT: never pull an already later eligibility forward; adds the key when it is absent (it
   -- has room: this call left it). A key paused until resumed stays out.
-  if when < math.huge then redis.call('ZADD', b.ready, 'GT', when, key) end
+  if when < math.huge then bucket_ready(b, key, when, 'GT') end
   send = plan_drain(b.drains, b.wake, b.lease, now, now)
 else
   if action == 'commit' then
@@ -113,6 +114,6 @@ end
 local score = actual and b.cost_interval > 0 and tonumber(redis.call('ZSCORE', b.ready, key))
 local when = score and bucket_eligible_at(b, key, 0, now)
 if when and when < math.huge and (when > now or score > now) then
-  redis.call('ZADD', b.ready, 'XX', math.max(when, now), key)
+  bucket_ready(b, key, math.max(when, now), 'XX')
 end
 return {SETTLED, send}

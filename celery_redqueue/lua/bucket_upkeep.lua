@@ -35,13 +35,14 @@
 --#include bucket_append
 --#include check_keys
 --#include check_fields
+--#include bucket_unready
 local b = bucket_keys(KEYS, ARGV)
 local key, guard = ARGV[8] or '', ARGV[9] == '1'
 local now = now_ms()
 local malformed = 0
 -- Every key it may write and the per-key numbers it may add to, before its first write
 -- (check_keys.lua, check_fields.lua: CORRUPT, nothing written).
-check_keys({b.ready, 'zset', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.keystats,
+check_keys({b.urgent, 'zset', b.ready, 'zset', b.items, 'hash', b.heads, 'hash', b.tails, 'hash', b.keystats,
   'hash', b.dead, 'list', b.done, 'zset', b.releases, 'zset', b.releases_prev, 'zset',
   b.scheduled, 'zset', b.ages, 'zset', b.tat, 'hash', b.rates, 'hash', b.paused, 'zset',
   b.inflight, 'zset', b.debounce, 'hash'}, b.stats)
@@ -58,28 +59,29 @@ end
 local due = redis.call('ZRANGEBYSCORE', b.scheduled, '-inf', now, 'LIMIT', 0, 100)
 local parsed = {}
 for i, entry in ipairs(due) do
-  -- "id key NUL payload", or "id/cost key NUL payload" for a call with a cost.
-  local id, cost, item_key, payload = string.match(entry, '^(%d+)/?([%d.]*) ([^%z]*)%z(.*)$')
+  -- "id key NUL payload", or "id/cost key NUL payload" for a call with a cost; "^tier"
+  -- ends the stamp of a call of a priority tier above 0.
+  local id, cost, item_tier, item_key, payload = string.match(entry, '^(%d+)/?([%d.]*)%^?(%d?) ([^%z]*)%z(.*)$')
   -- A debounced call (bucket_debounce.lua) names its dedupe id, whose record it ends.
   local hex = payload and string.match(payload, '^%zdebounced:%d+:(%x*)%z')
   local dedupe_id = hex and string.gsub(hex, '%x%x', function(h) return string.char(tonumber(h, 16)) end)
-  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or ''), dedupe_id = dedupe_id}
+  parsed[i] = {id = id, key = item_key, payload = payload, cost = tonumber(cost or ''), dedupe_id = dedupe_id, tier = tonumber(item_tier or '') or 0}
   if id then touches(item_key) end
 end
 if key ~= '' then touches(key) end
 check_fields(fields)
 
 if key ~= '' then
-  local head, slot = bucket_head(b, key)
+  local head, slot, tier = bucket_head(b, key, now)
   local receives, id = bucket_parse_slot(slot)
   local done = receives and guard and redis.call('ZSCORE', b.done, id)
   if not slot and (tonumber(redis.call('HGET', b.tails, key) or '0') or 0) <= head then
     -- A ready member with no queue (another program's, or a corruption's): no call to
     -- dead-letter or count; it leaves the ready set.
-    redis.call('ZREM', b.ready, key)
+    bucket_unready(b, key)
   elseif not receives or done then
-    local remaining = bucket_take_head(b, key, head)
-    if remaining <= 0 then redis.call('ZREM', b.ready, key) end
+    local remaining = bucket_take_head(b, key, head, tier)
+    if remaining <= 0 then bucket_unready(b, key) end
     if done then
       redis.call('HINCRBY', b.stats, 'processed', 1)
       redis.call('HINCRBY', b.stats, 'guard_skipped', 1)
@@ -118,7 +120,7 @@ for i, entry in ipairs(due) do
     bucket_bury(b, '', entry, 'malformed entry: unreadable delayed item', now)
     redis.call('HINCRBY', b.stats, 'enqueued', 1)
     malformed = malformed + 1
-  elseif bucket_append(b, p.key, bucket_make_slot(0, p.id, now, p.payload, p.cost), now) == REFUSED then
+  elseif bucket_append(b, p.key, bucket_make_slot(0, p.id, now, p.payload, p.cost, nil, p.tier), now) == REFUSED then
     redis.call('HINCRBY', b.stats, 'rejected', 1)
   else
     redis.call('HINCRBY', b.stats, 'enqueued', 1)

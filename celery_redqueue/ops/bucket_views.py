@@ -10,6 +10,7 @@ from typing import Any
 
 from ..redis.client import redis_errors, server_time
 from ..structures.bucket import LeakyBucket
+from ..structures.bucket_types import tier_queues
 
 #: Keys of a bucket looked at to find its busiest ones: the next eligible this many.
 KEY_WINDOW = 1000
@@ -36,11 +37,14 @@ def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
             names += [n for n in (name.decode() for name in held) if n not in ready]
         if not names:
             return []
+        tiered = bool(bucket.limits.priority_bound_ms)
+        queues = [q for n in names for q in tier_queues(n, tiered)]
+        per_key = len(queues) // len(names)  # a key's queues (its tiers': tier_queues)
         heads, tails, rates, flights, pauses = _pipe(
             bucket.client,
             [
-                ("hmget", bucket.keys("heads"), names),
-                ("hmget", bucket.keys("tails"), names),
+                ("hmget", bucket.keys("heads"), queues),
+                ("hmget", bucket.keys("tails"), queues),
                 ("hmget", bucket.keys("rates"), names),
                 ("hmget", bucket.keys("keystats"), [f"{n}\0in_flight" for n in names]),
                 ("zmscore", bucket.keys("paused"), names),
@@ -58,7 +62,14 @@ def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "key": name,
-                "depth": int(tails[i] or 0) - int(heads[i] or 0),
+                "depth": sum(
+                    int(t or 0) - int(h or 0)
+                    for h, t in zip(
+                        heads[i * per_key : (i + 1) * per_key],
+                        tails[i * per_key : (i + 1) * per_key],
+                        strict=True,
+                    )
+                ),
                 "in_flight": int(flights[i] or 0),
                 "rate": round(1000.0 / interval_ms, 6),
                 "burst": burst,
@@ -135,10 +146,11 @@ def _search(bucket: LeakyBucket, query: str, limit: int) -> list[str]:
     cursor = 0
     for _ in range(SEARCH_SCANS):
         cursor, page = bucket.client.hscan(bucket.keys("tails"), cursor, match=pattern, count=1000)
-        found.extend(name.decode() for name in page)
-        if not cursor or len(found) >= limit:
+        # A key's tier queues and tier mask ("key NUL ...": tier_queues) name the key itself.
+        found.extend(name.decode().partition("\0")[0] for name in page)
+        if not cursor or len(set(found)) >= limit:
             break
-    return sorted(found)[:limit]
+    return sorted(set(found))[:limit]
 
 
 def _pause_end(score: Any, now: float) -> float | None:

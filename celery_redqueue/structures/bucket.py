@@ -66,9 +66,12 @@ from .bucket_types import (
     _cost_arg,
     _enqueue_result,
     _last_minute,
+    _tier_arg,
+    check_priority,
     parse_rate,
     rate_budget,
     spaced_interval,
+    tier_queues,
     validate_bucket_options,
 )
 from .deadletters import split_debounced
@@ -101,7 +104,7 @@ PARTS = (
     "ready", "tat", "rates", "items", "heads", "tails", "inflight", "res_keys", "res_items",
     "stats", "keystats", "dead", "drains", "wake", "ages", "scheduled", "dedupe", "done",
     "flow", "paused", "releases", "releases_prev", "calls",
-    "calls_at", "signal", "listening", "debounce",
+    "calls_at", "signal", "listening", "debounce", "urgent",
 )
 # fmt: on
 #: A held debounced member of ``scheduled``: "id[/cost] key NUL NUL debounced:<count>:<hex
@@ -167,6 +170,7 @@ class LeakyBucket(Sharded):
         margin: float = 0.0,
         debounce: float = 0.0,
         debounce_max_wait: float = 0.0,
+        priority_bound: float | None = None,
         shards: int = 1,
     ) -> None:
         seconds("drain_lease", drain_lease, positive=True)
@@ -194,6 +198,7 @@ class LeakyBucket(Sharded):
             "total_rate": total_rate,
             "total_burst": total_burst,
             "margin": margin,
+            "priority_bound": priority_bound,
         }
         self.limits = Limits.build(ordered=ordered, **limit_options).share(shards)
         self._limit_options = limit_options  # for settings()
@@ -267,15 +272,26 @@ class LeakyBucket(Sharded):
 
     # Producing
 
-    def encoded_call(self, key: str, payload: Any, cost: float | None = None) -> EncodedCall:
-        """A call checked and encoded for ``store_encoded``: ``(key, data)``, or
-        ``(key, data, cost)`` on a bucket with a cost rate (InvalidArgumentError for a cost no
-        period can allow, or a cost on a bucket without a cost rate)."""
-        if cost is None:
-            return (_check_key(key), self.encode(payload))
-        if not self.limits.cost_interval_ms:
+    def encoded_call(
+        self, key: str, payload: Any, cost: float | None = None, priority: int | None = None
+    ) -> EncodedCall:
+        """A call checked and encoded for ``store_encoded``: ``(key, data)``, ``(key, data,
+        cost)`` on a bucket with a cost rate, ``(key, data, cost, tier)`` with a priority
+        (InvalidArgumentError for a cost no period can allow, a cost on a bucket without a cost
+        rate, a priority outside 0-9 or on a bucket without priority tiers)."""
+        if cost is not None and not self.limits.cost_interval_ms:
             raise InvalidArgumentError("a call's cost needs a bucket with a cost_rate")
-        return (_check_key(key), self.encode(payload), self.limits.check_cost(cost))
+        checked = None if cost is None else self.limits.check_cost(cost)
+        if priority is not None:
+            if not self.limits.priority_bound_ms:
+                raise InvalidArgumentError(
+                    "a call's priority needs a bucket with priority tiers (priority_bound, "
+                    "bucket_priority_bound on a task)"
+                )
+            return (_check_key(key), self.encode(payload), checked, check_priority(priority))
+        if checked is None:
+            return (_check_key(key), self.encode(payload))
+        return (_check_key(key), self.encode(payload), checked)
 
     def enqueue(
         self,
@@ -285,15 +301,17 @@ class LeakyBucket(Sharded):
         delay: float = 0.0,
         dedupe_id: str | None = None,
         cost: float | None = None,
+        priority: int | None = None,
     ) -> Receipt:
         """Append ``payload`` to ``key``'s queue; one round trip.
 
         ``delay`` holds the item for that many seconds before it joins its key's queue (its
         reservation clock starts only when it is released); ``dedupe_id`` refuses the item if
         the same id was seen within ``dedupe_window``; ``cost``: its units, on a bucket with a
-        ``cost_rate`` (1 when not given).
+        ``cost_rate`` (1 when not given); ``priority``: its tier, 0-9, higher first, on a
+        bucket with ``priority_bound`` (0 when not given).
         """
-        encoded = [self.encoded_call(key, payload, cost)]
+        encoded = [self.encoded_call(key, payload, cost, priority)]
         return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def enqueue_many(
@@ -326,13 +344,14 @@ class LeakyBucket(Sharded):
             len(encoded) == 1
             and delay_ms == 0
             and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
+            and not self.limits.priority_bound_ms  # its calls go to their tiers' queues
             and (plain := self._enqueue_plain(encoded[0])) is not None
         ):
             return [plain]
         args: list[Any] = [self.dedupe_window_ms]
         ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
         for call, dedupe_id in zip(encoded, ids, strict=True):
-            args += (call[0], call[1], dedupe_id or "", delay_ms, _cost_arg(call))
+            args += (call[0], call[1], dedupe_id or "", delay_ms, _cost_arg(call), _tier_arg(call))
         reply = self._run("bucket_enqueue", args)
         send, wake_ms = reply[0] == 1, int(reply[1])
         statuses = reply[2:]
@@ -349,7 +368,8 @@ class LeakyBucket(Sharded):
         wins, due ``debounce`` after the last call (at most ``debounce_max_wait`` after the
         first); safe to re-send (its call id)."""
         args = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex, call[0], call[1]]
-        send, wake_ms, status, _ = self._run("bucket_debounce", [*args, dedupe_id, _cost_arg(call)])
+        tail = [dedupe_id, _cost_arg(call), _tier_arg(call)]
+        send, wake_ms, status, _ = self._run("bucket_debounce", [*args, *tail])
         return _enqueue_result(int(status), send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
     def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
@@ -502,12 +522,13 @@ class LeakyBucket(Sharded):
         _check_key(key)
         now = self._server_now()
         fields = [f"{key}\0{c}" for c in ("in_flight", "processed", "dead", "backoffs")]
+        queues = tier_queues(key, bool(self.limits.priority_bound_ms))
         with redis_errors(f"reading stats of {self.keys.base}"):
-            head, tail, counters, ready, rates, paused, age, cur, prev, totals = read_atomic(
+            heads, tails, counters, ready, rates, paused, age, cur, prev, totals = read_atomic(
                 self.client,
                 [
-                    ("HGET", self.keys("heads"), (key,)),
-                    ("HGET", self.keys("tails"), (key,)),
+                    ("HMGET", self.keys("heads"), queues),
+                    ("HMGET", self.keys("tails"), queues),
                     ("HMGET", self.keys("keystats"), fields),
                     ("ZSCORE", self.keys("ready"), (key,)),
                     ("HMGET", self.keys("rates"), (key, f"{key}\0cost")),
@@ -531,7 +552,7 @@ class LeakyBucket(Sharded):
         releases, share = _last_minute(
             now, [(key, float(cur or 0))], [(key, float(prev or 0))], totals
         ).get(key, (0.0, 0.0))
-        depth = int(tail or 0) - int(head or 0)
+        depth = sum(int(t or 0) for t in tails) - sum(int(h or 0) for h in heads)
         return KeyStats(
             key=key,
             depth=depth,

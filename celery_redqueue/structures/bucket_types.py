@@ -16,8 +16,9 @@ from .receipts import QueueCounters, Receipt
 
 OVERFLOWS = ("reject", "drop_oldest")
 
-#: A call ready for a bucket's scripts: ``(key, data)``, or ``(key, data, cost)``.
-EncodedCall = tuple[str, bytes] | tuple[str, bytes, float]
+#: A call ready for a bucket's scripts: ``(key, data)``, ``(key, data, cost)``, or
+#: ``(key, data, cost or None, priority tier)`` (a bucket with priority tiers).
+EncodedCall = tuple[str, bytes] | tuple[str, bytes, float] | tuple[str, bytes, float | None, int]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RESERVATION_ID = re.compile(r"^\d+\.\d+$")
@@ -278,6 +279,9 @@ class Limits:
     #: Seconds added to every rate's period (bucket_margin): the jitter between release and
     #: arrival at the upstream that the schedules absorb. The intervals above include it.
     margin: float = 0.0
+    #: Milliseconds a call of a lower priority tier waits at most beside higher ones before it
+    #: goes first (0: no priority tiers; lua/bucket_tiers.lua).
+    priority_bound_ms: float = 0.0
 
     @classmethod
     def build(
@@ -290,6 +294,7 @@ class Limits:
         total_rate: str | float | None,
         total_burst: float,
         margin: float = 0.0,
+        priority_bound: float | None = None,
         names: Callable[[str, str], str] = lambda name, default: default,
     ) -> Limits:
         """Check the options (``names`` gives the caller's name of each) and build them."""
@@ -308,6 +313,8 @@ class Limits:
         _check_burst(cost_burst, names("cost_burst", "cost_burst"))
         _check_burst(total_burst, names("total_burst", "total_burst"))
         margin = seconds(names("margin", "margin"), margin)
+        if priority_bound is not None:
+            seconds(names("priority_bound", "priority_bound"), priority_bound, positive=True)
         cost_interval = cost_max = total_interval = 0.0
         if cost_rate is not None:
             cost_interval, per_period = rate_budget(cost_rate, names("cost_rate", "cost_rate"))
@@ -324,11 +331,12 @@ class Limits:
             total_interval_ms=total_interval,
             total_burst=float(total_burst),
             margin=margin,
+            priority_bound_ms=0.0 if priority_bound is None else float(priority_bound) * 1000,
         )
 
     def spec(self) -> str:
         """ARGV[3]: the concurrency alone when nothing else is set (what an ordered flag was)."""
-        if not (self.cost_interval_ms or self.total_interval_ms):
+        if not (self.cost_interval_ms or self.total_interval_ms or self.priority_bound_ms):
             return str(self.concurrency)
         parts = (
             self.cost_interval_ms,
@@ -336,6 +344,7 @@ class Limits:
             self.cost_max,
             self.total_interval_ms,
             self.total_burst,
+            self.priority_bound_ms,
         )
         return " ".join([str(self.concurrency), *(repr(float(p)) for p in parts)])
 
@@ -352,6 +361,7 @@ class Limits:
             self.total_interval_ms * shards,
             self.total_burst / shards,
             self.margin,
+            self.priority_bound_ms,
         )
 
     def check_cost(self, cost: Any, where: str = "bucket", *, reported: bool = False) -> float:
@@ -416,3 +426,22 @@ class KeyLoad:
 def _cost_arg(call: EncodedCall) -> str:
     """The cost a script receives for a call: '' when it has none."""
     return repr(call[2]) if len(call) > 2 and call[2] is not None else ""
+
+
+def check_priority(priority: Any, where: str = "bucket") -> int:
+    """A call's priority tier, checked: an integer 0-9 (InvalidArgumentError otherwise)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise InvalidArgumentError(f"{where}: a priority is an integer 0-9, got {priority!r}")
+    return priority
+
+
+def tier_queues(key: str, tiered: bool) -> list[str]:
+    """The fields of b.heads / b.tails that hold ``key``'s queues: the key's own, and on a
+    bucket with priority tiers those of tiers 1-9 too ("key NUL tier", lua/bucket_queue.lua);
+    its depth is the sum of their tails less the sum of their heads (absent fields are 0)."""
+    return [key, *(f"{key}\0{tier}" for tier in range(1, 10))] if tiered else [key]
+
+
+def _tier_arg(call: EncodedCall) -> int:
+    """The priority tier a script receives for a call: 0 when it has none."""
+    return call[3] if len(call) > 3 else 0

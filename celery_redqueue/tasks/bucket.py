@@ -15,7 +15,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_options
-from ..structures.bucket_types import EncodedCall
+from ..structures.bucket_types import EncodedCall, check_priority
+from ..structures.receipts import Receipt
 from ..structures.sharding import validate_shards
 from ..validation import seconds
 from .base import error_text, per_process
@@ -261,6 +262,27 @@ class BucketTask(ProducerTask, MeteredOptions):
         return bound.arguments[name]
 
     # Producing
+
+    def _prepare(
+        self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+    ) -> tuple[Any, float, str | None]:
+        """As every kind prepares a call; with priority tiers (bucket_priority_bound),
+        ``priority=`` is the call's tier (InvalidArgumentError outside 0-9, storing nothing)."""
+        prepared, delay, dedupe_id = super()._prepare(args, kwargs, options, call_id)
+        priority = options.get("priority") if self.bucket_priority_bound is not None else None
+        if priority is not None:
+            cost = prepared[2] if len(prepared) > 2 else None
+            prepared = (prepared[0], prepared[1], cost, check_priority(priority, self.name))
+        return prepared, delay, dedupe_id
+
+    def _after_add(
+        self, receipt: Receipt, routing: dict[str, Any] | None = None, call_id: str = ""
+    ) -> Receipt:
+        # With priority tiers, priority= was the call's tier, not the drain job's (a broker's
+        # priority order may even be the reverse: kombu's Redis transport serves 0 first).
+        if routing and self.bucket_priority_bound is not None:
+            routing = {k: v for k, v in routing.items() if k != "priority"}
+        return super()._after_add(receipt, routing, call_id)
 
     def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
         """Check a call, compute its key and serialize it (with ``call_id`` when per-call

@@ -25,6 +25,7 @@ LIMIT_OPTION_NAMES = {
     "total_rate": "bucket_total_rate",
     "total_burst": "bucket_total_burst",
     "margin": "bucket_margin",
+    "priority_bound": "bucket_priority_bound",
 }
 
 
@@ -55,6 +56,11 @@ class MeteredOptions:
     #: bucket_total_rate, set_rate) is spaced over its period plus this, so that the upstream
     #: sees at most the rate in every sliding window of its period. 0: releases are exact.
     bucket_margin: float = 0.0
+    #: Priority tiers (seconds, None: off): a call's ``apply_async(priority=0..9)`` is its tier,
+    #: higher first within its key and across keys (each key still at its own limits), and a
+    #: call of a lower tier waits at most this long beside higher ones before it goes first.
+    #: Off, ``priority=`` is the drain job's broker priority, as for any redqueue task.
+    bucket_priority_bound: float | None = None
 
     if TYPE_CHECKING:  # provided by BucketTask
         name: str
@@ -108,6 +114,7 @@ def limit_options(cls: Any) -> dict[str, Any]:
         "total_rate": cls.bucket_total_rate,
         "total_burst": cls.bucket_total_burst,
         "margin": cls.bucket_margin,
+        "priority_bound": cls.bucket_priority_bound,
     }
 
 

