@@ -89,3 +89,46 @@ def test_bad_task_options_are_refused_at_decoration(options):
 
     with pytest.raises(ConfigurationError):
         type("Bad", (PoolTask,), dict(options))
+
+
+def server_ms(client):
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+def test_each_call_moves_the_due_time_to_one_window_after_it(redqueue_redis, redqueue_prefix):
+    """On the server's clock (no timing assert): the held call is due exactly one window after
+    the latest call, and its first call's time stays."""
+    pool = CappedPool(redqueue_redis, "w", 100, prefix=redqueue_prefix, debounce=2.0)
+    for n in range(3):
+        before = server_ms(redqueue_redis)
+        pool.add(n, dedupe_id="k")
+        after = server_ms(redqueue_redis)
+        (row,) = pool.debounced()
+        assert before + 2000 <= row.due * 1000 <= after + 2000
+        if n == 0:
+            since = row.since
+            assert before <= since * 1000 <= after
+        assert (row.key, row.since, row.calls) == ("k", since, n + 1)
+        time.sleep(0.05)
+
+
+def test_max_wait_fixes_the_due_time_after_the_first_call(redqueue_redis, redqueue_prefix):
+    pool = CappedPool(
+        redqueue_redis, "x", 100, prefix=redqueue_prefix, debounce=30.0, debounce_max_wait=0.5
+    )
+    for n in range(3):
+        pool.add(n, dedupe_id="k")
+        (row,) = pool.debounced()
+        assert row.calls == n + 1 and row.due == pytest.approx(row.since + 0.5, abs=0.0015)
+
+
+def test_a_call_without_a_dedupe_id_is_not_held(redqueue_redis, redqueue_prefix):
+    pool = CappedPool(redqueue_redis, "n", 100, prefix=redqueue_prefix, debounce=30.0)
+    assert pool.add("held", dedupe_id="k").delayed
+    receipt = pool.add("plain")
+    assert receipt.kept and not receipt.delayed and not receipt.merged
+    batch = pool.pop(100)
+    assert [(item.payload, item.count) for item in batch.items] == [("plain", 1)]
+    pool.ack(batch)
+    assert [row.key for row in pool.debounced()] == ["k"]
