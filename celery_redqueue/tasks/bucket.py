@@ -27,7 +27,7 @@ from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, check_metered_options, limit_options
 from .neighbour import Looker
-from .options import check_key_parameter, function_or_name
+from .options import check_count_parameter, check_key_parameter, function_or_name
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
 from .retries import judge
@@ -141,6 +141,8 @@ class BucketTask(ProducerTask, MeteredOptions):
             raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
+        if "run" in cls.__dict__ and cls.bucket_debounce:
+            check_count_parameter("bucket_debounce", cls.bucket_count_kwarg, cls.__dict__["run"])
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
         seconds("bucket_debounce", cls.bucket_debounce)

@@ -317,6 +317,24 @@ def check_key_parameter(key: str, run: Any) -> None:
         )
 
 
+def check_count_parameter(option: str, kwarg: str, run: Any) -> None:
+    """A body that gets the count of merged calls (``option`` on: coalescing, debounce) must
+    take ``kwarg`` (or ``**kwargs``): else every run would fail with a TypeError."""
+    body = run.__func__ if isinstance(run, staticmethod) else run
+    try:
+        parameters = inspect.signature(body).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read
+    if any(p.kind is p.VAR_KEYWORD for p in parameters) or kwarg in (
+        p.name for p in parameters if p.kind is not p.POSITIONAL_ONLY
+    ):
+        return
+    raise ConfigurationError(
+        f"{option}: {getattr(body, '__name__', body)!r} gets the count of the calls merged into "
+        f"each run as {kwarg}=, but takes no {kwarg} parameter; add {kwarg}=1 to it"
+    )
+
+
 def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
     """Say so when ``@app.task(base=PoolTask, ...)`` replaced the app's own ``task_cls`` (as
     ``base=`` does in Celery for every task): what that class does per call, such as Flask's app

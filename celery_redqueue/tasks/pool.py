@@ -38,6 +38,7 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .neighbour import Looker
+from .options import check_count_parameter
 from .producing import ProducerTask, new_call_id
 from .results import (
     call_id_of,
@@ -227,6 +228,13 @@ class PoolTask(ProducerTask):
                 f"pool_results is not available with {merging}: calls merge into one "
                 "entry, so a call has no outcome of its own to store"
             )
+        merging = "pool_coalesce" if cls.pool_coalesce else "pool_debounce"
+        if (
+            "run" in cls.__dict__
+            and (cls.pool_coalesce or cls.pool_debounce)
+            and not cls.pool_batch
+        ):
+            check_count_parameter(merging, cls.pool_count_kwarg, cls.__dict__["run"])
         if cls.pool_batch_min is not None and cls.pool_batch_min > cls.pool_batch_size:
             raise ConfigurationError(
                 f"pool_batch_min ({cls.pool_batch_min}) cannot exceed pool_batch_size "

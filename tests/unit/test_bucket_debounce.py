@@ -131,3 +131,13 @@ def test_bad_task_options_are_refused_at_decoration(options):
 
     with pytest.raises(ConfigurationError):
         type("Bad", (BucketTask,), {"bucket_key": "k", **options})
+
+
+def test_a_debounced_body_without_count_is_refused_at_decoration(redqueue_celery_app):
+    app = redqueue_celery_app
+    from celery_redqueue import BucketTask
+
+    with pytest.raises(ConfigurationError, match="count"):
+
+        @app.task(base=BucketTask, bucket_key="doc", bucket_debounce=1.0, bucket_dedupe_key=str)
+        def no_count(doc): ...

@@ -132,3 +132,21 @@ def test_a_call_without_a_dedupe_id_is_not_held(redqueue_redis, redqueue_prefix)
     assert [(item.payload, item.count) for item in batch.items] == [("plain", 1)]
     pool.ack(batch)
     assert [row.key for row in pool.debounced()] == ["k"]
+
+
+@pytest.mark.parametrize("merging", [{"pool_coalesce": True}, {"pool_debounce": 1.0}])
+def test_a_merging_body_without_count_is_refused_at_decoration(redqueue_celery_app, merging):
+    app = redqueue_celery_app
+    from celery_redqueue import PoolTask
+
+    options = {"pool_dedupe_key": str, **merging}
+    with pytest.raises(ConfigurationError, match="count"):
+
+        @app.task(base=PoolTask, **options)
+        def no_count(doc): ...
+
+    @app.task(base=PoolTask, **options)
+    def takes_kwargs(doc, **extra): ...
+
+    @app.task(base=PoolTask, pool_batch=True, **options)
+    def batch_body(calls): ...  # a batch body gets each call's count in its PoolCall
