@@ -323,16 +323,16 @@ class PoolTask(ProducerTask):
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
         per-call results are on or the call is traced); raises, storing nothing."""
         pool, traced = self.pool, self._traced
-        if self.typing and not self.pool_batch:
-            # Celery's check (a batch body takes the list of calls: its signature says nothing
-            # of one call).
-            check_arguments(self, args, kwargs)
         call_kwargs = dict(kwargs or {})
         if self.merges_calls and self.pool_count_kwarg in call_kwargs:
             raise RedQueueError(
                 f"{self.name} coalesces calls and passes {self.pool_count_kwarg}= itself; "
                 "do not pass it when calling"
             )
+        if self.typing and not self.pool_batch:
+            # Celery's check (a batch body takes the list of calls: its signature says nothing
+            # of one call).
+            check_arguments(self, args, kwargs)
         call = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
