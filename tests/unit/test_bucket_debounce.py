@@ -133,11 +133,14 @@ def test_bad_task_options_are_refused_at_decoration(options):
         type("Bad", (BucketTask,), {"bucket_key": "k", **options})
 
 
-def test_a_debounced_body_without_count_is_refused_at_decoration(redqueue_celery_app):
-    app = redqueue_celery_app
+def test_a_debounced_body_without_count_is_refused_at_decoration():
     from celery_redqueue import BucketTask
 
-    with pytest.raises(ConfigurationError, match="count"):
+    def no_count(doc): ...
 
-        @app.task(base=BucketTask, bucket_key="doc", bucket_debounce=1.0, bucket_dedupe_key=str)
-        def no_count(doc): ...
+    def with_count(doc, count=1): ...
+
+    options = {"bucket_key": "doc", "bucket_debounce": 1.0, "bucket_dedupe_key": str}
+    with pytest.raises(ConfigurationError, match="count"):
+        type("T", (BucketTask,), {"run": staticmethod(no_count), **options})
+    type("T", (BucketTask,), {"run": staticmethod(with_count), **options})

@@ -83,7 +83,7 @@ def test_a_lower_tier_waits_no_longer_than_the_bound(redqueue_redis, redqueue_pr
 
 
 def test_the_reaper_and_a_retry_put_a_call_back_in_its_tier(redqueue_redis, redqueue_prefix):
-    bucket = tiered(redqueue_redis, redqueue_prefix, "back", visibility_timeout=0.05)
+    bucket = tiered(redqueue_redis, redqueue_prefix, "back", visibility_timeout=0.5)
     bucket.pause("k")
     bucket.enqueue("k", "hi", priority=7)
     bucket.enqueue("k", "lo")
@@ -92,7 +92,7 @@ def test_the_reaper_and_a_retry_put_a_call_back_in_its_tier(redqueue_redis, redq
     assert first.payload == "hi"
     bucket.retry_later(first)
     assert bucket.dequeue().reservation.payload == "hi"  # back at the head of tier 7
-    time.sleep(0.1)
+    time.sleep(0.7)
     assert bucket.reap().returned == 1
     assert [p for _, p in drain(bucket)] == ["hi", "lo"]
 

@@ -135,18 +135,22 @@ def test_a_call_without_a_dedupe_id_is_not_held(redqueue_redis, redqueue_prefix)
 
 
 @pytest.mark.parametrize("merging", [{"pool_coalesce": True}, {"pool_debounce": 1.0}])
-def test_a_merging_body_without_count_is_refused_at_decoration(redqueue_celery_app, merging):
-    app = redqueue_celery_app
+def test_a_merging_body_without_count_is_refused_at_decoration(merging):
+    # The class as @app.task builds it (at once: app.task's proxy would build it only when the
+    # app finalizes, and a refusal then would break every task of the app).
     from celery_redqueue import PoolTask
 
-    options = {"pool_dedupe_key": str, **merging}
-    with pytest.raises(ConfigurationError, match="count"):
+    def task(body, **more):
+        options = {"pool_dedupe_key": str, **merging, **more}
+        return type("T", (PoolTask,), {"run": staticmethod(body), **options})
 
-        @app.task(base=PoolTask, **options)
-        def no_count(doc): ...
+    def no_count(doc): ...
 
-    @app.task(base=PoolTask, **options)
     def takes_kwargs(doc, **extra): ...
 
-    @app.task(base=PoolTask, pool_batch=True, **options)
     def batch_body(calls): ...  # a batch body gets each call's count in its PoolCall
+
+    with pytest.raises(ConfigurationError, match="count"):
+        task(no_count)
+    task(takes_kwargs)
+    task(batch_body, pool_batch=True)
