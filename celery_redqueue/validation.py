@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TypeGuard
 
 from .errors import ConfigurationError, InvalidArgumentError
 
@@ -19,11 +19,11 @@ from .errors import ConfigurationError, InvalidArgumentError
 MAX_DELAY = 365 * 24 * 3600.0
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def seconds(name: str, value: Any, *, positive: bool = False) -> float:
+def seconds(name: str, value: object, *, positive: bool = False) -> float:
     """A duration: finite seconds, >= 0 (or > 0 when ``positive``)."""
     if not _is_number(value) or value < 0 or (positive and value == 0):
         what = "positive seconds" if positive else "seconds >= 0"
@@ -31,7 +31,7 @@ def seconds(name: str, value: Any, *, positive: bool = False) -> float:
     return float(value)
 
 
-def delay(name: str, value: Any) -> float:
+def delay(name: str, value: object) -> float:
     """A call's delay in seconds (``countdown``, or ``eta`` minus now), clamped at 0.
 
     A moment in the past means "now" (an eta that just passed, a small negative countdown), but
@@ -48,7 +48,7 @@ def delay(name: str, value: Any) -> float:
     return max(float(value), 0.0)
 
 
-def optional_seconds(name: str, value: Any) -> float | None:
+def optional_seconds(name: str, value: object) -> float | None:
     """Positive seconds, or None (the feature is off)."""
     if value is None:
         return None
@@ -57,7 +57,7 @@ def optional_seconds(name: str, value: Any) -> float | None:
     return float(value)
 
 
-def positive_int(name: str, value: Any, *, optional: bool = False) -> int | None:
+def positive_int(name: str, value: object, *, optional: bool = False) -> int | None:
     """A count: an integer >= 1 (or None when ``optional``)."""
     if optional and value is None:
         return None
@@ -67,21 +67,21 @@ def positive_int(name: str, value: Any, *, optional: bool = False) -> int | None
     return value
 
 
-def count(name: str, value: Any) -> int:
+def count(name: str, value: object) -> int:
     """A count that may be zero: an integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
     return value
 
 
-def boolean(name: str, value: Any) -> bool:
+def boolean(name: str, value: object) -> bool:
     """True or False, nothing truthy."""
     if not isinstance(value, bool):
         raise ConfigurationError(f"{name} must be True or False, got {value!r}")
     return value
 
 
-def one_of(name: str, value: Any, choices: Iterable[str]) -> str:
+def one_of(name: str, value: object, choices: Iterable[str]) -> str:
     """One of a fixed set of words."""
     allowed = tuple(choices)
     if value not in allowed:

@@ -70,7 +70,7 @@ class Target:
     problem: str | None = None
 
 
-def payload_text(payload: Any) -> str:
+def payload_text(payload: object) -> str:
     """A dead letter's payload as text for display (JSON where it can be, else repr)."""
     if isinstance(payload, bytes):
         return repr(payload)

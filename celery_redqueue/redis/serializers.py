@@ -18,7 +18,7 @@ from kombu.utils import json as kombu_json
 from ..errors import ConfigurationError, PickleWarning, SerializationError
 
 
-def _short(obj: Any) -> str:
+def _short(obj: object) -> str:
     """A bounded repr for error messages (a deeply nested value has no usable repr)."""
     try:
         text = repr(obj)
@@ -67,7 +67,7 @@ class JSONSerializer:
         )
     )
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         try:
             if self._c_encode is not None and not isinstance(obj, str):
                 text = "".join(self._c_encode(obj, 0))
@@ -119,7 +119,7 @@ class KombuSerializer:
                 f"redqueue_serializer {name!r} cannot encode a string: {exc!r}"
             ) from exc
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         try:
             _, _, data = registry.dumps(obj, serializer=self.name)
         except Exception as exc:  # kombu wraps encoder errors in its own types

@@ -117,7 +117,7 @@ class Structure(catalog.Registered):
             with redis_errors(f"releasing the drain flag of {self.keys.base}"):
                 self.client.delete(*keys)
 
-    def encode(self, payload: Any) -> bytes:
+    def encode(self, payload: object) -> bytes:
         """Serialize one payload as it will be stored (raises SerializationError)."""
         return to_bytes(self.serializer.dumps(payload))
 

@@ -273,7 +273,7 @@ class LeakyBucket(Sharded):
     # Producing
 
     def encoded_call(
-        self, key: str, payload: Any, cost: float | None = None, priority: int | None = None
+        self, key: str, payload: object, cost: float | None = None, priority: int | None = None
     ) -> EncodedCall:
         """A call checked and encoded for ``store_encoded``: ``(key, data)``, ``(key, data,
         cost)`` on a bucket with a cost rate, ``(key, data, cost, tier)`` with a priority
@@ -296,7 +296,7 @@ class LeakyBucket(Sharded):
     def enqueue(
         self,
         key: str,
-        payload: Any,
+        payload: object,
         *,
         delay: float = 0.0,
         dedupe_id: str | None = None,

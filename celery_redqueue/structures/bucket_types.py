@@ -62,7 +62,7 @@ def spaced_interval(rate: str | float | int, margin: float) -> float:
     return parse_rate(rate) * (period + margin) / period
 
 
-def _check_key(key: Any) -> str:
+def _check_key(key: object) -> str:
     if not isinstance(key, str) or not key or "\0" in key:
         raise ConfigurationError(f"bucket key must be a non-empty string without NUL, got {key!r}")
     return key

@@ -64,7 +64,7 @@ class LeaseStats(Record):
     missed: int
 
 
-def _seconds(value: Any, what: str, *, allow_zero: bool = False) -> float:
+def _seconds(value: object, what: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ConfigurationError(f"{what} must be a number of seconds, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
@@ -96,7 +96,7 @@ def _socket_timeout(client: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

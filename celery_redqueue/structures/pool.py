@@ -603,7 +603,7 @@ class CappedPool(Sharded):
         send, wake_ms, status = reply[0] == 1, int(reply[1]), int(reply[2])
         return _add_result(status, send, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
-    def add(self, payload: Any, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
+    def add(self, payload: object, *, delay: float = 0.0, dedupe_id: str | None = None) -> Receipt:
         """Offer one call's payload; one round trip. Raises SerializationError, storing nothing.
 
         ``delay`` holds the call in the delayed set for that many seconds before it is offered;

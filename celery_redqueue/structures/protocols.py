@@ -28,7 +28,7 @@ class Producer(Protocol[ItemT]):
     #: Most calls one `store_encoded()` takes: one round trip, one bounded script.
     store_chunk: int
 
-    def encode(self, payload: Any) -> bytes:
+    def encode(self, payload: object) -> bytes:
         """Serialize one payload as it will be stored (raises SerializationError)."""
         ...
 

@@ -98,7 +98,7 @@ class SortedSet:
 
     # Encoding
 
-    def encode(self, item: Any) -> bytes:
+    def encode(self, item: object) -> bytes:
         """The member that stands for ``item`` in Redis (raises SerializationError)."""
         return to_bytes(self.serializer.dumps(item))
 
@@ -122,7 +122,7 @@ class SortedSet:
 
     # Adding and removing
 
-    def add(self, item: Any, score: float | None = None) -> float:
+    def add(self, item: object, score: float | None = None) -> float:
         """Add ``item`` (or update its score if present); returns the score it was given.
 
         Without ``score`` the set's scorer decides, else the default score (0 here, the server's
@@ -144,7 +144,7 @@ class SortedSet:
             self.client.zadd(self.key, {member: 0.0})
         return 0.0
 
-    def discard(self, item: Any) -> bool:
+    def discard(self, item: object) -> bool:
         """Remove ``item`` if present; returns whether it was."""
         with redis_errors(f"removing from {self.key}"):
             return bool(self.client.zrem(self.key, self.encode(item)))
@@ -160,10 +160,10 @@ class SortedSet:
         with redis_errors(f"counting {self.key}"):
             return int(self.client.zcard(self.key))
 
-    def __contains__(self, item: Any) -> bool:
+    def __contains__(self, item: object) -> bool:
         return self.score(item) is not None
 
-    def score(self, item: Any) -> float | None:
+    def score(self, item: object) -> float | None:
         """The score of ``item``, or None when it is not in the set."""
         with redis_errors(f"reading {self.key}"):
             value = self.client.zscore(self.key, self.encode(item))
@@ -246,7 +246,7 @@ class ScheduledSet(TimeSortedSet):
         later.take(10)                            # [] until something is due
     """
 
-    def add(self, item: Any, score: float | None = None, *, delay: float | None = None) -> float:
+    def add(self, item: object, score: float | None = None, *, delay: float | None = None) -> float:
         """Add ``item``, due at ``score`` (Unix seconds) or ``delay`` seconds from now.
 
         ``delay`` is measured on the Redis server's clock. With neither, the scorer decides, else

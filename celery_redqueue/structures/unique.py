@@ -254,7 +254,7 @@ def _new_token() -> str:
     return uuid.uuid4().hex
 
 
-def _check_key(key: Any) -> None:
+def _check_key(key: object) -> None:
     if not isinstance(key, str) or not key:
         raise ConfigurationError(f"a unique key must be a non-empty string, got {key!r}")
 
