@@ -19,7 +19,7 @@ TRANSPORT_OPTIONS = ("master_name", "min_other_sentinels", "sentinel_kwargs")
 DEFAULT_PORT = 26379
 
 
-def is_sentinel_url(url: Any) -> bool:
+def is_sentinel_url(url: object) -> bool:
     """True for a ``sentinel://`` URL (one or more sentinels separated by ``;``)."""
     return isinstance(url, str) and url.startswith(SENTINEL_SCHEME)
 

@@ -209,7 +209,7 @@ def validate_bucket_options(
     max_receives: Any,
     max_depth: Any,
     overflow: Any,
-    max_drains: Any = 1,
+    max_drains: object = 1,
     names: Mapping[str, str] | None = None,
 ) -> None:
     """Shared by LeakyBucket and BucketTask; ``names`` maps each parameter to the caller's name

@@ -187,7 +187,11 @@ _DEBOUNCED = re.compile(rb"^[0-9a-f]+#(\d+)#([0-9a-f]*):")
 
 
 def validate_pool_options(
-    *, capacity: Any, policy: Any, max_drains: Any = 1, names: Mapping[str, str] | None = None
+    *,
+    capacity: object,
+    policy: object,
+    max_drains: object = 1,
+    names: Mapping[str, str] | None = None,
 ) -> None:
     """Shared by CappedPool and PoolTask; ``names`` maps each parameter to the caller's name
     for it (PoolTask says ``pool_size`` where CappedPool says ``capacity``)."""
