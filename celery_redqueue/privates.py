@@ -11,7 +11,7 @@ structures never import Celery.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -49,7 +49,9 @@ def exec_options(task: Any) -> dict[str, Any]:
     return dict(task._get_exec_options())
 
 
-def check_arguments(task: Any, args: Any, kwargs: Any) -> None:
+def check_arguments(
+    task: Any, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+) -> None:
     """Raise TypeError when the body cannot take ``args``/``kwargs``: Celery's own check for
     ``Task.typing`` (``Task.__header__``, a function with the body's signature that
     ``apply_async`` calls); there is no public one."""

@@ -60,7 +60,7 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]
     return sentinels, master
 
 
-def sentinel_options(url: str, transport_options: Any) -> dict[str, Any]:
+def sentinel_options(url: str, transport_options: object) -> dict[str, Any]:
     """Check ``redqueue_transport_options`` for ``url``; returns the options the client needs.
 
     The result is hashable once its items are sorted (``sentinel_kwargs`` becomes a tuple of
