@@ -115,7 +115,7 @@ for _ = 1, 100 do
   local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
   local head, slot, tier = bucket_head(b, key, now)
   local receives, id, at, payload, cost = bucket_parse_slot(slot)
-  if due > when then  -- math.huge: paused until resumed
+  if due > math.max(when, now) then  -- math.huge: paused until resumed
     if due < math.huge then bucket_ready(b, key, due) else bucket_unready(b, key) end
   elseif when > now and not lead then
     return sleep_until(math.min(when, due_at or when))

@@ -8,21 +8,9 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from celery_redqueue import BucketTask
 
 from .conftest import running_worker
-
-# Delete with the fix, in the same commit: the strict xfail then fails, as a reminder.
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason="issue 32 defect: bucket_dequeue.lua re-scores a weighted key whose turn goes on "
-    "(it kept its old ready score, bucket_reserve.lua) at its own schedule's due time whenever "
-    "that is later than the kept score, though it is due now; so the key goes to the back "
-    "after each release and weights give 1:1:1 without a total rate. Fix: "
-    "`if due > math.max(when, now) then` in place of `if due > when then`.",
-)
 
 WEIGHTS = {"a": 1, "b": 2, "c": 3}
 #: Calls per key, stored before the worker starts.
