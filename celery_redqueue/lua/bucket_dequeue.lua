@@ -114,6 +114,7 @@ for _ = 1, 100 do
   -- Released ahead, a call is charged from its slot on, as if released then.
   local lead = when > now and when <= now + ahead and (due_at == nil or due_at >= when)
   local head, slot, tier = bucket_head(b, key, now)
+  if tier > 0 then integer(b.heads, key .. '\0' .. tier) integer(b.tails, key .. '\0' .. tier) integer(b.tails, key .. '\0tiers') end
   local receives, id, at, payload, cost = bucket_parse_slot(slot)
   if due > math.max(when, now) then  -- math.huge: paused until resumed
     if due < math.huge then bucket_ready(b, key, due) else bucket_unready(b, key) end

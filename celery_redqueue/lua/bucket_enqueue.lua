@@ -43,6 +43,15 @@ for i = 9, #ARGV, 6 do
   local tier = tonumber(ARGV[i + 5])
   if not tier or tier < 0 or tier > 9 or tier % 1 ~= 0 or (tier > 0 and b.priority_bound <= 0) then return redis.error_reply('ERR bucket_enqueue: bad priority tier ' .. ARGV[i + 5]) end
   for _, f in ipairs({b.heads, ARGV[i], b.tails, ARGV[i], b.keystats, ARGV[i] .. '\0in_flight'}) do fields[#fields + 1] = f end
+  -- With priority tiers: the key's tier mask and every tier queue its append may move (those
+  -- the mask names, and the call's own), as bucket_tier_heads.lua reads them.
+  if b.priority_bound > 0 then
+    local mask = redis.call('HGET', b.tails, ARGV[i] .. '\0tiers')
+    if mask and not string.match(mask, '^%d+$') then corrupt(b.tails .. ' field ' .. ARGV[i] .. '\0tiers', mask, 'an integer') end
+    for t = 1, 9 do if t == tier or bit.band(tonumber(mask or '0'), bit.lshift(1, t)) ~= 0 then
+      for _, h in ipairs({b.heads, b.tails}) do fields[#fields + 1], fields[#fields + 2] = h, ARGV[i] .. '\0' .. t end
+    end end
+  end
   if not delay then return redis.error_reply('ERR bucket_enqueue: bad delay ' .. ARGV[i + 3]) end
   local cost = ARGV[i + 4]
   if cost ~= '' then

@@ -26,12 +26,19 @@ check_keys({b.urgent, 'zset', b.inflight, 'zset', b.res_keys, 'hash', b.res_item
   b.drains, 'string', b.wake, 'string'}, b.stats)
 local expired = redis.call('ZRANGEBYSCORE', b.inflight, '-inf', now, 'LIMIT', 0, limit)
 local fields = {}
-for _, key in ipairs(#expired > 0 and redis.call('HMGET', b.res_keys, unpack(expired)) or {}) do
+for i, key in ipairs(#expired > 0 and redis.call('HMGET', b.res_keys, unpack(expired)) or {}) do
   if key then
     local n = #fields
     fields[n + 1], fields[n + 2] = b.keystats, key .. '\0in_flight'
     fields[n + 3], fields[n + 4] = b.keystats, key .. '\0dead'
     fields[n + 5], fields[n + 6], fields[n + 7], fields[n + 8] = b.heads, key, b.tails, key
+    -- With priority tiers, the call goes back to its tier's queue (bucket_push_head.lua).
+    local tier = b.priority_bound > 0 and select(7, bucket_parse_slot(redis.call('HGET', b.res_items, expired[i]))) or 0
+    if tier > 0 then
+      n = #fields
+      fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = b.heads, key .. '\0' .. tier, b.tails, key .. '\0' .. tier
+      fields[n + 5], fields[n + 6] = b.tails, key .. '\0tiers'
+    end
   end
 end
 check_fields(fields)

@@ -56,6 +56,11 @@ local stats = redis.call('HGETALL', b.stats) for i = 2, #stats, 2 do if not stri
 local held_key = redis.call('HGET', b.res_keys, reservation)
 for _, f in ipairs(held_key and {'in_flight', 'processed', 'backoffs', 'dead'} or {}) do integer(b.keystats, held_key .. '\0' .. f) end
 if held_key then integer(b.heads, held_key) integer(b.tails, held_key) end
+-- With priority tiers, a call put back goes to its tier's queue (bucket_push_head.lua).
+local held_tier = held_key and b.priority_bound > 0 and select(7, bucket_parse_slot(redis.call('HGET', b.res_items, reservation))) or 0
+if held_tier > 0 then
+  integer(b.heads, held_key .. '\0' .. held_tier) integer(b.tails, held_key .. '\0' .. held_tier) integer(b.tails, held_key .. '\0tiers')
+end
 if action == 'commit' and processed_guard_ms > 0 then
   forget_expired(b.done, now)
   redis.call('ZADD', b.done, now + processed_guard_ms, string.match(reservation, '^(%d+)'))

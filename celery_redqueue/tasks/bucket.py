@@ -18,7 +18,6 @@ from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_option
 from ..structures.bucket_types import EncodedCall, check_priority
 from ..structures.receipts import Receipt
 from ..structures.sharding import validate_shards
-from ..validation import seconds
 from .base import error_text, per_process
 from .beat import DrainSummary
 from .config import get_config
@@ -27,7 +26,12 @@ from .handover import due_in
 from .heartbeat import heartbeat
 from .metered import MeteredOptions, check_metered_options, limit_options
 from .neighbour import Looker
-from .options import check_count_parameter, check_key_parameter, function_or_name
+from .options import (
+    check_count_parameter,
+    check_debounce_options,
+    check_key_parameter,
+    function_or_name,
+)
 from .producing import ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
 from .retries import judge
@@ -145,23 +149,17 @@ class BucketTask(ProducerTask, MeteredOptions):
             check_count_parameter("bucket_debounce", cls.bucket_count_kwarg, cls.__dict__["run"])
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
-        seconds("bucket_debounce", cls.bucket_debounce)
-        seconds("bucket_debounce_max_wait", cls.bucket_debounce_max_wait)
-        if cls.bucket_debounce and cls.bucket_dedupe_key is None:
-            raise ConfigurationError(
-                "bucket_debounce needs bucket_dedupe_key: a function of the call's arguments "
-                "naming the calls that collapse"
-            )
-        if cls.bucket_debounce_max_wait and not cls.bucket_debounce:
-            raise ConfigurationError("bucket_debounce_max_wait needs bucket_debounce (seconds)")
+        check_debounce_options(
+            "bucket",
+            cls.bucket_debounce,
+            cls.bucket_debounce_max_wait,
+            cls.bucket_dedupe_key,
+            cls.bucket_count_kwarg,
+        )
         if cls.bucket_debounce and cls.bucket_results:
             raise ConfigurationError(
                 "bucket_results is not available with bucket_debounce: calls merge into one, "
                 "so a call has no outcome of its own to store"
-            )
-        if not isinstance(cls.bucket_count_kwarg, str) or not cls.bucket_count_kwarg.isidentifier():
-            raise ConfigurationError(
-                f"bucket_count_kwarg must be an identifier, got {cls.bucket_count_kwarg!r}"
             )
 
     @property

@@ -317,6 +317,24 @@ def check_key_parameter(key: str, run: Any) -> None:
         )
 
 
+def check_debounce_options(
+    prefix: str, debounce: object, max_wait: object, dedupe_key: object, count_kwarg: object
+) -> None:
+    """``<prefix>_debounce`` and its companions, as pools and buckets both take them: seconds
+    each, a dedupe key to name the calls that collapse, the count's keyword an identifier."""
+    seconds(f"{prefix}_debounce", debounce)
+    seconds(f"{prefix}_debounce_max_wait", max_wait)
+    if debounce and dedupe_key is None:
+        raise ConfigurationError(
+            f"{prefix}_debounce needs {prefix}_dedupe_key: a function of the call's arguments "
+            "naming the calls that collapse"
+        )
+    if max_wait and not debounce:
+        raise ConfigurationError(f"{prefix}_debounce_max_wait needs {prefix}_debounce (seconds)")
+    if not isinstance(count_kwarg, str) or not count_kwarg.isidentifier():
+        raise ConfigurationError(f"{prefix}_count_kwarg must be an identifier, got {count_kwarg!r}")
+
+
 def check_count_parameter(option: str, kwarg: str, run: Any) -> None:
     """A body that gets the count of merged calls (``option`` on: coalescing, debounce) must
     take ``kwarg`` (or ``**kwargs``): else every run would fail with a TypeError."""

@@ -38,7 +38,7 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .neighbour import Looker
-from .options import check_count_parameter
+from .options import check_count_parameter, check_debounce_options
 from .producing import ProducerTask, new_call_id
 from .results import (
     call_id_of,
@@ -201,20 +201,14 @@ class PoolTask(ProducerTask):
                 "pool_processed_guard is not available with pool_coalesce: equal calls merge "
                 "into one entry, so an entry has no identity of its own to remember"
             )
-        if not isinstance(cls.pool_count_kwarg, str) or not cls.pool_count_kwarg.isidentifier():
-            raise ConfigurationError(
-                f"pool_count_kwarg must be an identifier, got {cls.pool_count_kwarg!r}"
-            )
         validate_shards("pool_shards", cls.pool_shards, cls.pool_size)
-        seconds("pool_debounce", cls.pool_debounce)
-        seconds("pool_debounce_max_wait", cls.pool_debounce_max_wait)
-        if cls.pool_debounce and cls.pool_dedupe_key is None:
-            raise ConfigurationError(
-                "pool_debounce needs pool_dedupe_key: a function of the call's arguments "
-                "naming the calls that collapse"
-            )
-        if cls.pool_debounce_max_wait and not cls.pool_debounce:
-            raise ConfigurationError("pool_debounce_max_wait needs pool_debounce (seconds)")
+        check_debounce_options(
+            "pool",
+            cls.pool_debounce,
+            cls.pool_debounce_max_wait,
+            cls.pool_dedupe_key,
+            cls.pool_count_kwarg,
+        )
         seconds("pool_batch_wait", cls.pool_batch_wait)
         positive_int("pool_batch_min", cls.pool_batch_min, optional=True)
         if cls.pool_batch_wait and cls.pool_shards > 1:

@@ -164,8 +164,9 @@ def fill_bucket(bucket):
     bucket.enqueue("k4", "later", delay=0.01)
     if bucket.limits.priority_bound_ms:  # calls in tiers 3 and 7 beside tier 0's, one delayed
         bucket.enqueue_many([("k1", "t3"), ("k2", "t7")])
-        bucket.enqueue("k1", "p3", priority=3)
-        bucket.enqueue("k6", "p7", priority=7)
+        for n in range(3):  # the takes below release tier 7 and 3 first: some stay queued
+            bucket.enqueue("k1", f"p3-{n}", priority=3)
+            bucket.enqueue("k6", f"p7-{n}", priority=7)
         bucket.enqueue("k6", "p7-later", priority=7, delay=0.01)
     held, expired, failed = take(bucket), take(bucket), take(bucket)
     bucket.client.zadd(bucket.keys("inflight"), {expired.id: 0})  # for the reaper
@@ -195,6 +196,10 @@ def bucket_ops(debounce=False):
         )
     }
     more = more if debounce else {}
+    # A bucket with priority tiers: a call joins a tier queue (fill's k1 has tier 3's).
+    more["enqueue_tier"] = lambda b, s: (
+        b.enqueue("k1", "t", priority=3) if b.limits.priority_bound_ms else None
+    )
     return more | {
         "enqueue": lambda b, s: b.enqueue("k1", "new"),
         "enqueue_full": lambda b, s: b.enqueue("k5", "new", **full),
