@@ -17,6 +17,9 @@ PREFIX = os.environ["REDQUEUE_TEST_PREFIX"]
 def make_app(name: str) -> Celery:
     """A Celery app on the test server, its keys under the test's prefix."""
     app = Celery(name)
+    # a module imported again by a later test must not leave its tasks on every app finalized
+    # afterwards (Celery's shared=True default does, and warns about duplicate names)
+    app.task = functools.partial(app.task, shared=False)  # type: ignore[method-assign]
     app.conf.update(celery_test_config(URL, PREFIX))
     app.conf.beat_schedule_filename = os.environ.get(
         "REDQUEUE_TEST_BEAT_FILE", "celerybeat-schedule"
