@@ -55,7 +55,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import AGAIN, LATER, LINGER, MIXED, UPKEEP
+from ..redis.lua import AGAIN, LATER, LINGER, MIXED, UPKEEP, KeyOrArg
 from ..redis.serializers import Serializer
 from ..validation import one_of, positive_int, seconds
 from . import debounce, sharding
@@ -289,7 +289,9 @@ def decodable(raws: Sequence[bytes], loads: Callable[[bytes], Any], name: str) -
     return tuple(payloads)
 
 
-def name_victims(results: list[Receipt], victims: Sequence[bytes], pool: Any) -> list[Receipt]:
+def name_victims(
+    results: list[Receipt], victims: Sequence[bytes], pool: CappedPool
+) -> list[Receipt]:
     """``results`` (of a ``pool_add`` reply) with each evicting call's receipt naming the call
     it pushed out (``evicted_calls``): the reply lists the members after the statuses, one per
     call that evicted, in order."""
@@ -315,7 +317,7 @@ def ack_args(
     retry_in: Mapping[int, float] | None = None,
     dead: Collection[int] = (),
     again: str = "",
-) -> list[Any]:
+) -> list[KeyOrArg]:
     """After the batch's id and settings: the calls it holds, then each call that did not
     succeed (id, count, error text, and what becomes of it: ``@`` and its retry delay in ms,
     ``d`` to dead-letter it, ``!`` and the raw payload to bury now, or ``again``, the delivery
@@ -323,7 +325,7 @@ def ack_args(
     ids of those that did."""
     items = batch.items
     retry_in = retry_in or {}
-    args: list[Any] = [batch.calls, len(failures) + len(batch.undecodable)]
+    args: list[KeyOrArg] = [batch.calls, len(failures) + len(batch.undecodable)]
     for index, error in failures.items():
         item = items[index]
         delay = retry_in.get(index)
@@ -360,7 +362,7 @@ class Gather:
 # Sharded pools (see `sharding`)
 
 
-def pool_shard(pool: Any, call: bytes, dedupe_id: str | None) -> int:
+def pool_shard(pool: CappedPool, call: bytes, dedupe_id: str | None) -> int:
     """The shard a pooled call goes to, with probability proportional to its capacity."""
     if pool.coalesce:
         point = stable_hash(call) % pool.capacity
@@ -369,14 +371,15 @@ def pool_shard(pool: Any, call: bytes, dedupe_id: str | None) -> int:
     else:
         point = random.randrange(pool.capacity)
     # Capacities as even as they divide: the first ``rest`` shards hold one entry more.
-    big, rest = pool.capacity // len(pool.shards) + 1, pool.capacity % len(pool.shards)
+    n = len(pool.shards or ())  # only sharded pools route
+    big, rest = pool.capacity // n + 1, pool.capacity % n
     shard = point // big if point < rest * big else rest + (point - rest * big) // (big - 1)
     return int(shard)
 
 
-def split_capacity(pool: Any, shard: Any, index: int) -> None:
+def split_capacity(pool: CappedPool, shard: CappedPool, index: int) -> None:
     """Shard ``index``'s capacity: the logical one split as evenly as it divides."""
-    n = len(pool.shards)
+    n = len(pool.shards or ())  # only sharded pools split
     shard.capacity = pool.capacity // n + (1 if index < pool.capacity % n else 0)
 
 
@@ -399,7 +402,7 @@ def batch_has_work(batch: PoolBatch) -> bool:
 
 
 def merge_pop(
-    pool: Any, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
+    pool: CappedPool, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
 ) -> PoolBatch:
     """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
     every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
@@ -437,20 +440,21 @@ ADD_CHUNK = 1000
 _REFUSED, _KEPT, _KEPT_EVICTED, _MERGED, _DUPLICATE, _DELAYED = 0, 1, 2, 3, 4, 5
 
 
-def held_batch(pool: Any, kwargs: dict[str, Any]) -> tuple[int, str] | None:
+def held_batch(pool: CappedPool, kwargs: dict[str, object]) -> tuple[int, str] | None:
     """The shard holding in flight the batch a pop names (``batch_id``, as the caller chose it
     or as this pool answered it, ``<shard>:<id>``) and its id there: a pop sent again after a
     lost reply replays it there, never pops a second batch from another shard."""
     batch_id = kwargs.get("batch_id")
-    if not batch_id:
+    shards = pool.shards or []  # only sharded pools hold batches in their shards
+    if not isinstance(batch_id, str) or not batch_id:
         return None
     index, sep, inner = batch_id.partition(":")
-    if sep and index.isdigit() and int(index) < len(pool.shards):
+    if sep and index.isdigit() and int(index) < len(shards):
         candidates = [(int(index), inner)]
     else:
-        candidates = [(i, batch_id) for i in range(len(pool.shards))]
+        candidates = [(i, batch_id) for i in range(len(shards))]
     for i, own in candidates:
-        if pool.client.hexists(pool.shards[i].keys("inflight_calls"), own):
+        if pool.client.hexists(shards[i].keys("inflight_calls"), own):
             return i, own
     return None
 
@@ -528,7 +532,7 @@ class CappedPool(Sharded):
 
     # Producing
 
-    def _script_head(self) -> list[Any]:
+    def _script_head(self) -> list[KeyOrArg]:
         return [self.capacity, self.policy, int(self.coalesce), self.drain_lease_ms]
 
     @sharding.unsharded
@@ -581,7 +585,7 @@ class CappedPool(Sharded):
             dedupe_ids is None or not self.dedupe_window_ms or not any(dedupe_ids)
         ):
             return self._add_plain(encoded)
-        args: list[Any] = [self.dedupe_window_ms]
+        args: list[KeyOrArg] = [self.dedupe_window_ms]
         score = random.random
         if dedupe_ids is None:
             for data in encoded:
@@ -631,7 +635,7 @@ class CappedPool(Sharded):
         if len(encoded) == 1:
             reply = self._run("pool_add_plain", [repr(score()), encoded[0]])
         else:
-            tail: list[Any] = []
+            tail: list[KeyOrArg] = []
             for data in encoded:
                 tail += (repr(score()), data)
             reply = self._run("pool_add_plain", tail)
@@ -679,7 +683,7 @@ class CappedPool(Sharded):
         if n < 1:
             raise ConfigurationError(f"pop size must be at least 1, got {n!r}")
         batch_id = batch_id or uuid.uuid4().hex
-        args: list[Any] = [
+        args: list[KeyOrArg] = [
             n,
             batch_id,
             self.visibility_timeout_ms,
@@ -728,7 +732,7 @@ class CappedPool(Sharded):
         taken the batch back (nothing counted twice); True, changing nothing, for a re-sent ack.
         Retried calls that need a drain job nobody holds set ``batch.drain_needed``."""
         guard, again = self.processed_guard_ms > 0, "@0" if self.at_least_once else ""
-        args: list[Any] = [
+        args: list[KeyOrArg] = [
             batch.id,
             int(self.at_least_once),
             self.max_receives,
