@@ -12,12 +12,21 @@ from __future__ import annotations
 import difflib
 import inspect
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.keys import validate_name
 from ..validation import optional_seconds, seconds
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from celery import Celery
+
+    #: A task's body as its class holds it: a function, or one stored as a staticmethod.
+    Body: TypeAlias = Callable[..., object] | staticmethod[..., object]
 
 #: The option prefixes that belong to redqueue task kinds.
 PREFIXES = ("pool_", "bucket_", "lease_", "stream_")
@@ -115,7 +124,7 @@ def check_task_options(cls: type, kind: str) -> None:
             )
 
 
-def drain_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
+def drain_options(task_name: str, options: dict[str, object]) -> dict[str, object]:
     """Check a call's ``apply_async`` options; returns those meant for its drain job.
 
     Raises:
@@ -170,7 +179,7 @@ DECORATOR_KEYWORDS = frozenset(
 )
 
 
-def check_decoration_keywords(base: type, names: Any, kind: str) -> None:
+def check_decoration_keywords(base: type, names: Iterable[str], kind: str) -> None:
     """Refuse decorator keywords that are neither Celery task options nor options of ``kind``
     (``@pool_task(size=10)``): Celery would set them on the class, where nothing reads them.
 
@@ -255,7 +264,7 @@ class DrainSettings:
     results: bool
 
     @classmethod
-    def of(cls, task: Any, kind: str) -> DrainSettings:
+    def of(cls, task: object, kind: str) -> DrainSettings:
         """Read and check them (`ConfigurationError` names the option as the user wrote it);
         the one place that reads an option by its kind's name."""
         values = {
@@ -287,7 +296,9 @@ def check_structure_name(cls: type, option: str) -> None:
         validate_name(task_name, f"{option} (the task name, when {option} is not given)")
 
 
-def function_or_name(cls: Any, option: str, what: str = "a callable or an argument name") -> Any:
+def function_or_name(
+    cls: type, option: str, what: str = "a callable or an argument name"
+) -> object:
     """Check an option given as a callable or a name (``bucket_key``, ``bucket_cost``: one of
     the body's arguments; ``stream_key``: a field of the event), set on ``cls`` itself; a
     callable is stored as a staticmethod (a plain function on the class would become a bound
@@ -302,7 +313,7 @@ def function_or_name(cls: Any, option: str, what: str = "a callable or an argume
     return value
 
 
-def check_key_parameter(key: str, run: Any) -> None:
+def check_key_parameter(key: str, run: Body) -> None:
     """``bucket_key`` given as a name must be one of the body's named parameters."""
     body = run.__func__ if isinstance(run, staticmethod) else run
     try:
@@ -335,7 +346,7 @@ def check_debounce_options(
         raise ConfigurationError(f"{prefix}_count_kwarg must be an identifier, got {count_kwarg!r}")
 
 
-def check_count_parameter(option: str, kwarg: str, run: Any) -> None:
+def check_count_parameter(option: str, kwarg: str, run: Body) -> None:
     """A body that gets the count of merged calls (``option`` on: coalescing, debounce) must
     take ``kwarg`` (or ``**kwargs``): else every run would fail with a TypeError."""
     body = run.__func__ if isinstance(run, staticmethod) else run
@@ -353,7 +364,7 @@ def check_count_parameter(option: str, kwarg: str, run: Any) -> None:
     )
 
 
-def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
+def warn_if_task_cls_dropped(cls: type, app: Celery) -> None:
     """Say so when ``@app.task(base=PoolTask, ...)`` replaced the app's own ``task_cls`` (as
     ``base=`` does in Celery for every task): what that class does per call, such as Flask's app
     context, does not happen for this task."""
@@ -372,7 +383,7 @@ def warn_if_task_cls_dropped(cls: type, app: Any) -> None:
     )
 
 
-def is_trigger(args: Any, producer: Any, options: dict[str, Any]) -> bool:
+def is_trigger(args: object, producer: object, options: dict[str, Any]) -> bool:
     """An argument-less call made by a scheduler or tool, meant as a drain trigger: Celery
     beat's scheduler (it passes ``producer=``, and decoded arguments, ``[]``), django-celery-beat
     (``periodic_task_name`` header) and Flower's apply endpoints (JSON-decoded ``args=[]``).
