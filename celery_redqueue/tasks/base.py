@@ -19,11 +19,15 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from celery import Task
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from celery.result import AsyncResult
 
 from ..errors import RedQueueError, SerializationError
 from ..privates import check_arguments, exec_options, undecorated_body
@@ -71,7 +75,7 @@ class per_process(Generic[_T]):
 
 #: The names of `per_process` attributes, and the tasks holding any: a forked child drops them.
 _PER_PROCESS: set[str] = set()
-_holders: weakref.WeakSet[Any] = weakref.WeakSet()
+_holders: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 def _drop_in_child() -> None:
@@ -92,17 +96,17 @@ def error_text(exc: BaseException) -> str:
 #: The redqueue task whose ``__call__`` chain is running in this context, and whether it runs
 #: one stored call of a drain (True) or a direct call (False). Outer entries dispatch a call
 #: once; inner ones (reached through another base's ``super().__call__``) only pass it on.
-ACTIVE: contextvars.ContextVar[tuple[Any, bool] | None] = contextvars.ContextVar(
+ACTIVE: contextvars.ContextVar[tuple[object, bool] | None] = contextvars.ContextVar(
     "redqueue_call", default=None
 )
 
 
-def entry_point(owner: type, inner: Callable[..., Any] | None) -> Callable[..., Any]:
+def entry_point(owner: type, inner: Callable[..., object] | None) -> Callable[..., object]:
     """The ``__call__`` every redqueue class ends up with: whichever base's ``__call__`` would
     win, drain jobs are recognised first, then the call goes on to ``inner`` (the class's own
     ``__call__``) or to the next ``__call__`` in the MRO."""
 
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self: RedQueueTask, *args: object, **kwargs: object) -> object:
         return self._enter(owner, inner, args, kwargs)
 
     __call__._redqueue_entry = True  # type: ignore[attr-defined]
@@ -158,7 +162,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """Per-call results are on (the kind's ``*_results`` option)."""
         return self.drain_settings.results
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         kind = getattr(cls, "redqueue_kind", "")
         check_option_names(cls)
@@ -178,10 +182,10 @@ class RedQueueTask(Task):  # type: ignore[misc]
     def _enter(
         self,
         owner: type,
-        inner: Callable[..., Any] | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        inner: Callable[..., object] | None,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> object:
         active = ACTIVE.get()
         if active is not None and active[0] is self:
             return self._pass_on(owner, inner, active[1], args, kwargs)
@@ -199,11 +203,11 @@ class RedQueueTask(Task):  # type: ignore[misc]
     def _pass_on(
         self,
         owner: type,
-        inner: Callable[..., Any] | None,
+        inner: Callable[..., object] | None,
         stored: bool,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> object:
         if inner is not None:
             return inner(self, *args, **kwargs)
         following = super(owner, self).__call__  # type: ignore[arg-type]
@@ -214,12 +218,12 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return following(*args, **kwargs)
 
     def _direct_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         """The arguments a direct call (not a stored one) hands the body (subclasses)."""
         return args, kwargs
 
-    def _stored_runner(self) -> Callable[..., Any]:
+    def _stored_runner(self) -> Callable[..., object]:
         """`_run_call`, resolved once for a whole batch of stored calls: when no base but
         Celery's ``Task`` has a ``__call__`` of its own, the chain would end at the body (see
         `_pass_on`), so the runner calls the body straight, a few microseconds less per call."""
@@ -227,7 +231,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
             return self._run_call
         body, active = self._body(), (self, True)
 
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: object, **kwargs: object) -> object:
             token = ACTIVE.set(active)
             try:
                 return body(*args, **kwargs)
@@ -236,7 +240,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
 
         return run
 
-    def _run_call(self, *args: Any, **kwargs: Any) -> Any:
+    def _run_call(self, *args: object, **kwargs: object) -> object:
         """Run the body on one stored call, through every base's ``__call__`` (the per-call
         context they give, e.g. Flask's app context), never through the drain dispatch."""
         token = ACTIVE.set((self, True))
@@ -245,12 +249,12 @@ class RedQueueTask(Task):  # type: ignore[misc]
         finally:
             ACTIVE.reset(token)
 
-    def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def _is_by_name_call(self, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
         """A message with arguments that the structure stores instead of running (pools and
         buckets: `ProducerTask`); a stream task's by-name calls run the body as before."""
         return False
 
-    def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _store_by_name(self, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         raise NotImplementedError  # only reached when _is_by_name_call says so
 
     def drain(self) -> DrainSummary:
@@ -276,7 +280,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """What the heartbeat renews while a drain runs: the structure's drain lease."""
         return heartbeat().holding(self.structure)
 
-    def retry(self, *args: Any, **options: Any) -> Any:
+    def retry(self, *args: object, **options: object) -> Any:
         """Inside a stored call, raise `StoredRetry` for the drain to handle (the structure
         hands the call out again after ``countdown``, at ``eta``, else after
         ``default_retry_delay``, within ``max_retries``: `retries.judge`); elsewhere, Celery's
@@ -288,7 +292,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return super().retry(*args, **options)
 
     @classmethod
-    def bind(cls, app: Any) -> Any:
+    def bind(cls, app: Celery) -> Task:
         bound = super().bind(app)
         warn_if_task_cls_dropped(cls, app)
         if cls.name and cls.name != REAPER_TASK:
@@ -305,7 +309,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
                     )
         return bound
 
-    def send_drain(self, **options: Any) -> Any:
+    def send_drain(self, **options: Any) -> AsyncResult | None:
         """Send one argument-less drain job for this task to the broker.
 
         It goes through ``send_task`` with the task's own routing options: the task's signature
@@ -318,12 +322,14 @@ class RedQueueTask(Task):  # type: ignore[misc]
         options["headers"] = dict(options.get("headers") or {}, **{DRAIN_HEADER: 1})
         return self.app.send_task(self.name, (), {}, task_type=self, **options)
 
-    def check_call(self, args: Any, kwargs: Any) -> None:
+    def check_call(
+        self, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+    ) -> None:
         """Refuse, at the call site, arguments the body cannot take (Celery's own check)."""
         if self.typing:
             check_arguments(self, args, kwargs)
 
-    def _is_drain_request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def _is_drain_request(self, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
         """A drain job: no arguments and the drain header, or no arguments, a body that needs
         some, and a message behind it (a beat row run by hand, ``celery call``, Flower)."""
         if args or kwargs:
@@ -355,7 +361,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         window = settings.visibility_timeout + settings.lease
         heartbeat().watch(self.structure, self.reap, window + 5.0)
 
-    def _unpack(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+    def _unpack(self, payload: object) -> tuple[list[object], dict[str, object]]:
         if (
             not isinstance(payload, list | tuple)
             or not 2 <= len(payload) <= 3  # a third element: its metadata: trace context, call id
@@ -368,7 +374,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
             )
         return list(payload[0]), dict(payload[1])
 
-    def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
+    def AsyncResult(self, task_id: str, **kwargs: object) -> NoReturn:
         """Refused: a stored call has no result. Celery's canvas asks for one when it freezes a
         signature (chains, groups, chords), so those fail here, when they are built."""
         raise RedQueueError(
@@ -377,7 +383,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
             "use .s(...).delay() / add_many() on its own"
         )
 
-    def requeue_dead(self, letters: Any = None, limit: int = -1) -> int:
+    def requeue_dead(self, letters: object = None, limit: int = -1) -> int:
         """Put dead letters back in the structure and make sure a drain job runs."""
         count: int = self.structure.requeue_dead(letters, limit)
         if count:
@@ -392,7 +398,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
             ``bucket`` or ``stream`` (what the reaper, the figures and the heartbeat look at)."""
 
     def send_drain_or_release(
-        self, countdown: float | None = None, routing: dict[str, Any] | None = None
+        self, countdown: float | None = None, routing: dict[str, object] | None = None
     ) -> str | None:
         """Send a drain job (now, or after ``countdown`` seconds); if the broker is down, log a
         warning, release what announced the job (the drain flag, or the scheduled wake-up) so
@@ -431,7 +437,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return None
 
     def send_wanted_drains(
-        self, drain_needed: bool, wake_in: float | None, routing: dict[str, Any] | None = None
+        self, drain_needed: bool, wake_in: float | None, routing: dict[str, object] | None = None
     ) -> tuple[bool, str | None]:
         """Send the drain jobs that stored calls asked for: one now (``drain_needed``) and/or
         one when the earliest delayed call is due (``wake_in``). Returns (all sent, error)."""
@@ -448,7 +454,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         event), per process."""
         return threading.local()
 
-    def _body(self) -> Callable[..., Any]:
+    def _body(self) -> Callable[..., object]:
         """The body without Celery's autoretry wrapper: redqueue applies retry options itself."""
         return undecorated_body(self)
 

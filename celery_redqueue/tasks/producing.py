@@ -32,6 +32,13 @@ from .options import check_structure_name, drain_options, is_trigger
 from .results import named_receipt
 from .wire import DRAIN_HEADER
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from celery.result import AsyncResult, EagerResult
+
+    from .buffer import BufferedReceipt
+
 
 def _fresh_prefix() -> str:
     raw = os.urandom(10).hex()
@@ -63,7 +70,7 @@ class ProducerTask(RedQueueTask):
     #: The option naming a key function for producer-side dedupe (``<kind>_dedupe_key``).
     dedupe_option = ""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         kind = getattr(cls, "redqueue_kind", "")
         if kind:  # the options pools and buckets share
@@ -81,15 +88,15 @@ class ProducerTask(RedQueueTask):
 
     def apply_async(
         self,
-        args: Any = None,
-        kwargs: Any = None,
+        args: Sequence[object] | None = None,
+        kwargs: Mapping[str, object] | None = None,
         task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
+        producer: object = None,
+        link: object = None,
+        link_error: object = None,
         shadow: str | None = None,
         **options: Any,
-    ) -> Any:
+    ) -> Receipt | BufferedReceipt | AsyncResult | None:
         """Store the call in the task's structure; returns its receipt, not an AsyncResult.
 
         Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
@@ -103,7 +110,7 @@ class ProducerTask(RedQueueTask):
         """
         # 1. Route. A drain job (its header) or a scheduler's argument-less trigger goes to the
         # broker; every other option is checked. The lean path (arguments, no options) skips it.
-        routing: dict[str, Any] | None = None
+        routing: dict[str, object] | None = None
         if (
             options
             or task_id is not None
@@ -147,7 +154,7 @@ class ProducerTask(RedQueueTask):
         # 4. Send the drain job the store asked for (now, or when a delayed call is due).
         return self._after_add(receipt, routing, call_id)
 
-    def _is_by_name_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def _is_by_name_call(self, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
         """A message with arguments (not a direct or eager call of the body): stored, not run
         (`by_name`)."""
         if not args and not kwargs:
@@ -155,7 +162,7 @@ class ProducerTask(RedQueueTask):
         request = self.request
         return not request.called_directly and not request.is_eager
 
-    def _store_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _store_by_name(self, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         return by_name.store_by_name(self, args, kwargs)
 
     def _missing_arguments(self) -> str:
@@ -185,7 +192,11 @@ class ProducerTask(RedQueueTask):
         return reaped_count(result)
 
     def _prepare(
-        self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        options: dict[str, object],
+        call_id: str,
     ) -> tuple[Any, float, str | None]:
         """A call checked as the body will take it and serialized once (carrying ``call_id``
         when per-call results are on or it is traced), its delay and its dedupe id; raises,
@@ -195,23 +206,28 @@ class ProducerTask(RedQueueTask):
             return prepared, 0.0, None  # the lean path: no delay, no dedupe id
         return prepared, self._delay_of(options), self._dedupe_id(args, kwargs, options)
 
-    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> Any:
+    def _prepare_call(
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        call_id: str | None = None,
+    ) -> object:
         """Check and serialize one call (subclasses); it carries ``call_id`` when per-call
         results are on, or when it carries its caller's trace context (`tracing.stamp`)."""
         raise NotImplementedError
 
-    def _store(self, prepared: Any, delay: float, dedupe_id: str | None) -> Receipt:
+    def _store(self, prepared: object, delay: float, dedupe_id: str | None) -> Receipt:
         """Put one prepared call into the structure (one round trip); returns its receipt."""
         ids = None if dedupe_id is None else [dedupe_id]
         return self.structure.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
 
-    def _run_eagerly(self, prepared: Any, **options: Any) -> Any:
+    def _run_eagerly(self, prepared: Any, **options: object) -> EagerResult:
         """Run the body now, on the call as a worker would see it (after the serializer)."""
         encoded = prepared[1] if isinstance(prepared, tuple) else prepared
         stored_args, stored_kwargs = self._unpack(self.structure.serializer.loads(encoded))
         return self.apply(stored_args, stored_kwargs, **options)
 
-    def _delay_of(self, options: dict[str, Any]) -> float:
+    def _delay_of(self, options: dict[str, object]) -> float:
         """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``).
 
         Raises InvalidArgumentError for NaN, infinities, a moment more than
@@ -236,7 +252,12 @@ class ProducerTask(RedQueueTask):
             return validation.delay(f"{self.name}: eta", (eta - now).total_seconds())
         return 0.0
 
-    def _dedupe_id(self, args: Any, kwargs: Any, options: dict[str, Any]) -> str | None:
+    def _dedupe_id(
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        options: dict[str, object],
+    ) -> str | None:
         """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
         key_function = getattr(self, self.dedupe_option)
         dedupe_id = options.get("dedupe_id")
@@ -254,7 +275,7 @@ class ProducerTask(RedQueueTask):
         return dedupe_id
 
     def _after_add(
-        self, receipt: Receipt, routing: dict[str, Any] | None = None, call_id: str = ""
+        self, receipt: Receipt, routing: dict[str, object] | None = None, call_id: str = ""
     ) -> Receipt:
         """Send the drain job an add asked for (now, or when its delayed call is due); returns
         the receipt, named ``call_id``, saying whether it was sent.
