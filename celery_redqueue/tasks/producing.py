@@ -221,7 +221,7 @@ class ProducerTask(RedQueueTask):
         ids = None if dedupe_id is None else [dedupe_id]
         return self.structure.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
 
-    def _run_eagerly(self, prepared: Any, **options: object) -> EagerResult:
+    def _run_eagerly(self, prepared: object, **options: object) -> EagerResult:
         """Run the body now, on the call as a worker would see it (after the serializer)."""
         encoded = prepared[1] if isinstance(prepared, tuple) else prepared
         stored_args, stored_kwargs = self._unpack(self.structure.serializer.loads(encoded))
