@@ -10,7 +10,7 @@ import copy
 import json
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from .base import Structure
 from .deadletters import DeadLetter
@@ -18,12 +18,18 @@ from .figures import Figures, structure_figures
 from .sharding import on_every, on_owner, shard_names, sharded_class, split_id, validate_shards
 from .wake import WakeSignal, listen_any
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
-def joined(parts: Sequence[list[Any]]) -> list[Any]:
+
+_T = TypeVar("_T")
+
+
+def joined(parts: Sequence[list[_T]]) -> list[_T]:
     return [x for part in parts for x in part]
 
 
-def nothing(parts: Sequence[Any]) -> None:
+def nothing(parts: Sequence[object]) -> None:
     return None
 
 
@@ -33,14 +39,14 @@ class Sharded(Structure):
     both kinds."""
 
     #: The plain structures of this logical one (None: one shard, itself).
-    shards: list[Any] | None = None
+    shards: list[Self] | None = None
     #: The counter names meaning depth, offered and shed in the kind's stats hash.
     figure_names: tuple[str, tuple[str, ...], tuple[str, ...]]
     #: The shard a sweep asks first: the one after the last that gave work (round robin).
     next_shard = 0
 
     def _build_shards(
-        self, count: int, adjust: Callable[[Any, Any, int], None] | None, capacity: Any = None
+        self, count: int, adjust: Callable[[Self, Self, int], None] | None, capacity: object = None
     ) -> None:
         """Make ``count`` shards (none for one; at most ``capacity``): copies of this structure
         under their own names, never registered themselves (the registry lists this logical
@@ -51,7 +57,7 @@ class Sharded(Structure):
             return
         shards = []
         for name in shard_names(self.kind, self.name, count):
-            shard: Any = copy.copy(self)  # before self.shards is set: a shard has none
+            shard = copy.copy(self)  # before self.shards is set: a shard has none
             shard._setup(self.client, name, self.keys.prefix, self.serializer, register=False)
             shards.append(shard)
         self.shards = shards
@@ -63,7 +69,7 @@ class Sharded(Structure):
 
     # What every pool and bucket offers over its shards
 
-    def heartbeat_parts(self, item_id: str | None) -> list[tuple[Any, str | None]]:
+    def heartbeat_parts(self, item_id: str | None) -> list[tuple[Self, str | None]]:
         """What the heartbeat holds for ``item_id`` (None: the drain lease): the drain lease of
         every shard (a drain sweeps them all), or the one shard an id belongs to."""
         if not self.shards:
@@ -97,7 +103,8 @@ class Sharded(Structure):
         died) and their total, in one round trip (reads ``start + count`` per shard)."""
         first = 0 if self.shards else start  # one list is read from start itself
         pipe = self.client.pipeline(transaction=False)
-        for part in self.shards or [self]:
+        parts: Sequence[Sharded] = self.shards or [self]
+        for part in parts:
             pipe.llen(part.keys("dead"))
             pipe.lrange(part.keys("dead"), first, start + count - 1)
         replies = pipe.execute()
@@ -161,7 +168,8 @@ class Sharded(Structure):
         rates in and out over the last minute, oldest waiting call, time to drain, workers
         needed (counters, rates and history summed over the shards)."""
         depth, offered, shed = self.figure_names
-        keys = [part.keys for part in self.shards or [self]]
+        parts: Sequence[Sharded] = self.shards or [self]
+        keys = [part.keys for part in parts]
         return structure_figures(self.client, keys, depth=depth, offered=offered, shed=shed)
 
     @on_every(nothing)

@@ -46,8 +46,8 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from redis.crc import key_slot
 
@@ -57,15 +57,56 @@ from ..validation import positive_int
 from .bucket_types import Dequeued, EncodedCall, Reservation, _check_key
 from .receipts import Receipt
 
+if TYPE_CHECKING:
+    from ..redis.keys import StructureKeys
+    from .bucket import LeakyBucket
+    from .sharded import Sharded
+
 SLOTS = 16384
 _T = TypeVar("_T")
-_F = TypeVar("_F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+class Split(Protocol):
+    """A structure with several shards, as a routing sees it (``shards`` is set)."""
+
+    @property
+    def shards(self) -> Sequence[Sharded]: ...
+
+    next_shard: int
+
+    def register_once(self) -> None: ...
+
+
+class SplitBucket(Split, Protocol):
+    """A bucket with several shards, as its routings see it."""
+
+    @property
+    def shards(self) -> Sequence[LeakyBucket]: ...
+
+    @property
+    def keys(self) -> StructureKeys: ...
+
+    drain_sender: Callable[[], object] | None
+
+
+class Empty(Protocol):
+    """An empty answer of a shard a sweep asked (a pool's batch, a bucket's poll)."""
+
+    @property
+    def wait(self) -> float | None: ...
+
+    @property
+    def schedule(self) -> bool: ...
+
+
+_E = TypeVar("_E", bound=Empty)
 
 #: Seconds within which two shards' wake-ups count as one (see `earliest`).
 SAME_WAKE = 0.01
 
 
-def validate_shards(option: str, shards: Any, capacity: Any = None) -> int:
+def validate_shards(option: str, shards: Any, capacity: object = None) -> int:
     """``shards`` is a positive integer, and no more than ``capacity`` (a pool's shard holds at
     least one entry)."""
     positive_int(option, shards)
@@ -103,12 +144,12 @@ def split_id(item_id: str, shards: int) -> tuple[int, str]:
     return int(index), inner
 
 
-def sum_results(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
+def sum_results(cls: type[_T]) -> Callable[[Sequence[object]], _T]:
     """Merge for `on_every`: a result dataclass whose integer fields are the sums over the
     shards' answers, booleans any(), tuples joined."""
 
-    def merge(parts: Sequence[Any]) -> _T:
-        values: dict[str, Any] = {}
+    def merge(parts: Sequence[object]) -> _T:
+        values: dict[str, object] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             got = [getattr(p, f.name) for p in parts]
             if isinstance(got[0], bool):
@@ -122,7 +163,7 @@ def sum_results(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
     return merge
 
 
-def _routing(name: str, route: Callable[..., Any]) -> Callable[[_F], _F]:
+def _routing(name: str, route: Callable[..., object]) -> Callable[[_F], _F]:
     """A verb: marks the method with its routing, ``route(method, self, *args, **kwargs)``,
     and returns it unchanged. A structure with one shard runs its methods as written; one with
     several is an instance of `sharded_class` of its class, whose methods route (a test checks
@@ -136,11 +177,11 @@ def _routing(name: str, route: Callable[..., Any]) -> Callable[[_F], _F]:
     return verb
 
 
-def _routed(method: Callable[..., Any]) -> Callable[..., Any]:
-    route: Callable[..., Any] = method.__route__  # type: ignore[attr-defined]
+def _routed(method: Callable[..., object]) -> Callable[..., object]:
+    route: Callable[..., object] = method.__route__  # type: ignore[attr-defined]
 
     @functools.wraps(method)
-    def routed(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def routed(self: object, /, *args: object, **kwargs: object) -> object:
         return route(method, self, *args, **kwargs)
 
     return routed
@@ -170,14 +211,16 @@ def on_owner(owner: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[_F], _F]
     """Run on the shard ``owner(self, first)`` finds for the first argument (a key, a batch, a
     reservation), which it passes as that shard knows it."""
 
-    def route(method: Callable[..., Any], self: Any, first: Any, *args: Any, **kw: Any) -> Any:
+    def route(
+        method: Callable[..., object], self: Split, first: object, *args: object, **kw: object
+    ) -> object:
         shard, own = owner(self, first)
         return method(shard, own, *args, **kw)
 
     return _routing("on_owner", route)
 
 
-def _on_owners(method: Callable[..., list[str]], self: Any, item_ids: Sequence[str]) -> list[str]:
+def _on_owners(method: Callable[..., list[str]], self: Split, item_ids: Sequence[str]) -> list[str]:
     by_shard: dict[int, list[str]] = {i: [] for i in range(len(self.shards))}
     for item_id in item_ids:
         i, inner = split_id(item_id, len(self.shards))
@@ -196,7 +239,9 @@ def on_every(
     """Run on every shard; ``merge`` makes one answer of theirs. ``register``: the call
     registers the logical structure first (as a plain structure's script call registers it)."""
 
-    def route(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    def route(
+        method: Callable[..., object], self: Split, *args: object, **kwargs: object
+    ) -> object:
         if register:
             self.register_once()
         return merge([method(shard, *args, **kwargs) for shard in self.shards])
@@ -205,19 +250,21 @@ def on_every(
 
 
 def swept(
-    has_work: Callable[[Any], Any],
-    merge: Callable[..., Any],
-    held: Callable[..., Any] | None = None,
+    has_work: Callable[[Any], bool],
+    merge: Callable[..., object],
+    held: Callable[..., tuple[int, str] | None] | None = None,
 ) -> Callable[[_F], _F]:
     """Ask the shards in turn (a pop, a dequeue) until one has work (`sweep`), or only the one
     ``held(self, kwargs)`` names; ``merge(self, index, answer, empties)`` makes the answer."""
 
-    def route(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    def route(
+        method: Callable[..., object], self: Split, *args: object, **kwargs: object
+    ) -> object:
         if held and (owner := held(self, kwargs)):  # it holds what the call names already
             i, own = owner
             return merge(self, i, method(self.shards[i], *args, **{**kwargs, "batch_id": own}), [])
-        i, answer, empties = sweep(self, lambda s: method(s, *args, **kwargs), has_work)
-        return merge(self, i, answer, empties)
+        index, answer, empties = sweep(self, lambda s: method(s, *args, **kwargs), has_work)
+        return merge(self, index, answer, empties)
 
     return _routing("swept", route)
 
@@ -229,8 +276,8 @@ def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F
 
     def route(
         method: Callable[..., list[Receipt]],
-        self: Any,
-        encoded: Sequence[Any],
+        self: Split,
+        encoded: Sequence[object],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -240,19 +287,21 @@ def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F
         for n, call in enumerate(encoded):
             by_shard.setdefault(shard_of(self, call, ids[n]), []).append(n)
         self.register_once()
-        results: list[Any] = [None] * len(encoded)
+        results: list[Receipt | None] = [None] * len(encoded)
         groups: dict[int, list[Receipt]] = {}
         for i, at in by_shard.items():
             calls, call_ids = [encoded[n] for n in at], [ids[n] for n in at]
             got = groups[i] = method(self.shards[i], calls, delay=delay, dedupe_ids=call_ids)
             for n, result in zip(at, got, strict=True):
                 results[n] = result
-        return pass_receipts(self, results, groups)
+        return pass_receipts(self, cast(list[Receipt], results), groups)
 
     return _routing("spread", route)
 
 
-def _unsharded(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+def _unsharded(
+    method: Callable[..., object], self: object, *args: object, **kwargs: object
+) -> NoReturn:
     raise ConfigurationError(f"{method.__name__} is not available on a sharded structure")
 
 
@@ -264,7 +313,9 @@ def ranked(order: Callable[[Any], Any]) -> Callable[[_F], _F]:
     """Run a listing (its first argument the most rows, ``limit`` or ``top``) on every shard;
     answer the first of all their rows in ``order``."""
 
-    def route(method: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    def route(
+        method: Callable[..., Iterable[Any]], self: Split, *args: Any, **kwargs: Any
+    ) -> list[Any]:
         bound = list(inspect.signature(method).parameters.values())[1]
         most = args[0] if args else kwargs.get(bound.name, bound.default)
         rows = [row for shard in self.shards for row in method(shard, *args, **kwargs)]
@@ -273,7 +324,7 @@ def ranked(order: Callable[[Any], Any]) -> Callable[[_F], _F]:
     return _routing("ranked", route)
 
 
-def _recorded(method: Callable[..., dict[str, Any]], self: Any) -> dict[str, Any]:
+def _recorded(method: Callable[..., dict[str, object]], self: Split) -> dict[str, object]:
     return dict(method(self), shards=len(self.shards))
 
 
@@ -285,7 +336,7 @@ recorded = _routing("recorded", _recorded)
 
 
 def pass_receipts(
-    structure: Any, results: list[Receipt], groups: Mapping[int, list[Receipt]]
+    structure: Split, results: list[Receipt], groups: Mapping[int, list[Receipt]]
 ) -> list[Receipt]:
     """Calls stored on several shards ask for at most one drain job now and one at the
     earliest wake-up, as one structure's would: one drain job sweeps every shard. Shards
@@ -305,12 +356,14 @@ def pass_receipts(
     return cleared
 
 
-def sweep(structure: Any, take: Callable[[Any], Any], has_work: Callable[[Any], bool]) -> Any:
+def sweep(
+    structure: Split, take: Callable[[Sharded], _E], has_work: Callable[[_E], bool]
+) -> tuple[int | None, _E | None, list[tuple[int, _E]]]:
     """Ask shards in turn, from the one after the last that gave work, until one has work;
     returns (shard index, its answer, the empty answers of the shards asked before)."""
     structure.register_once()
     start, n = structure.next_shard, len(structure.shards)
-    empties: list[tuple[int, Any]] = []
+    empties: list[tuple[int, _E]] = []
     for step in range(n):
         i = (start + step) % n
         answer = take(structure.shards[i])
@@ -323,7 +376,7 @@ def sweep(structure: Any, take: Callable[[Any], Any], has_work: Callable[[Any], 
     return None, None, empties
 
 
-def release_claims(structure: Any, empties: list[tuple[int, Any]], keep: int | None) -> None:
+def release_claims(structure: Any, empties: Sequence[tuple[int, Empty]], keep: int | None) -> None:
     """A shard whose empty answer claimed a scheduled drain job (``schedule``) that the
     caller is not told to send gets its claim released, so the next sweep plans it again."""
     for i, answer in empties:
@@ -331,7 +384,7 @@ def release_claims(structure: Any, empties: list[tuple[int, Any]], keep: int | N
             structure.shards[i].release_drain(flag=False, wake=True)
 
 
-def earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
+def earliest(empties: Sequence[tuple[int, _E]]) -> tuple[int, _E] | None:
     waiting = [(a.wait, i, a) for i, a in empties if a.wait is not None]
     if not waiting:
         return None
@@ -347,17 +400,17 @@ def earliest(empties: list[tuple[int, Any]]) -> tuple[int, Any] | None:
 # Buckets
 
 
-def key_shard(bucket: Any, key: str) -> int:
+def key_shard(bucket: Split, key: str) -> int:
     """The shard of a key: the same in every process, so a key's rate is one bucket's."""
     return stable_hash(_check_key(key).encode()) % len(bucket.shards)
 
 
-def call_shard(bucket: Any, call: EncodedCall, dedupe_id: str | None) -> int:
+def call_shard(bucket: Split, call: EncodedCall, dedupe_id: str | None) -> int:
     """The shard a bucket call goes to (`spread`): its key's."""
     return key_shard(bucket, call[0])
 
 
-def by_key(bucket: Any, key: str) -> tuple[Any, str]:
+def by_key(bucket: SplitBucket, key: str) -> tuple[LeakyBucket, str]:
     """The owner of a bucket key: its shard (`on_owner`), which sends a drain job (``resume``)
     through the logical bucket's ``drain_sender``."""
     shard = bucket.shards[key_shard(bucket, key)]
@@ -365,7 +418,9 @@ def by_key(bucket: Any, key: str) -> tuple[Any, str]:
     return shard, key
 
 
-def own_reservation(bucket: Any, reservation: Reservation | str) -> tuple[Any, Reservation | str]:
+def own_reservation(
+    bucket: SplitBucket, reservation: Reservation | str
+) -> tuple[LeakyBucket, Reservation | str]:
     """The shard a reservation belongs to, and the reservation as that shard knows it."""
     if isinstance(reservation, Reservation):
         if reservation.bucket not in ("", bucket.keys.base):
@@ -391,7 +446,7 @@ on_reservation = on_owner(own_reservation)
 
 
 def merge_dequeue(
-    bucket: Any, i: int | None, poll: Dequeued | None, empties: list[tuple[int, Dequeued]]
+    bucket: SplitBucket, i: int | None, poll: Dequeued | None, empties: list[tuple[int, Dequeued]]
 ) -> Dequeued:
     """The reservation of the shard that had an eligible key, its id naming the shard;
     otherwise the earliest shard's wait."""
