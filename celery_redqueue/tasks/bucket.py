@@ -145,8 +145,6 @@ class BucketTask(ProducerTask, MeteredOptions):
             raise ConfigurationError(f"bucket_key is required for bucket task {cls.__name__}")
         if "run" in cls.__dict__ and isinstance(cls.bucket_key, str):
             check_key_parameter(cls.bucket_key, cls.__dict__["run"])
-        if "run" in cls.__dict__ and cls.bucket_debounce:
-            check_count_parameter("bucket_debounce", cls.bucket_count_kwarg, cls.__dict__["run"])
         validate_shards("bucket_shards", cls.bucket_shards)
         check_metered_options(cls)
         check_debounce_options(
@@ -156,6 +154,8 @@ class BucketTask(ProducerTask, MeteredOptions):
             cls.bucket_dedupe_key,
             cls.bucket_count_kwarg,
         )
+        if "run" in cls.__dict__ and cls.bucket_debounce:  # the count's keyword checked above
+            check_count_parameter("bucket_debounce", cls.bucket_count_kwarg, cls.__dict__["run"])
         if cls.bucket_debounce and cls.bucket_results:
             raise ConfigurationError(
                 "bucket_results is not available with bucket_debounce: calls merge into one, "

@@ -52,11 +52,9 @@ def test_a_plain_task_does_not_wait_behind_a_lingering_drain(
         raise
 
 
-def test_a_plain_task_does_not_wait_behind_lingering_drains_under_gevent(
-    celery_procs, neighbour_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
-):
-    """Under ``-P gevent -c 2`` with prefetch 1, both greenlets and both prefetch slots held by
-    lingering drains (a pooled and a bucket one): the plain task sent then still runs at once."""
+def start_gevent_worker(celery_procs):
+    """A ``-P gevent -c 2`` worker with prefetch 1: two drains fill both greenlets and both
+    prefetch slots."""
     pytest.importorskip("gevent")
     celery_procs(
         "tests.faults.neighbour_app",
@@ -65,6 +63,14 @@ def test_a_plain_task_does_not_wait_behind_lingering_drains_under_gevent(
         "--concurrency=2",
         "--prefetch-multiplier=1",
     )
+
+
+def test_a_plain_task_does_not_wait_behind_lingering_drains_under_gevent(
+    celery_procs, neighbour_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
+):
+    """Under ``-P gevent -c 2`` with prefetch 1, both greenlets and both prefetch slots held by
+    lingering drains (a pooled and a bucket one): the plain task sent then still runs at once."""
+    start_gevent_worker(celery_procs)
     try:
         run_calls_then_a_plain_task(
             neighbour_app, redqueue_redis, redqueue_prefix, wait_for, ["pooled", "metered"]
@@ -81,14 +87,7 @@ def test_plain_tasks_keep_pace_beside_busy_drains_under_gevent(
     calls all the time: half of them run within ``BOUND / 10`` s (a drain acknowledged late holds
     a prefetch slot, and the worker's consumer then stops asking the broker for seconds at a
     time: plain tasks waited 3 to 15 s there)."""
-    pytest.importorskip("gevent")
-    celery_procs(
-        "tests.faults.neighbour_app",
-        "worker",
-        "--pool=gevent",
-        "--concurrency=2",
-        "--prefetch-multiplier=1",
-    )
+    start_gevent_worker(celery_procs)
     try:
         run_calls_then_a_plain_task(
             neighbour_app, redqueue_redis, redqueue_prefix, wait_for, ["pooled", "metered"]
