@@ -151,11 +151,19 @@ class RedQueueTask(Task):  # type: ignore[misc]
     #: kind's class (annotated only here, so the classes that set it are a class's kinds).
     redqueue_kind: str
 
+    @classmethod
+    def read_drain_settings(cls) -> DrainSettings | None:
+        """The options every kind with a drain has (``pool_drain_lease``...), checked: each
+        kind's class reads its own ``<kind>_*`` attributes. None on a class with no kind."""
+        return None
+
     @functools.cached_property
     def drain_settings(self) -> DrainSettings:
-        """The options every kind with a drain has (``pool_drain_lease``...), read once per
-        task: what the kind-blind code reads."""
-        return DrainSettings.of(self, self.redqueue_kind)
+        """The drain options, read once per task: what the kind-blind code reads."""
+        settings = self.read_drain_settings()
+        if settings is None:
+            raise TypeError(f"{type(self).__qualname__} has no kind: no pool, bucket or stream")
+        return settings
 
     @property
     def redqueue_results(self) -> bool:
@@ -164,10 +172,8 @@ class RedQueueTask(Task):  # type: ignore[misc]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        kind = getattr(cls, "redqueue_kind", "")
         check_option_names(cls)
-        if kind:
-            DrainSettings.of(cls, kind)  # refuses a bad value at the declaration
+        cls.read_drain_settings()  # refuses a bad value at the declaration
         if not getattr(cls.__call__, "_redqueue_entry", False):
             # Another base's __call__ (or the class's own) would win: wrap it.
             cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))
@@ -301,8 +307,8 @@ class RedQueueTask(Task):  # type: ignore[misc]
             if config.beat:
                 register_beat(app, "redqueue: reap", config.reaper_interval, REAPER_TASK, {})
                 # Each structure's drain runs on a schedule too, as a safety net (None: no row).
-                kind = getattr(cls, "redqueue_kind", "")
-                if kind and (interval := DrainSettings.of(cls, kind).interval):
+                settings = cls.read_drain_settings()
+                if settings is not None and (interval := settings.interval):
                     drain_header = {DRAIN_HEADER: 1}
                     register_beat(
                         app, f"redqueue: drain {cls.name}", interval, cls.name, drain_header

@@ -27,12 +27,13 @@ from .heartbeat import heartbeat
 from .metered import MeteredOptions, check_metered_options, limit_options
 from .neighbour import Looker
 from .options import (
+    DrainSettings,
     check_count_parameter,
     check_debounce_options,
     check_key_parameter,
     function_or_name,
 )
-from .producing import ProducerTask
+from .producing import ProducerSettings, ProducerTask
 from .results import call_id_of, store_failure, store_success, with_id
 from .retries import judge
 
@@ -127,6 +128,31 @@ class BucketTask(ProducerTask, MeteredOptions):
     #: Spread the bucket over this many hash tags (cluster nodes), each key on one of them.
     #: See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     bucket_shards: int = 1
+
+    @classmethod
+    def read_drain_settings(cls) -> DrainSettings:
+        return DrainSettings.read(
+            "bucket",
+            interval=cls.bucket_drain_interval,
+            time_budget=cls.bucket_drain_time_budget,
+            lease=cls.bucket_drain_lease,
+            visibility_timeout=cls.bucket_visibility_timeout,
+            linger=cls.bucket_drain_linger,
+            processed_guard=cls.bucket_processed_guard,
+            concurrency=cls.bucket_drain_concurrency,
+            results=cls.bucket_results,
+        )
+
+    @classmethod
+    def read_producer_settings(cls) -> ProducerSettings:
+        return ProducerSettings.read(
+            cls,
+            "bucket",
+            dedupe_key=cls.bucket_dedupe_key,
+            dedupe_window=cls.bucket_dedupe_window,
+            name=cls.bucket_name,
+            results=cls.bucket_results,
+        )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

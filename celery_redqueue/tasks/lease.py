@@ -130,7 +130,7 @@ class LeaseTask(Task):  # type: ignore[misc]
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         check_option_names(cls)
-        check_structure_name(cls, "lease_resources")
+        check_structure_name(cls, "lease_resources", cls.lease_resources)
         resolved = cls.__call__
         if resolved is not LeaseTask.__call__ and not getattr(resolved, "_redqueue_lease", False):
             # Another base's __call__ (or the class's own) would win and run the body without a

@@ -245,9 +245,10 @@ DRAIN_SECONDS = {
 
 @dataclass(frozen=True)
 class DrainSettings:
-    """The options every kind with a drain has, read from the task's ``<kind>_*`` options and
-    checked once (`of`): what the kind-blind code (the dispatch, the consumer, the watchdog, the
-    results) reads, so that nothing else looks an option up by the kind's name."""
+    """The options every kind with a drain has, read from the task's ``<kind>_*`` options by
+    the kind's own class (``read_drain_settings``) and checked once (`read`): what the
+    kind-blind code (the dispatch, the consumer, the watchdog, the results) reads, so that
+    nothing looks an option up by the kind's name."""
 
     #: ``<kind>_drain_interval``: seconds between beat's drain jobs (None: no beat row).
     interval: float | None
@@ -264,30 +265,48 @@ class DrainSettings:
     results: bool
 
     @classmethod
-    def of(cls, task: object, kind: str) -> DrainSettings:
-        """Read and check them (`ConfigurationError` names the option as the user wrote it);
-        the one place that reads an option by its kind's name."""
+    def read(
+        cls,
+        prefix: str,
+        *,
+        interval: float | None,
+        time_budget: float,
+        lease: float,
+        visibility_timeout: float,
+        linger: float,
+        processed_guard: float,
+        concurrency: int | None = 1,
+        results: bool = False,
+    ) -> DrainSettings:
+        """Check the values a kind's class declares (``PoolTask.read_drain_settings`` passes its
+        ``pool_*`` attributes); `ConfigurationError` names the option as the user wrote it,
+        ``<prefix>_<name>``. The prefix only names options: nothing is looked up by it."""
+        given = {
+            "drain_time_budget": time_budget,
+            "drain_lease": lease,
+            "visibility_timeout": visibility_timeout,
+            "drain_linger": linger,
+            "processed_guard": processed_guard,
+        }
         values = {
-            name: seconds(f"{kind}_{name}", getattr(task, f"{kind}_{name}"), positive=positive)
+            name: seconds(f"{prefix}_{name}", given[name], positive=positive)
             for name, positive in DRAIN_SECONDS.items()
         }
         return cls(
-            interval=optional_seconds(
-                f"{kind}_drain_interval", getattr(task, f"{kind}_drain_interval")
-            ),
+            interval=optional_seconds(f"{prefix}_drain_interval", interval),
             time_budget=values["drain_time_budget"],
             lease=values["drain_lease"],
             visibility_timeout=values["visibility_timeout"],
             linger=values["drain_linger"],
             processed_guard=values["processed_guard"],
-            concurrency=max(1, int(getattr(task, f"{kind}_drain_concurrency", 1) or 1)),
-            results=bool(getattr(task, f"{kind}_results", False)),
+            concurrency=max(1, int(concurrency or 1)),
+            results=bool(results),
         )
 
 
-def check_structure_name(cls: type, option: str) -> None:
-    """The structure's name (``option``, or the task name it defaults to) is a valid key part."""
-    value = getattr(cls, option, None)
+def check_structure_name(cls: type, option: str, value: str | None) -> None:
+    """The structure's name (``value``, the class's ``option``, or the task name it defaults
+    to) is a valid key part."""
     if value is not None:
         validate_name(value, option)
         return

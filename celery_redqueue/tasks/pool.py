@@ -38,8 +38,8 @@ from .decorators import decorate_task
 from .handover import due_in
 from .heartbeat import heartbeat
 from .neighbour import Looker
-from .options import check_count_parameter, check_debounce_options
-from .producing import ProducerTask, new_call_id
+from .options import DrainSettings, check_count_parameter, check_debounce_options
+from .producing import ProducerSettings, ProducerTask, new_call_id
 from .results import (
     call_id_of,
     named_receipt,
@@ -184,6 +184,31 @@ class PoolTask(ProducerTask):
     #: Spread the pool over this many hash tags (cluster nodes); pool_size is split between
     #: them. See "Sharded pools and buckets" in the docs (docs/guides/sharding.md).
     pool_shards: int = 1
+
+    @classmethod
+    def read_drain_settings(cls) -> DrainSettings:
+        return DrainSettings.read(
+            "pool",
+            interval=cls.pool_drain_interval,
+            time_budget=cls.pool_drain_time_budget,
+            lease=cls.pool_drain_lease,
+            visibility_timeout=cls.pool_visibility_timeout,
+            linger=cls.pool_drain_linger,
+            processed_guard=cls.pool_processed_guard,
+            concurrency=cls.pool_drain_concurrency,
+            results=cls.pool_results,
+        )
+
+    @classmethod
+    def read_producer_settings(cls) -> ProducerSettings:
+        return ProducerSettings.read(
+            cls,
+            "pool",
+            dedupe_key=cls.pool_dedupe_key,
+            dedupe_window=cls.pool_dedupe_window,
+            name=cls.pool_name,
+            results=cls.pool_results,
+        )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

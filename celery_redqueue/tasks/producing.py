@@ -11,19 +11,21 @@ by-name call a worker receives takes the same steps (`by_name`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import itertools
 import os
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from celery.utils.time import maybe_make_aware
 
 from .. import validation
-from ..errors import InvalidArgumentError, RedQueueError
+from ..errors import ConfigurationError, InvalidArgumentError, RedQueueError
 from ..structures.protocols import Stored
 from ..structures.receipts import ReapResult, Receipt
-from ..validation import boolean, function_option, seconds
+from ..validation import boolean, seconds
 from . import by_name
 from .base import RedQueueTask
 from .beat import reaped_count
@@ -64,21 +66,58 @@ def new_call_id() -> str:
     return f"{_prefix}{next(_counter):012x}"
 
 
+@dataclasses.dataclass(frozen=True)
+class ProducerSettings:
+    """The options pools and buckets share on the producer side, read by the kind's own class
+    (``read_producer_settings``) and checked once (`read`)."""
+
+    #: ``<kind>_dedupe_key``: a function of the call's arguments giving its dedupe id, or None.
+    dedupe_key: Callable[..., object] | None
+    #: ``<kind>_dedupe_window``: seconds a dedupe id is remembered.
+    dedupe_window: float
+
+    @classmethod
+    def read(
+        cls,
+        task: type,
+        prefix: str,
+        *,
+        dedupe_key: Callable[..., object] | None,
+        dedupe_window: float,
+        name: str | None,
+        results: bool,
+    ) -> ProducerSettings:
+        """Check the values ``task``'s class declares (``PoolTask.read_producer_settings``
+        passes its ``pool_*`` attributes, read off the class, so a function stays unbound);
+        ``<prefix>_*`` only names the options in errors."""
+        if dedupe_key is not None and not callable(dedupe_key):
+            raise ConfigurationError(f"{prefix}_dedupe_key must be a callable, got {dedupe_key!r}")
+        seconds(f"{prefix}_dedupe_window", dedupe_window, positive=True)
+        check_structure_name(task, f"{prefix}_name", name)
+        boolean(f"{prefix}_results", results)
+        return cls(dedupe_key=dedupe_key, dedupe_window=dedupe_window)
+
+
 class ProducerTask(RedQueueTask):
     """A task whose calls are stored in a structure that takes calls (a pool, a bucket)."""
 
-    #: The option naming a key function for producer-side dedupe (``<kind>_dedupe_key``).
-    dedupe_option = ""
+    @classmethod
+    def read_producer_settings(cls) -> ProducerSettings | None:
+        """The kind's producer options, checked: each kind's class reads its own ``<kind>_*``
+        attributes. None on a class with no kind."""
+        return None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        kind = getattr(cls, "redqueue_kind", "")
-        if kind:  # the options pools and buckets share
-            cls.dedupe_option = f"{kind}_dedupe_key"
-            seconds(f"{kind}_dedupe_window", getattr(cls, f"{kind}_dedupe_window"), positive=True)
-            function_option(cls, cls.dedupe_option)
-            check_structure_name(cls, f"{kind}_name")
-            boolean(f"{kind}_results", getattr(cls, f"{kind}_results"))
+        cls.read_producer_settings()  # refuses a bad value at the declaration
+
+    @functools.cached_property
+    def producer_settings(self) -> ProducerSettings:
+        """The producer options, read once per task."""
+        settings = self.read_producer_settings()
+        if settings is None:
+            raise TypeError(f"{type(self).__qualname__} is no pool or bucket task")
+        return settings
 
     if TYPE_CHECKING:
 
@@ -202,7 +241,7 @@ class ProducerTask(RedQueueTask):
         when per-call results are on or it is traced), its delay and its dedupe id; raises,
         storing nothing."""
         prepared = self._prepare_call(args, kwargs, call_id)
-        if not options and getattr(self, self.dedupe_option) is None:
+        if not options and self.producer_settings.dedupe_key is None:
             return prepared, 0.0, None  # the lean path: no delay, no dedupe id
         return prepared, self._delay_of(options), self._dedupe_id(args, kwargs, options)
 
@@ -259,7 +298,7 @@ class ProducerTask(RedQueueTask):
         options: dict[str, object],
     ) -> str | None:
         """The call's dedupe id: ``dedupe_id=`` given to apply_async, else the key function's."""
-        key_function = getattr(self, self.dedupe_option)
+        key_function = self.producer_settings.dedupe_key
         dedupe_id = options.get("dedupe_id")
         if dedupe_id is None and key_function is not None:
             try:

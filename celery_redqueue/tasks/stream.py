@@ -26,7 +26,7 @@ from .base import RedQueueTask, error_text, per_process
 from .beat import DrainSummary
 from .decorators import decorate_task
 from .neighbour import Looker
-from .options import function_or_name
+from .options import DrainSettings, function_or_name
 from .retries import judge
 from .stream_app import make_stream
 from .wire import DRAIN_HEADER
@@ -81,6 +81,18 @@ class StreamTask(RedQueueTask):
     stream_drain_time_budget: float = 10.0
     #: Seconds a drain waits on a caught-up group before it ends, woken by the next publish.
     stream_drain_linger: float = 0.2
+
+    @classmethod
+    def read_drain_settings(cls) -> DrainSettings:
+        return DrainSettings.read(
+            "stream",
+            interval=cls.stream_drain_interval,
+            time_budget=cls.stream_drain_time_budget,
+            lease=cls.stream_drain_lease,
+            visibility_timeout=cls.stream_visibility_timeout,
+            linger=cls.stream_drain_linger,
+            processed_guard=cls.stream_processed_guard,
+        )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -158,6 +158,11 @@ def test_call_site_errors_store_nothing(app):
         ({"bucket_max_receives": 0}, "bucket_max_receives"),
         ({"bucket_overflow": "drop_newest"}, "bucket_overflow"),
         ({"bucket_key": 5}, "bucket_key"),
+        ({"bucket_drain_lease": 0}, "bucket_drain_lease"),
+        ({"bucket_drain_linger": -1}, "bucket_drain_linger"),
+        ({"bucket_dedupe_key": "x"}, "bucket_dedupe_key"),
+        ({"bucket_dedupe_window": -1}, "bucket_dedupe_window"),
+        ({"bucket_name": ""}, "bucket_name"),
     ],
 )
 def test_bad_options_fail_at_decoration(options, name):

@@ -227,6 +227,12 @@ def test_beat_registration_can_be_switched_off(app):
         ({"pool_batch_size": -5}, "pool_batch_size"),
         ({"pool_drain_interval": 0}, "pool_drain_interval"),
         ({"pool_drain_concurrency": 0}, "pool_drain_concurrency"),
+        ({"pool_drain_time_budget": 0}, "pool_drain_time_budget"),
+        ({"pool_visibility_timeout": -1}, "pool_visibility_timeout"),
+        ({"pool_dedupe_key": "user_id"}, "pool_dedupe_key"),
+        ({"pool_dedupe_window": 0}, "pool_dedupe_window"),
+        ({"pool_name": "a{b}"}, "pool_name"),
+        ({"pool_results": "yes"}, "pool_results"),
     ],
 )
 def test_bad_options_fail_at_decoration(options, name):
