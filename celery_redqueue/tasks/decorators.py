@@ -4,17 +4,20 @@ on the app's ``task_cls`` and checked where it is declared."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task, current_app
 from celery.local import Proxy
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 from ..errors import ConfigurationError
 from ..privates import active_apps, finalize_lock, on_app_finalize
 from .options import PREFIXES, check_decoration_keywords
 
 
-def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
+def compose_base(base: type[Task], app: Celery, label: str) -> type[Task]:
     """``base`` built on the app's ``task_cls`` (Flask's ``FlaskTask``, Django's ``DjangoTask``,
     a base of your own), so the task keeps what that class gives every task of the app."""
     app_task: type[Task] = app.Task
@@ -35,7 +38,9 @@ def compose_base(base: type[Task], app: Any, label: str) -> type[Task]:
     return composed
 
 
-def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = None) -> None:
+def _check_declaration(
+    base: type[Task], options: dict[str, object], fun: Callable[..., object] | None = None
+) -> None:
     """Build a throwaway subclass: it runs the checks Celery's class will run, but now, at the
     decoration site, rather than when the app is finalized."""
     check_decoration_keywords(
@@ -48,12 +53,14 @@ def _check_declaration(base: type[Task], options: dict[str, Any], fun: Any = Non
     type("_Check", (base,), attrs)
 
 
-def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], label: str) -> Any:
+def _shared(
+    fun: Callable[..., object], base: type[Task], options: dict[str, object], label: str
+) -> Proxy:
     """What Celery's ``shared_task`` does, with the base built on each app's ``task_cls``."""
 
     options = {k: v for k, v in options.items() if k not in ("shared", "lazy")}
 
-    def create(app: Any) -> Any:
+    def create(app: Celery) -> Task:
         return app.task(
             fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
         )
@@ -69,7 +76,7 @@ def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], 
                     # settings (Celery's fallback default app, say): it does not use this task.
                     continue
 
-    def task_by_app() -> Any:
+    def task_by_app() -> Task:
         app = current_app
         return app.tasks[options.get("name") or app.gen_task_name(fun.__name__, fun.__module__)]
 
@@ -77,18 +84,19 @@ def _shared(fun: Callable[..., Any], base: type[Task], options: dict[str, Any], 
 
 
 def decorate_task(
-    default_base: type[Task], args: tuple[Any, ...], options: dict[str, Any], name: str
-) -> Any:
+    default_base: type[Task], args: tuple[object, ...], options: dict[str, Any], name: str
+) -> Task | Callable[[Callable[..., object]], Task]:
     """What pool_task, bucket_task and lease_task share: a shared task (or ``app=``'s task)
     with the given base built on the app's ``task_cls``, its options checked at the decoration
-    site."""
+    site. ``options`` are the decorator's keywords: Celery's task options, of every type."""
     base = options.pop("base", default_base)
     if not (isinstance(base, type) and issubclass(base, default_base)):
         raise ConfigurationError(f"{name} base must subclass {default_base.__name__}, got {base!r}")
     app = options.pop("app", None)
     _check_declaration(base, options)
 
-    def register(fun: Callable[..., Any]) -> Any:
+    # A shared task comes back as Celery's Proxy: it stands for the current app's task.
+    def register(fun: Callable[..., object]) -> Task:
         _check_declaration(base, options, fun)
         if app is not None:
             return app.task(fun, base=compose_base(base, app, name), **options)

@@ -12,9 +12,12 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, overload
 
 from celery import Task
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
 from ..redis.keys import validate_name
@@ -29,10 +32,12 @@ logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
 #: Each app's LeasedResources and declared resources (kept here, not as an attribute on the app).
-_registries: weakref.WeakKeyDictionary[Any, _LeaseRegistry] = weakref.WeakKeyDictionary()
+_registries: weakref.WeakKeyDictionary[Celery, _LeaseRegistry] = weakref.WeakKeyDictionary()
 
 #: The lease task whose call holds a lease in this context (one lease per call).
-_LEASING: contextvars.ContextVar[Any] = contextvars.ContextVar("redqueue_leasing", default=None)
+_LEASING: contextvars.ContextVar[LeaseTask | None] = contextvars.ContextVar(
+    "redqueue_leasing", default=None
+)
 
 
 @dataclass
@@ -44,7 +49,7 @@ class _LeaseRegistry:
 
 
 def leased_resources(
-    app: Any, name: str, resources: Iterable[str] | None = None
+    app: Celery, name: str, resources: Iterable[str] | None = None
 ) -> LeasedResources:
     """The app's [`LeasedResources`][celery_redqueue.LeasedResources] called ``name``; declares
     ``resources`` for it.
@@ -127,7 +132,7 @@ class LeaseTask(Task):  # type: ignore[misc]
 
     redqueue_kind = "lease"
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         check_option_names(cls)
         check_structure_name(cls, "lease_resources", cls.lease_resources)
@@ -137,7 +142,7 @@ class LeaseTask(Task):  # type: ignore[misc]
             # lease: hold the lease around it.
             inner = cls.__dict__.get("__call__")
 
-            def __call__(self: LeaseTask, *args: Any, **kwargs: Any) -> Any:
+            def __call__(self: LeaseTask, *args: object, **kwargs: object) -> object:
                 call = (
                     functools.partial(inner, self)
                     if inner is not None
@@ -156,7 +161,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         count("lease_max_retries", cls.lease_max_retries)
 
     @classmethod
-    def bind(cls, app: Any) -> Any:
+    def bind(cls, app: Celery) -> Task:
         bound = super().bind(app)
         warn_if_task_cls_dropped(cls, app)
         return bound
@@ -204,12 +209,12 @@ class LeaseTask(Task):  # type: ignore[misc]
         is lost. Override it to stop the body's work (set an event the body checks, say); the
         default does nothing more than the warning already logged."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self._leased(super().__call__, args, kwargs)
 
     def _leased(
-        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+        self, call: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
         """Run ``call`` holding a lease; once per call, however many bases pass it on."""
         if _LEASING.get() is self:
             return call(*args, **kwargs)
@@ -220,8 +225,8 @@ class LeaseTask(Task):  # type: ignore[misc]
             _LEASING.reset(token)
 
     def _hold_and_call(
-        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+        self, call: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
         resources = self.leased_resources
         lease = resources.acquire(self.lease_ttl, wait=self.lease_wait or None)
         if lease is None:
@@ -279,7 +284,15 @@ class LeaseTask(Task):  # type: ignore[misc]
         return countdown
 
 
-def lease_task(*args: Any, **options: Any) -> Any:
+@overload
+def lease_task(fun: Callable[..., object], /) -> Task: ...
+
+
+@overload
+def lease_task(**options: object) -> Callable[[Callable[..., object]], Task]: ...
+
+
+def lease_task(*args: object, **options: object) -> Task | Callable[[Callable[..., object]], Task]:
     """Decorator: a shared task (or ``app=``'s task) with [`LeaseTask`][celery_redqueue.LeaseTask]
     as base.
 

@@ -31,10 +31,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+if TYPE_CHECKING:
+    from celery import Celery, Task
+    from celery.result import AsyncResult
 
 from ..errors import ConfigurationError, RedQueueError, UniqueLockedError
 from ..structures.lease_keeper import LeaseKeeper
@@ -53,8 +57,11 @@ _tables: dict[tuple[int, int, str], UniqueLocks] = {}
 
 KeyFunction = Callable[..., str]
 
+#: The task `unique` decorates: handed back itself, so its type stays the caller's.
+_TaskT = TypeVar("_TaskT", bound="Task")
 
-def unique_locks(app: Any, name: str) -> UniqueLocks:
+
+def unique_locks(app: Celery, name: str) -> UniqueLocks:
     """The app's lock table called ``name`` (the glue uses the task name); one object per
     process."""
     slot = (os.getpid(), id(app), name)
@@ -66,14 +73,36 @@ def unique_locks(app: Any, name: str) -> UniqueLocks:
         return table
 
 
+@overload
 def unique(
-    task: Any = None,
+    task: None = None,
     *,
     key: KeyFunction | Sequence[str] | None = None,
     mode: str = "until_done",
     ttl: float = 10.0,
     queue_ttl: float = 3600.0,
-) -> Any:
+) -> Callable[[_TaskT], _TaskT]: ...
+
+
+@overload
+def unique(
+    task: _TaskT,
+    *,
+    key: KeyFunction | Sequence[str] | None = None,
+    mode: str = "until_done",
+    ttl: float = 10.0,
+    queue_ttl: float = 3600.0,
+) -> _TaskT: ...
+
+
+def unique(
+    task: _TaskT | None = None,
+    *,
+    key: KeyFunction | Sequence[str] | None = None,
+    mode: str = "until_done",
+    ttl: float = 10.0,
+    queue_ttl: float = 3600.0,
+) -> _TaskT | Callable[[_TaskT], _TaskT]:
     """Decorator: at most one call per key of a Celery task (any task: ``@app.task`` too).
 
     Put it above the task decorator. ``key`` is a function of the call's arguments returning
@@ -102,7 +131,7 @@ def unique(
     ):
         raise ConfigurationError(f"unique: key must be a function or argument names: {key!r}")
 
-    def decorate(task: Any) -> Any:
+    def decorate(task: _TaskT) -> _TaskT:
         _Unique(task, key, mode, lease_ttl, queue_lease_ttl).install()
         return task
 
@@ -113,7 +142,7 @@ def unique(
 class _Holding:
     """The lock of the body running in this context (for ``self.retry`` and fencing)."""
 
-    owner: Any
+    owner: _Unique
     task_id: str
     key: str
     locks: UniqueLocks
@@ -136,14 +165,21 @@ def unique_lease() -> Lease | None:
 
 
 class _Unique:
-    def __init__(self, task: Any, key: Any, mode: str, ttl: float, queue_ttl: float) -> None:
+    def __init__(
+        self,
+        task: Task,
+        key: KeyFunction | Sequence[str] | None,
+        mode: str,
+        ttl: float,
+        queue_ttl: float,
+    ) -> None:
         self.task = task
         self.key = key
         self.mode = mode
         self.ttl = ttl
         self.queue_ttl = queue_ttl
-        self.run = task.run
-        self.apply_async = task.apply_async
+        self.run: Callable[..., object] = task.run
+        self.apply_async: Callable[..., AsyncResult] = task.apply_async
         try:
             self.signature: inspect.Signature | None = inspect.signature(self.run)
         except (TypeError, ValueError):
@@ -166,7 +202,7 @@ class _Unique:
         body = self.body
 
         @functools.wraps(self.run)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: object, **kwargs: object) -> object:
             return body(*args, **kwargs)
 
         task.run = run
@@ -174,7 +210,7 @@ class _Unique:
     def locks(self) -> UniqueLocks:
         return unique_locks(self.task.app, self.task.name)
 
-    def key_of(self, *args: Any, **kwargs: Any) -> str:
+    def key_of(self, *args: object, **kwargs: object) -> str:
         """The lock key of a call with these arguments."""
         if callable(self.key):
             return str(self.key(*args, **kwargs))
@@ -189,7 +225,13 @@ class _Unique:
             raise ConfigurationError(f"{self.task.name}: unique key arguments missing: {missing}")
         return ",".join(f"{n}={values[n]!r}" for n in names) or "-"
 
-    def call_site(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+    def call_site(
+        self,
+        args: Sequence[object] | None = None,
+        kwargs: Mapping[str, object] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        # ``options`` are Celery's apply_async options, of as many types as there are keys.
         task_id = options.get("task_id")
         held = _HOLDING.get()
         if held is not None and held.owner is self and task_id == held.task_id:
@@ -208,14 +250,27 @@ class _Unique:
             raise _refused(self.task.name, got)
         return self.publish(key, task_id, args, kwargs, options)
 
-    def publish(self, key: str, task_id: str, args: Any, kwargs: Any, options: Any) -> Any:
+    def publish(
+        self,
+        key: str,
+        task_id: str,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        options: Mapping[str, object],
+    ) -> AsyncResult:
         try:
             return self.apply_async(args, kwargs, **options)
         except BaseException:
             self.locks().release_queued(key, task_id)
             raise
 
-    def retry_site(self, held: _Holding, args: Any, kwargs: Any, options: Any) -> Any:
+    def retry_site(
+        self,
+        held: _Holding,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        options: Mapping[str, object],
+    ) -> AsyncResult:
         """The retry's message, published after its lock is settled by mode: ``until_done``
         hands the running lock to it (a queued lock of the same task id, so no duplicate slips
         in between), ``running`` releases it (the retry must not find its own lock held),
@@ -248,7 +303,7 @@ class _Unique:
             logger.exception("%s: releasing unique key %r failed", self.task.name, held.key)
         return False
 
-    def body(self, *args: Any, **kwargs: Any) -> Any:
+    def body(self, *args: object, **kwargs: object) -> object:
         request = self.task.request
         if request.called_directly or (request.is_eager and not request.id):
             return self.run(*args, **kwargs)
@@ -278,7 +333,7 @@ class _Unique:
             if not held.settled:
                 self.settle(held, None)
 
-    def call(self, held: _Holding, args: Any, kwargs: Any) -> Any:
+    def call(self, held: _Holding, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         reset = _HOLDING.set(held)
         try:
             return self.run(*args, **kwargs)
@@ -286,7 +341,7 @@ class _Unique:
             _HOLDING.reset(reset)
 
 
-def _delay(options: dict[str, Any]) -> float:
+def _delay(options: Mapping[str, Any]) -> float:
     """Seconds a call's ``countdown`` or ``eta`` keeps it from running."""
     eta = options.get("eta")
     if isinstance(eta, datetime):
