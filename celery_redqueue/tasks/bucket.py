@@ -7,10 +7,13 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from celery.exceptions import SoftTimeLimitExceeded
+
+if TYPE_CHECKING:
+    from celery import Task
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -154,7 +157,7 @@ class BucketTask(ProducerTask, MeteredOptions):
             results=cls.bucket_results,
         )
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         validate_bucket_options(
             rate=cls.bucket_rate,
@@ -230,11 +233,13 @@ class BucketTask(ProducerTask, MeteredOptions):
         bucket.drain_sender = self.send_drain_or_release  # resume() needs a drain job
         return bucket
 
-    def key_for(self, args: Any, kwargs: Any) -> str:
+    def key_for(self, args: Sequence[object] | None, kwargs: Mapping[str, object] | None) -> str:
         """The bucket key of a call; a key function that fails is an error at the call site."""
         return self._key_of(args, kwargs, checked=False)
 
-    def _key_of(self, args: Any, kwargs: Any, *, checked: bool) -> str:
+    def _key_of(
+        self, args: Sequence[object] | None, kwargs: Mapping[str, object] | None, *, checked: bool
+    ) -> str:
         """`key_for()`; ``checked``: Celery has checked the call against the body's
         signature already (``delay()`` does), so a key passed by position is read by index."""
         key_spec = self.bucket_key
@@ -254,7 +259,9 @@ class BucketTask(ProducerTask, MeteredOptions):
             )
         return key
 
-    def _named_key(self, name: str, args: Any, kwargs: Any, checked: bool) -> Any:
+    def _named_key(
+        self, name: str, args: Sequence[object], kwargs: Mapping[str, object], checked: bool
+    ) -> object:
         """The value of the body's parameter ``name`` in this call (its default if omitted).
 
         The signature is read once per task. When the call was checked against the body's
@@ -290,8 +297,12 @@ class BucketTask(ProducerTask, MeteredOptions):
     # Producing
 
     def _prepare(
-        self, args: Any, kwargs: Any, options: dict[str, Any], call_id: str
-    ) -> tuple[Any, float, str | None]:
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        options: dict[str, object],
+        call_id: str,
+    ) -> tuple[EncodedCall, float, str | None]:
         """As every kind prepares a call; with priority tiers (bucket_priority_bound),
         ``priority=`` is the call's tier (InvalidArgumentError outside 0-9, storing nothing)."""
         prepared, delay, dedupe_id = super()._prepare(args, kwargs, options, call_id)
@@ -302,7 +313,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         return prepared, delay, dedupe_id
 
     def _after_add(
-        self, receipt: Receipt, routing: dict[str, Any] | None = None, call_id: str = ""
+        self, receipt: Receipt, routing: dict[str, object] | None = None, call_id: str = ""
     ) -> Receipt:
         # With priority tiers, priority= was the call's tier, not the drain job's (a broker's
         # priority order may even be the reverse: kombu's Redis transport serves 0 first).
@@ -310,7 +321,12 @@ class BucketTask(ProducerTask, MeteredOptions):
             routing = {k: v for k, v in routing.items() if k != "priority"}
         return super()._after_add(receipt, routing, call_id)
 
-    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> EncodedCall:
+    def _prepare_call(
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        call_id: str | None = None,
+    ) -> EncodedCall:
         """Check a call, compute its key and serialize it (with ``call_id`` when per-call
         results are on or the call is traced); raises, storing nothing."""
         self.check_call(args, kwargs)
@@ -323,7 +339,7 @@ class BucketTask(ProducerTask, MeteredOptions):
             key = self._key_of(args, kwargs, checked=bool(self.typing))
         else:  # a subclass computes keys its own way
             key = self.key_for(args, kwargs)
-        call = [list(args or ()), dict(kwargs or {})]
+        call: list[object] = [list(args or ()), dict(kwargs or {})]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
         traced = False
@@ -446,7 +462,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         return "processed"
 
 
-def bucket_task(*args: Any, **options: Any) -> Any:
+def bucket_task(*args: object, **options: object) -> Callable[[Callable[..., object]], Task]:
     """Decorator: a shared task with [`BucketTask`][celery_redqueue.BucketTask] as base; options are
     checked at once.
 
@@ -458,4 +474,5 @@ def bucket_task(*args: Any, **options: Any) -> Any:
     """
     if "bucket_key" not in options:
         raise ConfigurationError("bucket_task needs bucket_key=")
+    # So a bare @bucket_task (no options) never gets here: what comes back is the decorator.
     return decorate_task(BucketTask, args, options, "bucket_task")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.bucket_types import Limits
 from .options import check_key_parameter, function_or_name
+
+if TYPE_CHECKING:
+    from ..structures.bucket import LeakyBucket
+    from ..structures.bucket_types import Reservation
 
 logger = logging.getLogger("celery_redqueue.tasks.bucket")
 
@@ -27,6 +31,18 @@ LIMIT_OPTION_NAMES = {
     "margin": "bucket_margin",
     "priority_bound": "bucket_priority_bound",
 }
+
+
+class LimitOptions(TypedDict):
+    """The metered options as LeakyBucket and `Limits.build` take them (`limit_options`)."""
+
+    concurrency: int | None
+    cost_rate: str | float | None
+    cost_burst: float
+    total_rate: str | float | None
+    total_burst: float
+    margin: float
+    priority_bound: float | None
 
 
 class MeteredOptions:
@@ -65,12 +81,20 @@ class MeteredOptions:
     if TYPE_CHECKING:  # provided by BucketTask
         name: str
         typing: bool
-        bucket: Any
+        bucket: LeakyBucket
+        bucket_ordered: bool
+        bucket_drain_concurrency: int
 
         @property
         def _local(self) -> threading.local: ...
 
-        def _named_key(self, name: str, args: Any, kwargs: Any, checked: bool) -> Any: ...
+        def _named_key(
+            self,
+            name: str,
+            args: Sequence[object],
+            kwargs: Mapping[str, object],
+            checked: bool,
+        ) -> object: ...
 
     def report_cost(self, units: float) -> None:
         """Inside the body: the call's actual cost (tokens used, known only from the response);
@@ -82,7 +106,9 @@ class MeteredOptions:
         self.bucket.limits.check_cost(units, f"{self.name}: report_cost", reported=True)
         self._local.reported_cost = float(units)
 
-    def _call_cost(self, args: Any, kwargs: Any) -> float | None:
+    def _call_cost(
+        self, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+    ) -> float | None:
         """The cost of one call (None: the task has no bucket_cost), checked at the call site:
         a cost one period can never allow is refused, nothing stored."""
         spec = self.bucket_cost
@@ -98,14 +124,14 @@ class MeteredOptions:
         limits: Limits = self.bucket.limits
         return limits.check_cost(cost, self.name)
 
-    def _back_off(self, reservation: Any, exc: KeyBackoff) -> None:
+    def _back_off(self, reservation: Reservation, exc: KeyBackoff) -> None:
         """The body raised KeyBackoff: pause its key and put the call back (not a failure)."""
         cost = exc.cost if exc.cost is not None else self._local.reported_cost
         logger.info("%s: key %r backs off for %.1fs", self.name, reservation.key, exc.seconds)
         self.bucket.backoff(reservation, exc.seconds, cost=cost)
 
 
-def limit_options(cls: Any) -> dict[str, Any]:
+def limit_options(cls: MeteredOptions | type[MeteredOptions]) -> LimitOptions:
     """The LeakyBucket keyword arguments of a task's metered options."""
     return {
         "concurrency": cls.bucket_concurrency,
@@ -122,7 +148,7 @@ def limit_options(cls: Any) -> dict[str, Any]:
 _FOLLOWS = "_redqueue_drains_follow_concurrency"
 
 
-def drains_follow_concurrency(cls: Any) -> None:
+def drains_follow_concurrency(cls: type[MeteredOptions]) -> None:
     """``bucket_concurrency=N`` needs N drain jobs for one key to reach N (each runs one body at
     a time): ``bucket_drain_concurrency`` left at its default follows it; set lower, the pair is
     refused, naming the fix. A class that inherits a value set here follows again."""
@@ -144,7 +170,7 @@ def drains_follow_concurrency(cls: Any) -> None:
         )
 
 
-def check_metered_options(cls: Any) -> Limits:
+def check_metered_options(cls: type[MeteredOptions]) -> Limits:
     """Refuse bad metered options at declaration, naming the option; returns the limits."""
     limits = Limits.build(
         ordered=cls.bucket_ordered,
