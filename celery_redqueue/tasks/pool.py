@@ -6,12 +6,19 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, overload
 
 from celery.exceptions import SoftTimeLimitExceeded
+
+if TYPE_CHECKING:
+    from celery import Task
+    from celery.result import EagerResult
+    from opentelemetry.trace import Span
+
+    from ..structures.receipts import Receipt
 
 from ..errors import ConfigurationError, RedQueueError
 from ..privates import check_arguments
@@ -64,8 +71,8 @@ TASK_OPTION_NAMES = {
 class PoolCall:
     """One call handed to a ``pool_batch`` body: arguments, how many calls it merges, its id."""
 
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    args: tuple[object, ...]
+    kwargs: dict[str, object] = field(default_factory=dict)
     count: int = 1
     #: The id of the call's receipt, when the stored call carries it (``pool_results=True``,
     #: or a call traced under an active span); else "" (ids are not stored for nothing).
@@ -210,7 +217,7 @@ class PoolTask(ProducerTask):
             results=cls.pool_results,
         )
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         validate_pool_options(
             capacity=cls.pool_size,
@@ -306,7 +313,9 @@ class PoolTask(ProducerTask):
 
     # Producing
 
-    def add_many(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+    def add_many(
+        self, calls: Sequence[tuple[Sequence[object], Mapping[str, object]]]
+    ) -> list[Receipt] | list[EagerResult]:
         """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain.
 
         Every call is checked as ``delay()`` checks it before any is stored. In eager mode the
@@ -338,7 +347,12 @@ class PoolTask(ProducerTask):
         )
         return self.reaped(result)
 
-    def _prepare_call(self, args: Any, kwargs: Any, call_id: str | None = None) -> bytes:
+    def _prepare_call(
+        self,
+        args: Sequence[object] | None,
+        kwargs: Mapping[str, object] | None,
+        call_id: str | None = None,
+    ) -> bytes:
         """Check a call as the body will take it, and serialize it (with ``call_id`` when
         per-call results are on or the call is traced); raises, storing nothing."""
         pool, traced = self.pool, self._traced
@@ -352,7 +366,7 @@ class PoolTask(ProducerTask):
             # Celery's check (a batch body takes the list of calls: its signature says nothing
             # of one call).
             check_arguments(self, args, kwargs)
-        call = [list(args or ()), call_kwargs]
+        call: list[object] = [list(args or ()), call_kwargs]
         # tracing hook: keep the caller's trace context (tracing.py), and the call's id, which
         # its process span names as messaging.message.id (the receipt's id).
         if traced:
@@ -366,8 +380,8 @@ class PoolTask(ProducerTask):
     # Consuming
 
     def _direct_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         if self.pool_batch:
             return ([PoolCall(tuple(args), dict(kwargs), 1)],), {}
         return args, kwargs
@@ -519,7 +533,9 @@ class PoolTask(ProducerTask):
         redeliver = 0.0 if self.pool_delivery == "at_least_once" else None
         return judge(self, exc, receives, self.pool_max_receives, redeliver=redeliver)
 
-    def _processing(self, items: list[Any], *, batch: bool = False) -> Any:
+    def _processing(
+        self, items: Sequence[PoolItem], *, batch: bool = False
+    ) -> AbstractContextManager[Span | None]:
         """The tracing span stored calls run in (a no-op context when tracing is off)."""
         if not get_config(self.app).tracing:
             return nullcontext()
@@ -537,7 +553,15 @@ class PoolTask(ProducerTask):
         )
 
 
-def pool_task(*args: Any, **options: Any) -> Any:
+@overload
+def pool_task(fun: Callable[..., object], /) -> Task: ...
+
+
+@overload
+def pool_task(**options: object) -> Callable[[Callable[..., object]], Task]: ...
+
+
+def pool_task(*args: object, **options: object) -> Task | Callable[[Callable[..., object]], Task]:
     """Decorator: a shared task with [`PoolTask`][celery_redqueue.PoolTask] as base; options are
     checked at once.
 

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from celery import Task
+
+if TYPE_CHECKING:
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.context import Context
+    from opentelemetry.metrics import Histogram
+    from opentelemetry.trace import Link, Span, SpanContext, Tracer
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry.util.types import AttributeValue
 
 from .config import get_config
 from .results import call_meta
@@ -34,11 +42,32 @@ SCOPE = "celery_redqueue"
 
 #: The context stored calls run in when tracing is off.
 OFF: AbstractContextManager[None] = nullcontext()
+
+
+class _TraceModule(Protocol):
+    """What is used of the ``opentelemetry.trace`` module."""
+
+    Link: type[otel_trace.Link]
+    SpanKind: type[otel_trace.SpanKind]
+
+    def get_current_span(self, context: Context | None = None) -> Span: ...
+
+
+class _Api(TypedDict, total=False):
+    """opentelemetry's trace module, its propagator, our tracer and histogram (`_otel()`)."""
+
+    trace: _TraceModule
+    current_span: Callable[[], Span]
+    propagator: TraceContextTextMapPropagator
+    tracer: Tracer
+    duration: Histogram
+
+
 #: opentelemetry's modules and our instruments, once tracing is on (see `_otel()`).
-_api: dict[str, Any] = {}
+_api: _Api = {}
 
 
-def _otel() -> dict[str, Any]:
+def _otel() -> _Api:
     """Import OpenTelemetry's API once, when tracing is first switched on."""
     if not _api:
         from opentelemetry import metrics, trace
@@ -50,15 +79,17 @@ def _otel() -> dict[str, Any]:
         except PackageNotFoundError:
             __version__ = "unknown"
         _api.update(
-            trace=trace,
-            current_span=trace.get_current_span,
-            propagator=TraceContextTextMapPropagator(),
-            tracer=trace.get_tracer(SCOPE, __version__),
-            duration=metrics.get_meter(SCOPE, __version__).create_histogram(
-                "messaging.process.duration",
-                unit="s",
-                description="Duration of processing stored calls (one batch or one call)",
-            ),
+            {
+                "trace": trace,
+                "current_span": trace.get_current_span,
+                "propagator": TraceContextTextMapPropagator(),
+                "tracer": trace.get_tracer(SCOPE, __version__),
+                "duration": metrics.get_meter(SCOPE, __version__).create_histogram(
+                    "messaging.process.duration",
+                    unit="s",
+                    description="Duration of processing stored calls (one batch or one call)",
+                ),
+            }
         )
     return _api
 
@@ -93,10 +124,10 @@ def caller_context() -> dict[str, str] | None:
 
 #: The span context `caller_context()` formatted last, and its carrier (one tuple, so a
 #: thread reading it while another replaces it sees either pair whole).
-_last: tuple[Any, dict[str, str] | None] = (None, None)
+_last: tuple[SpanContext | None, dict[str, str] | None] = (None, None)
 
 
-def stamp(call: list[Any]) -> bool:
+def stamp(call: list[object]) -> bool:
     """Append the caller's context to a stored call ``[args, kwargs]`` when a span is active;
     returns whether it did (the caller then stores the call's id beside it, `results.with_id`,
     so the process span's ``messaging.message.id`` is the id of the call's receipt)."""
@@ -112,7 +143,7 @@ def trace_stream(stream: Any) -> None:
     span is active is stored in an envelope (``{STREAM_FIELD: carrier, "event": event}``)."""
     encode = stream.encode
 
-    def traced_encode(event: Any) -> bytes:
+    def traced_encode(event: object) -> bytes:
         carrier = caller_context()
         data: bytes = encode(event if carrier is None else {STREAM_FIELD: carrier, "event": event})
         return data
@@ -120,7 +151,7 @@ def trace_stream(stream: Any) -> None:
     stream.encode = traced_encode
 
 
-def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
+def unwrap_event(payload: object) -> tuple[object, dict[str, str] | None]:
     """A stored stream event and its caller's context (None if it was published untraced).
     Every stream task unwraps, traced or not, so a traced publisher can feed any consumer."""
     if type(payload) is dict and len(payload) == 2 and STREAM_FIELD in payload:
@@ -130,7 +161,7 @@ def unwrap_event(payload: Any) -> tuple[Any, dict[str, str] | None]:
     return payload, None
 
 
-def call_context(payload: Any) -> dict[str, str] | None:
+def call_context(payload: object) -> dict[str, str] | None:
     """The caller's context a stored pool or bucket call carries (`results.call_meta`, which
     may hold the call id too: the propagator reads only its own fields). Read only: the
     producer hands one carrier to many calls."""
@@ -146,8 +177,8 @@ def processing(
     *,
     destination: str,
     batch: bool = False,
-    **attributes: Any,
-) -> AbstractContextManager[Any]:
+    **attributes: AttributeValue | None,
+) -> AbstractContextManager[Span | None]:
     """The span a stored call (or batch) runs in; a no-op context when tracing is off.
 
     ``contexts``: each processed call's stored context (None for untraced ones);
@@ -159,12 +190,12 @@ def processing(
     return _process_span(task, contexts, destination, batch, attributes)
 
 
-def links(contexts: Sequence[dict[str, str] | None]) -> tuple[list[Any], int]:
+def links(contexts: Sequence[dict[str, str] | None]) -> tuple[list[Link], int]:
     """Links to the valid stored contexts, at most `MAX_LINKS`; and how many were left
     out over the cap."""
     api = _otel()
     trace, propagator = api["trace"], api["propagator"]
-    out: list[Any] = []
+    out: list[Link] = []
     dropped = 0
     for carrier in contexts:
         if not carrier:
@@ -185,11 +216,11 @@ def _process_span(
     contexts: Sequence[dict[str, str] | None],
     destination: str,
     batch: bool,
-    extra: dict[str, Any],
-) -> Iterator[Any]:
+    extra: dict[str, AttributeValue | None],
+) -> Iterator[Span]:
     api = _otel()
     span_links, dropped = links(contexts)
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "messaging.system": "redis",
         "messaging.destination.name": destination,
         "messaging.operation.type": "process",
