@@ -6,7 +6,11 @@ bounded HSCAN), never a scan of all keys."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import redis
+from redis.cluster import RedisCluster
 
 from ..redis.client import redis_errors, server_time
 from ..structures.bucket import LeakyBucket
@@ -18,7 +22,52 @@ KEY_WINDOW = 1000
 SEARCH_SCANS = 10
 
 
-def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
+class KeyRow(TypedDict):
+    """One key of a bucket (`key_rows`)."""
+
+    key: str
+    #: Calls waiting, over the key's priority tiers.
+    depth: int
+    in_flight: int
+    #: Calls per second, and the burst: the key's own (``custom_rate``) or the bucket's.
+    rate: float
+    burst: float
+    custom_rate: bool
+    next_eligible: float | None
+    paused: bool
+    #: When the pause ends; None with ``paused``: until resumed.
+    paused_until: float | None
+
+
+class PausedRow(TypedDict):
+    key: str
+    #: When the pause ends; None: until resumed.
+    until: float | None
+
+
+class PausedView(TypedDict):
+    paused: list[PausedRow]
+    paused_count: int
+
+
+class DefaultLimits(TypedDict):
+    rate: float
+    burst: float
+    concurrency: int | None
+    cost_rate: float | None
+    cost_burst: float | None
+
+
+class OverridesView(TypedDict):
+    defaults: DefaultLimits
+    #: Each key's limits set apart from the bucket's, only those set: ``key`` and some of
+    #: ``rate``, ``burst``, ``cost_rate``, ``cost_burst``, ``concurrency``, ``weight``.
+    overrides: list[dict[str, str | float]]
+    #: Keys with an override, all of them (``overrides`` holds at most ``top``).
+    count: int
+
+
+def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[KeyRow]:
     """One plain bucket's (or shard's) deepest keys among the next `KEY_WINDOW` eligible, or
     those whose name contains ``query``: depth, in flight, rate, next eligible, pause."""
     with redis_errors(f"reading keys of {bucket.keys.base}"):
@@ -52,7 +101,7 @@ def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
         )
         # The zset holds when each pause ends, ended ones too: compare with the server's now.
         now = server_time(bucket.client) if any(pauses) else 0.0
-    rows: list[dict[str, Any]] = []
+    rows: list[KeyRow] = []
     for i, name in enumerate(names):
         if rates[i]:
             interval_ms, burst = (float(x) for x in rates[i].split())
@@ -84,21 +133,21 @@ def key_rows(bucket: LeakyBucket, top: int, query: str) -> list[dict[str, Any]]:
     return rows[:top]
 
 
-def paused(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
+def paused(bucket: LeakyBucket, top: int = 100) -> PausedView:
     """A bucket's paused keys, soonest to end first (at most ``top``; ``until`` None: until
     resumed), and how many are paused in all."""
-    rows = [
+    rows: list[PausedRow] = [
         {"key": key, "until": None if math.isinf(until) else until}
         for key, until in bucket.paused(top)
     ]
     return {"paused": rows, "paused_count": bucket.paused_count()}
 
 
-def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
+def overrides(bucket: LeakyBucket, top: int = 100) -> OverridesView:
     """A bucket's limits, and the keys whose rate, cost budget or concurrency was set apart from
     them (``set_rate``, ``set_cost_rate``, ``set_concurrency``): at most ``top`` keys, found by a
     bounded HSCAN of the per-key limits (one field per override: it reads overrides, not keys)."""
-    keys: dict[str, dict[str, Any]] = {}
+    keys: dict[str, dict[str, str | float]] = {}
     for part in bucket.shards or [bucket]:
         with redis_errors(f"reading rates of {part.keys.base}"):
             cursor = 0
@@ -120,7 +169,7 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
                 if not cursor:
                     break
     limits = bucket.limits
-    defaults = {
+    defaults: DefaultLimits = {
         "rate": round(1000.0 / bucket.default_interval_ms, 6),
         "burst": bucket.default_burst,
         "concurrency": limits.concurrency or None,
@@ -133,7 +182,10 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> dict[str, Any]:
     return {"defaults": defaults, "overrides": rows, "count": len(keys)}
 
 
-def _pipe(client: Any, calls: list[tuple[str, str, Any]]) -> list[Any]:
+def _pipe(
+    client: redis.Redis | RedisCluster, calls: Sequence[tuple[str, str, object]]
+) -> list[Any]:
+    """Each call's reply, in order (one round trip); a reply's type is its command's."""
     pipe = client.pipeline(transaction=False)
     for method, key, arg in calls:
         getattr(pipe, method)(key, arg)
@@ -153,7 +205,7 @@ def _search(bucket: LeakyBucket, query: str, limit: int) -> list[str]:
     return sorted(set(found))[:limit]
 
 
-def _pause_end(score: Any, now: float) -> float | None:
+def _pause_end(score: float | None, now: float) -> float | None:
     """When a key's pause (its score, ms) ends, in epoch seconds; None when the key is not
     paused or is paused until resumed (JSON has no infinity)."""
     if score is None or math.isinf(float(score)) or float(score) / 1000.0 <= now:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
 
 import click
 
@@ -168,7 +167,7 @@ def seek(ctx: click.Context, name: str, group: str, position: str) -> None:
     """Move a stream group's position: start, end, an entry id, an ISO time or epoch seconds."""
     ops, found = open_target(ctx, name, ("stream",))
     stream = found.structure
-    target: Any = position
+    target: str | float | datetime = position
     if position not in ("start", "end") and not re.match(r"^\d+-\d+$", position):
         try:
             target = float(position)

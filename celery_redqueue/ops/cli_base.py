@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import click
+from celery import Celery
 
 from ..errors import RedQueueError
 from .reading import WORK_KINDS, Operations, Target
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def app_of(ctx: click.Context) -> Any:
+def app_of(ctx: click.Context) -> Celery:
     """The Celery app given with ``-A`` (or ``CELERY_APP``). Without one Celery hands out its
     default app, whose settings name no Redis: say what is missing instead."""
     if ctx.find_root().params.get("app") is None:
@@ -33,17 +35,17 @@ def open_ops(ctx: click.Context) -> Operations:
     return Operations.from_app(app_of(ctx))
 
 
-def cli_errors(func: F) -> F:
+def cli_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Show redqueue errors as a one-line message and exit status 1, not a traceback."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except RedQueueError as exc:
             raise click.ClickException(str(exc)) from exc
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def open_target(

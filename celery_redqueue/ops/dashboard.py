@@ -18,19 +18,24 @@ import secrets
 from collections.abc import Callable, Iterable
 from importlib import resources
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
+from celery import Celery
 
 from ..errors import ConfigurationError, RedQueueError
 from .metrics import render
-from .reading import WORK_KINDS, Operations
+from .reading import WORK_KINDS, Operations, View
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
 
 logger = logging.getLogger(__name__)
 
-StartResponse = Callable[..., Any]
+#: PEP 3333's ``start_response(status, headers[, exc_info])``; it returns ``write(data)``.
+StartResponse = Callable[..., Callable[[bytes], object]]
 
 SECURITY_HEADERS = [
     (
@@ -61,7 +66,7 @@ def _asset(name: str) -> bytes:
     return resources.files("celery_redqueue.ops").joinpath("static").joinpath(name).read_bytes()
 
 
-def _host(environ: dict[str, Any]) -> str:
+def _host(environ: WSGIEnvironment) -> str:
     """The Host header's name, without the port ("[::1]:80" gives "[::1]")."""
     host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")).lower()
     return host.rsplit(":", 1)[0] if host.rsplit(":", 1)[-1].isdigit() else host
@@ -78,7 +83,7 @@ def _int(query: dict[str, list[str]], name: str, default: int, high: int) -> int
     return min(max(value, 0), high)
 
 
-def _number(body: dict[str, Any], name: str, what: str) -> float | None:
+def _number(body: dict[str, object], name: str, what: str) -> float | None:
     """An action's optional number (None when not given)."""
     value = body.get(name)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -114,7 +119,7 @@ class Dashboard:
         self.allowed_hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         self.csrf = secrets.token_urlsafe(32)
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or ""
         try:
@@ -159,7 +164,7 @@ class Dashboard:
         return [body]
 
     def _json(
-        self, start_response: StartResponse, data: Any, status: str = "200 OK"
+        self, start_response: StartResponse, data: object, status: str = "200 OK"
     ) -> list[bytes]:
         body = json.dumps(data, default=str).encode()
         return self._send(start_response, status, "application/json", body)
@@ -173,7 +178,7 @@ class Dashboard:
 
     # Reading
 
-    def _detail(self, query: dict[str, list[str]]) -> dict[str, Any]:
+    def _detail(self, query: dict[str, list[str]]) -> View:
         target = self.ops.find(query.get("id", [""])[0])
         detail = self.ops.view(target)
         if target.kind == "lease":
@@ -195,7 +200,7 @@ class Dashboard:
 
     # Acting
 
-    def _check(self, environ: dict[str, Any]) -> None:
+    def _check(self, environ: WSGIEnvironment) -> None:
         """Refuse an action unless it comes from this page, with the token (403 otherwise)."""
         if self.token is None:
             raise HTTPError("403 Forbidden", "read-only: start the dashboard with a token")
@@ -217,7 +222,7 @@ class Dashboard:
         if environ.get("CONTENT_TYPE", "").split(";")[0].strip() != "application/json":
             raise HTTPError("415 Unsupported Media Type", "actions take a JSON body")
 
-    def _action(self, environ: dict[str, Any]) -> dict[str, Any]:
+    def _action(self, environ: WSGIEnvironment) -> dict[str, object]:
         self._check(environ)
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -267,20 +272,20 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         logger.debug("redqueue dashboard: " + format, *args)
 
 
-def make_dashboard_server(app: Dashboard, host: str = "127.0.0.1", port: int = 5566) -> Any:
+def make_dashboard_server(app: Dashboard, host: str = "127.0.0.1", port: int = 5566) -> WSGIServer:
     """A threaded HTTP server for the dashboard (``serve_forever()`` it; port 0 picks one)."""
     return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
 
 
-WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+WSGIApp = Callable[["WSGIEnvironment", StartResponse], Iterable[bytes]]
 
 
 def dashboard_app(
-    celery_app: Any,
+    celery_app: Celery,
     token: str | None = None,
     refresh: float = 2.0,
     allowed_hosts: Iterable[str] | None = None,
@@ -298,7 +303,7 @@ def mount(app: WSGIApp, path: str, dashboard: WSGIApp) -> WSGIApp:
     """Route requests under ``path`` to ``dashboard`` and all others to ``app``."""
     path = "/" + path.strip("/")
 
-    def dispatch(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         info = environ.get("PATH_INFO", "")
         if info == path or info.startswith(path + "/"):
             environ = dict(

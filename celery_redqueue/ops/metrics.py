@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Final
 
 import redis
 
 from ..errors import ConfigurationError, RedQueueError
 from .reading import SHED_REASONS, Operations
 
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
 #: Per bucket, how many of the busiest keys get per-key series.
 TOP_KEYS = 10
 
 
-def _prometheus() -> Any:
+def _prometheus() -> ModuleType:
     try:
         import prometheus_client
         import prometheus_client.core
@@ -83,7 +87,15 @@ FAMILIES = {
     ),
 }  # fmt: skip
 #: The families that export the figure of their name.
-FIGURES = ("depth", "in_flight", "delayed", "dead", "oldest_age", "drain_eta", "workers_needed")
+FIGURES: Final = (
+    "depth",
+    "in_flight",
+    "delayed",
+    "dead",
+    "oldest_age",
+    "drain_eta",
+    "workers_needed",
+)
 
 
 class RedQueueCollector:
@@ -94,7 +106,7 @@ class RedQueueCollector:
         self.ops = ops
         self.top_keys = top_keys
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         core = _prometheus().core
         types = {"gauge": core.GaugeMetricFamily, "counter": core.CounterMetricFamily}
         f = {
@@ -119,9 +131,9 @@ class RedQueueCollector:
             if "figures" not in view:
                 continue
             figures, counters = view["figures"], view["counters"]
-            for name in FIGURES:
-                if figures[name] is not None:
-                    f[name].add_metric(ids, figures[name])
+            for figure in FIGURES:
+                if figures[figure] is not None:
+                    f[figure].add_metric(ids, figures[figure])
             f["offered"].add_metric(ids, figures["offered"])
             f["processed"].add_metric(ids, figures["processed"])
             for reason in SHED_REASONS.get(target.kind, ()):

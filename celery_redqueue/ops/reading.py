@@ -14,9 +14,11 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import redis
+from celery import Celery, Task
+from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError, RedQueueError
 from ..redis.client import redis_errors, server_time
@@ -57,6 +59,10 @@ KINDS = (*WORK_KINDS, "lease", "unique")
 UNIQUE_WINDOW = 100
 
 
+#: What a registered structure opens as: one class per kind.
+Opened = CappedPool | LeakyBucket | EventStream | LeasedResources | UniqueLocks
+
+
 @dataclass(frozen=True)
 class Target:
     """One registered structure, opened."""
@@ -65,6 +71,9 @@ class Target:
     id: str
     kind: str
     name: str
+    #: A CappedPool, LeakyBucket, EventStream, LeasedResources or UniqueLocks by ``kind``.
+    #: Left untyped: callers choose its methods by ``kind``, which mypy cannot follow (the
+    #: union of the five classes would need an isinstance check at each use).
     structure: Any
     #: Why the structure could not be opened from its recorded settings (then it is None).
     problem: str | None = None
@@ -80,7 +89,158 @@ def payload_text(payload: object) -> str:
         return repr(payload)
 
 
-def letter_view(letter: DeadLetter) -> dict[str, Any]:
+class LetterView(TypedDict):
+    """One dead letter as the dashboard shows it (`letter_view`)."""
+
+    payload: str
+    receives: int
+    error: str
+    at: float
+    count: int
+    key: str | None
+    #: The stored entry, base64: what `requeue` and `purge` take back.
+    ref: str
+
+
+class DeadPage(TypedDict):
+    total: int
+    start: int
+    letters: list[LetterView]
+
+
+class FigureValues(TypedDict):
+    """`Figures.as_dict()` by name, the seconds rounded to the millisecond."""
+
+    depth: int
+    in_flight: int
+    dead: int
+    delayed: int
+    offered: int
+    processed: int
+    shed: int
+    rate_in: float
+    rate_out: float
+    oldest_age: float | None
+    drain_eta: float | None
+    seconds_per_item: float | None
+    workers_needed: float | None
+    warnings: tuple[str, ...]
+
+
+class HistoryView(TypedDict):
+    """`History.as_dict()` by name."""
+
+    second_starts: list[int]
+    seconds_in: list[float]
+    seconds_out: list[float]
+    minute_starts: list[int]
+    minutes_in: list[float]
+    minutes_out: list[float]
+    minutes_depth: list[float | None]
+
+
+class GroupView(TypedDict):
+    """`GroupFigures.as_dict()` by name: one stream group's figures."""
+
+    group: str
+    exists: bool
+    lag: int
+    pending: int
+    oldest_pending_age: float | None
+    rate_in: float
+    rate_out: float
+    seconds_per_event: float | None
+    delivered: int
+    redelivered: int
+    processed: int
+    retried: int
+    dead: int
+    missed: int
+    lost: int
+    guard_skipped: int
+
+
+class HeldView(TypedDict):
+    """One held key of a unique-lock table (`Operations.unique_keys`)."""
+
+    key: str
+    task_id: str
+    who: str
+    phase: str
+    since: float
+    until: float
+    expires_in: float
+    state: str
+    fence: int
+
+
+class DebouncedView(TypedDict):
+    """One dedupe id holding a debounced call (`Operations.debounced_keys`)."""
+
+    key: str
+    since: float | None
+    due: float
+    due_in: float
+    calls: int
+
+
+class ResourceView(TypedDict, total=False):
+    """One resource of a LeasedResources (`Operations.resources`): a held one has the
+    ``expires_*`` fields, a free one ``free_since``."""
+
+    resource: str
+    state: str
+    expires_at: float
+    expires_in: float
+    free_since: float | None
+    acquisitions: int
+
+
+class _ViewBase(TypedDict):
+    id: str
+    kind: str
+    name: str
+
+
+class View(_ViewBase, total=False):
+    """One structure's view (`Operations.view`): ``error`` when it could not be read, else
+    ``leases`` (a LeasedResources), ``unique`` and ``held`` (a unique-lock table) or the
+    figures (a pool, bucket or stream; a stream's groups too). The dashboard's detail adds the
+    rest."""
+
+    error: str | None
+    leases: dict[str, int]
+    unique: dict[str, int]
+    held: list[HeldView]
+    groups: list[GroupView]
+    figures: FigureValues
+    counters: dict[str, int]
+    history: HistoryView | None
+    settings: dict[str, object]
+    # The dashboard's detail (`Dashboard._detail`):
+    resources: list[ResourceView]
+    dead_letters: DeadPage
+    can_drain: bool
+    debounced: list[DebouncedView]
+    keys: list[bucket_views.KeyRow]
+    noisy: Noisy
+
+
+class Overview(TypedDict):
+    prefix: str
+    time: float
+    structures: list[View]
+    warnings: list[str]
+
+
+class Noisy(bucket_views.PausedView):
+    """A bucket's noisy-neighbour figures (`Operations.noisy`): `KeyLoad` rows by name."""
+
+    busiest: list[dict[str, object]]
+    longest_waiting: list[dict[str, object]]
+
+
+def letter_view(letter: DeadLetter) -> LetterView:
     return {
         "payload": payload_text(letter.payload),
         "receives": letter.receives,
@@ -104,10 +264,10 @@ class Operations:
 
     def __init__(
         self,
-        client: Any,
+        client: redis.Redis | RedisCluster,
         prefix: str,
         serializer: str | Serializer | None = None,
-        celery_app: Any = None,
+        celery_app: Celery | None = None,
     ) -> None:
         self.client = client
         self.prefix = prefix
@@ -118,7 +278,7 @@ class Operations:
         self._modules_imported = False
 
     @classmethod
-    def from_app(cls, app: Any) -> Operations:
+    def from_app(cls, app: Celery) -> Operations:
         """Operations over the structures of a Celery app's ``redqueue_*`` settings."""
         config = get_config(app)
         return cls(config.client(), config.key_prefix, config.serializer, app)
@@ -130,7 +290,7 @@ class Operations:
         if fresh or time.monotonic() - self._read_at > REGISTRY_TTL:
             found = []
             for kind, name, settings in registered(self.client, self.prefix):
-                structure: Any
+                structure: Opened | None
                 if kind == LeasedResources.kind:
                     # It is listed already: reading must not write.
                     structure = LeasedResources(
@@ -178,10 +338,10 @@ class Operations:
 
     # Reading
 
-    def view(self, target: Target, history: bool = True) -> dict[str, Any]:
+    def view(self, target: Target, history: bool = True) -> View:
         """One structure's live figures (one round trip), as plain JSON-able data; with
         ``history``, the last minute and hour too (read in the same call)."""
-        base: dict[str, Any] = {"id": target.id, "kind": target.kind, "name": target.name}
+        base: View = {"id": target.id, "kind": target.kind, "name": target.name}
         if target.structure is None:
             base["error"] = target.problem
             return base
@@ -195,7 +355,8 @@ class Operations:
                 return base
             if target.kind == EventStream.kind:
                 groups = self.groups(target)
-                base["groups"] = [group.as_dict() for group in groups]
+                # as_dict() is the record's fields by name: the TypedDicts name them.
+                base["groups"] = [cast(GroupView, group.as_dict()) for group in groups]
                 figures = target.structure.figures(groups)
             else:
                 figures = target.structure.figures()
@@ -207,14 +368,18 @@ class Operations:
         for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
             values[name] = None if values[name] is None else round(values[name], 3)
         base.update(
-            figures=values,
-            counters=dict(figures.counters),
-            history=figures.history.as_dict() if history and figures.history else None,
-            settings=target.structure.settings(),
+            {
+                "figures": cast(FigureValues, values),
+                "counters": dict(figures.counters),
+                "history": cast(HistoryView, figures.history.as_dict())
+                if history and figures.history
+                else None,
+                "settings": target.structure.settings(),
+            }
         )
         return base
 
-    def overview(self, history: bool = False) -> dict[str, Any]:
+    def overview(self, history: bool = False) -> Overview:
         """Every structure's view (``history`` adds each one's), and the server's warnings."""
         views = [self.view(target, history) for target in self.targets()]
         try:
@@ -239,7 +404,7 @@ class Operations:
         found.sort(key=lambda f: (-f.lag, -f.pending, f.group))
         return found[:GROUP_WINDOW]
 
-    def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> dict[str, Any]:
+    def dead_letters(self, target: Target, start: int = 0, count: int = 50) -> DeadPage:
         """A page of dead letters from the oldest, with the list's length."""
         structure = target.structure
         with redis_errors("reading dead letters"):
@@ -252,7 +417,7 @@ class Operations:
                 total, raw = pipe.execute()
         return {"total": int(total), "start": start, "letters": [self._letter(e) for e in raw]}
 
-    def _letter(self, raw: bytes) -> dict[str, Any]:
+    def _letter(self, raw: bytes) -> LetterView:
         try:
             return letter_view(parse_dead_letter(raw, self.serializer))
         except (ValueError, TypeError, AttributeError):
@@ -260,7 +425,7 @@ class Operations:
             letter = DeadLetter(raw, 0, "unreadable dead-letter entry", 0.0, raw=raw)
             return letter_view(letter)
 
-    def keys(self, target: Target, top: int = 20, query: str = "") -> list[dict[str, Any]]:
+    def keys(self, target: Target, top: int = 20, query: str = "") -> list[bucket_views.KeyRow]:
         """A bucket's busiest keys (deepest among the next `bucket_views.KEY_WINDOW`
         eligible), or the keys whose name contains ``query`` (found by a bounded HSCAN), with
         their pause. A sharded bucket's rows are those of every shard, merged."""
@@ -270,17 +435,17 @@ class Operations:
         rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
         return rows[:top]
 
-    def paused(self, target: Target, top: int = 100) -> dict[str, Any]:
+    def paused(self, target: Target, top: int = 100) -> bucket_views.PausedView:
         """A bucket's paused keys, soonest to end first (at most ``top``; ``until`` None: until
         resumed), and how many are paused in all."""
         return bucket_views.paused(self._bucket(target), top)
 
-    def overrides(self, target: Target, top: int = 100) -> dict[str, Any]:
+    def overrides(self, target: Target, top: int = 100) -> bucket_views.OverridesView:
         """A bucket's limits, and the keys whose rate or cost budget was set apart from them
         (``set_rate``, ``set_cost_rate``), at most ``top`` (a bounded scan of the overrides)."""
         return bucket_views.overrides(self._bucket(target), top)
 
-    def resources(self, target: Target) -> list[dict[str, Any]]:
+    def resources(self, target: Target) -> list[ResourceView]:
         """A LeasedResources' resources: held ones by expiry, then free ones by when freed."""
         pool = target.structure
         if not isinstance(pool, LeasedResources):
@@ -293,7 +458,7 @@ class Operations:
             now = server_time(self.client)  # apart: a cluster pipeline refuses TIME
             names = [name for name, _ in leased] + [name for name, _ in free]
             uses = self.client.hmget(pool.keys("uses"), names) if names else []
-        rows: list[dict[str, Any]] = [
+        rows: list[ResourceView] = [
             {
                 "resource": name.decode(),
                 "state": "held" if score / 1000.0 > now else "expired",
@@ -310,7 +475,7 @@ class Operations:
             row["acquisitions"] = int(count or 0)
         return rows
 
-    def unique_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[dict[str, Any]]:
+    def unique_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[HeldView]:
         """A unique-lock table's held keys, the soonest to run out first (at most ``top``): who
         holds each (task id, ``host:pid``, queued or running), since when and until when; a
         key whose lease ran out (its holder died) shows ``state`` ``expired`` until the next
@@ -335,7 +500,7 @@ class Operations:
             for h in held
         ]
 
-    def debounced_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[dict[str, Any]]:
+    def debounced_keys(self, target: Target, top: int = UNIQUE_WINDOW) -> list[DebouncedView]:
         """A debouncing pool's or bucket's dedupe ids holding a call, the soonest due first (at
         most ``top``; read-only, bounded: see `debounce.debounced`): since when (its first
         call), due when, and how many calls it merges so far."""
@@ -377,7 +542,7 @@ class Operations:
         """Delete dead letters (counted as purged): the ``refs`` given, or the oldest ``limit``."""
         return f"purged {int(target.structure.purge_dead(self._letters(refs), limit=limit))}"
 
-    def drain_tasks(self, target: Target, groups: Sequence[str] | None = None) -> list[Any]:
+    def drain_tasks(self, target: Target, groups: Sequence[str] | None = None) -> list[Task]:
         """The app's tasks that drain ``target``: the task of a pool's or bucket's name, a
         stream's task per group (only those of ``groups`` if given); empty without an app."""
         app = self.celery_app
@@ -392,7 +557,7 @@ class Operations:
         task = app.tasks.get(target.name)
         return [] if task is None else [task]
 
-    def drain_task(self, target: Target) -> Any:
+    def drain_task(self, target: Target) -> Task | None:
         """The app's (first) task that drains ``target``, or None."""
         return next(iter(self.drain_tasks(target)), None)
 
@@ -406,7 +571,10 @@ class Operations:
             if hasattr(task, "send_drain"):
                 task.send_drain()
             else:
-                self.celery_app.send_task(task.name, (), {}, headers={DRAIN_HEADER: 1})
+                # drain_tasks() finds tasks only with an app.
+                cast(Celery, self.celery_app).send_task(
+                    task.name, (), {}, headers={DRAIN_HEADER: 1}
+                )
         if target.kind == EventStream.kind:
             return f"drain jobs sent ({', '.join(t.group for t in tasks)})"
         return "drain job sent"
@@ -439,7 +607,7 @@ class Operations:
             return f"{key!r} was not paused"
         return f"{key!r} resumed; {self.send_drain(target)}"
 
-    def noisy(self, target: Target, top: int = 10) -> dict[str, Any]:
+    def noisy(self, target: Target, top: int = 10) -> Noisy:
         """A bucket's noisy-neighbour figures: the busiest keys (share of the last minute's
         releases), the longest-waiting keys (age of their oldest call), the paused keys; each
         a bounded top-N read."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
-from .reading import Operations
+from .reading import Operations, Overview
 
 #: Move the cursor home and clear what follows: the frame is redrawn over the last one.
 HOME, CLEAR_BELOW = "\x1b[H", "\x1b[J"
@@ -29,7 +29,7 @@ def _spark(values: list[float], width: int = 20) -> str:
     return "".join(bars[round(v / top * (len(bars) - 1))] for v in tail)
 
 
-def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
+def frame(overview: Overview, width: int = 120) -> list[str]:
     """The lines of one frame (pure: the figures in, text out)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(overview["time"]))
     lines = [f"redqueue top - {stamp} - prefix {overview['prefix']} - Ctrl-C to leave", ""]
@@ -62,7 +62,8 @@ def frame(overview: dict[str, Any], width: int = 120) -> list[str]:
             )
         else:
             f = view["figures"]
-            spark = _spark(view["history"]["seconds_in"]) if view.get("history") else ""
+            history = view.get("history")
+            spark = _spark(history["seconds_in"]) if history else ""
             # shed: a pool's rejected + evicted + lost, a bucket's rejected + evicted
             # + duplicates, a stream's trimmed); `stats NAME` has the split.
             lines.append(
