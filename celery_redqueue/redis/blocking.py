@@ -19,12 +19,13 @@ import logging
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any
 
 import redis
+import redis.connection
 
 from ..privates import socket_identity
 from .call import is_cluster, slot_master
+from .client import Client
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ BACKSTOP = 0.5
 MIN_BLOCK = 0.001
 
 
-def block_limit(client: Any) -> float | None:
+def block_limit(client: Client) -> float | None:
     """Longest block in seconds a command on ``client`` may ask for (None: no socket timeout)."""
     if is_cluster(client):
         kwargs = client.nodes_manager.connection_kwargs
@@ -52,7 +53,7 @@ def block_limit(client: Any) -> float | None:
     return max(float(timeout) - SOCKET_MARGIN, float(timeout) / 2)
 
 
-def block_pop(client: Any, keys: Sequence[str], timeout: float) -> str | None:
+def block_pop(client: Client, keys: Sequence[str], timeout: float) -> str | None:
     """BLPOP ``keys`` (all of one slot on a cluster) for up to ``timeout`` seconds, once.
 
     Returns the key an element was popped from, or None when the wait ended empty, was too
@@ -98,7 +99,14 @@ def block_pop(client: Any, keys: Sequence[str], timeout: float) -> str | None:
     return key.decode() if isinstance(key, bytes) else str(key)
 
 
-def _exchange(pool: Any, conn: Any, keys: Sequence[str], timeout: float, backstop: float) -> Any:
+def _exchange(
+    pool: redis.connection.ConnectionPool,
+    conn: redis.connection.Connection,
+    keys: Sequence[str],
+    timeout: float,
+    backstop: float,
+) -> list[bytes | str] | None:
+    """BLPOP's reply: ``[key, element]``, or None when the wait ended empty."""
     client_id = _client_id(conn)
     started = time.monotonic()
     conn.send_command("BLPOP", *keys, f"{backstop:.3f}")
@@ -113,15 +121,19 @@ def _exchange(pool: Any, conn: Any, keys: Sequence[str], timeout: float, backsto
             raise
         finally:
             pool.release(other)
-    return conn.read_response()
+    # redis-py leaves read_response unannotated; BLPOP replies a [key, element] pair or nil.
+    reply: list[bytes | str] | None = conn.read_response()
+    return reply
 
 
 #: Per connection: the socket it had and the server's id for it (``CLIENT ID``), which
 #: ``CLIENT UNBLOCK`` takes. A reconnect gives a new socket, so a new id is asked for.
-_ids: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+_ids: weakref.WeakKeyDictionary[redis.connection.Connection, tuple[int, int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _client_id(conn: Any) -> int:
+def _client_id(conn: redis.connection.Connection) -> int:
     known = _ids.get(conn)
     sock = socket_identity(conn)
     if known is not None and sock is not None and known[0] == sock:

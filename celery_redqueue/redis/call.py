@@ -26,11 +26,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.cluster
+import redis.connection
 
 from ..errors import ReplyLostError
-from .client import translate_error
+from .client import Client, translate_error
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from .lua import KeyOrArg, LuaScript
 
 #: Sends of one call: redirections, NOSCRIPT, waits of a changing cluster, and re-sends of a
@@ -43,12 +47,13 @@ CLUSTER_WAIT = 0.1
 
 # Here, not in blocking.py: every script call asks, and a reader of the call path stays in one
 # module.
-def is_cluster(client: Any) -> bool:
+# TypeIs: of the `Client`s the package builds only a RedisCluster has get_node_from_key.
+def is_cluster(client: object) -> TypeIs[redis.cluster.RedisCluster]:
     """True for a Redis Cluster client (keys of several slots cannot share one command)."""
     return hasattr(client, "get_node_from_key")
 
 
-def slot_master(client: Any, key: Any) -> Any:
+def slot_master(client: redis.cluster.RedisCluster, key: KeyOrArg) -> redis.Redis | None:
     """The client of the cluster master serving ``key``'s slot, or None when none does."""
     node = client.get_node_from_key(key)
     return None if node is None else node.redis_connection
@@ -67,6 +72,10 @@ class _Again(Exception):
     on a connection that broke)."""
 
 
+# The reply's type is the script's (its header's ``Reply:`` line), known to the caller, not
+# here; redis-py's read_response is unannotated for the same reason. The client is not typed
+# `Client` yet: the MOVED and ASK branches read ``nodes_manager``, which a plain redis.Redis
+# lacks, and a plain client sent to a cluster node gets those replies too (AttributeError).
 def run_script(
     client: Any, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
 ) -> Any:
@@ -78,6 +87,7 @@ def run_script(
     script. Every redis-py error comes back translated (`client.translate_error()`).
     """
     action = f"running {script.name}"
+    # Holds the ASK target's ClusterNode, then that node's client (unannotated in redis-py).
     asking: Any = None
     for _ in range(MAX_SENDS):
         try:
@@ -126,6 +136,7 @@ def _lost_error(script: LuaScript, cause: Exception) -> ReplyLostError:
     )
 
 
+# The manager's methods differ across the supported redis-py versions, hence no one type.
 def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
     """Point the slot at its new master in the cluster client's table (redis-py 7.4+ patches
     it at once with ``move_slot``; earlier versions on the next lookup)."""
@@ -138,7 +149,8 @@ def _follow_moved(manager: Any, exc: redis.exceptions.MovedError) -> None:
         manager.get_node_from_slot(exc.slot_id)
 
 
-def _node_for(client: Any, keys: Sequence[KeyOrArg]) -> Any:
+# Returns a redis.Redis; typed loosely as redis-py leaves a ClusterNode's client unannotated.
+def _node_for(client: Client, keys: Sequence[KeyOrArg]) -> Any:
     """The client to send to: ``client`` itself, or the master serving the keys' slot."""
     if not is_cluster(client):
         return client
@@ -151,7 +163,11 @@ def _node_for(client: Any, keys: Sequence[KeyOrArg]) -> Any:
 
 
 def _send_once(
-    target: Any, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg], ask: bool
+    target: redis.Redis,
+    script: LuaScript,
+    keys: Sequence[KeyOrArg],
+    args: Sequence[KeyOrArg],
+    ask: bool,
 ) -> Any:
     """Send one EVALSHA on a connection of ``target`` and read its reply; raises _Lost when the
     reply did not come, _Again when nothing ran and the caller should send again."""
@@ -170,7 +186,7 @@ def _send_once(
         pool.release(conn)
 
 
-def _ready(conn: Any) -> None:
+def _ready(conn: redis.connection.ConnectionInterface) -> None:
     """Make a single-connection client's connection ready for a command, as redis-py's pool
     does for the connections it lends: one the server closed while idle (readable: EOF, or
     stray bytes) is reconnected first, or its send would look like a lost reply."""
@@ -184,7 +200,11 @@ def _ready(conn: Any) -> None:
 
 
 def _exchange(
-    conn: Any, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg], ask: bool
+    conn: redis.connection.ConnectionInterface,
+    script: LuaScript,
+    keys: Sequence[KeyOrArg],
+    args: Sequence[KeyOrArg],
+    ask: bool,
 ) -> Any:
     try:
         if ask:

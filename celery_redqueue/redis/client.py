@@ -8,7 +8,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TypeAlias
 
 import redis
 import redis.cluster
@@ -23,7 +23,11 @@ from ..errors import (
 )
 from .sentinel import is_sentinel_url, sentinel_client
 
-_clients: dict[tuple[int, str, tuple[tuple[str, Any], ...]], Any] = {}
+#: A client the package talks to Redis through: a plain or Sentinel master client
+#: (``redis.Redis``), or a cluster's (``RedisCluster``, see `call.is_cluster()`).
+Client: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+
+_clients: dict[tuple[int, str, tuple[tuple[str, object], ...]], Client] = {}
 _lock = threading.Lock()
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -33,10 +37,10 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 #: stalled Redis that accepts connections but never answers blocks a call forever. Every script
 #: is bounded and answers in milliseconds, so 5 s only ever trips on a sick server. Blocking
 #: commands (a lease's BLPOP) block for less than this.
-DEFAULT_TIMEOUTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+DEFAULT_TIMEOUTS: dict[str, float] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
-def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
+def make_client(url: str, options: Mapping[str, object] | None = None) -> Client:
     """Build a new client for ``url``; ``redis+cluster://`` URLs give a RedisCluster,
     ``sentinel://`` URLs a client of the master (see `sentinel`).
 
@@ -57,7 +61,7 @@ def make_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
         raise ConfigurationError(f"redqueue_url {url!r} is not usable: {exc}") from exc
 
 
-def get_client(url: str, options: Mapping[str, Any] | None = None) -> Any:
+def get_client(url: str, options: Mapping[str, object] | None = None) -> Client:
     """Return this process's client for ``url``, creating it once.
 
     The cache is keyed by process id too: a prefork child must not share the parent's sockets.
@@ -126,7 +130,7 @@ def redis_errors(action: str) -> Iterator[None]:
         raise translate_error(exc, action) from exc
 
 
-def server_time(client: Any) -> float:
+def server_time(client: Client) -> float:
     """The Redis server's clock, seconds since the epoch (a cluster client: its first node's)."""
     clock = client.time()
     sec, usec = next(iter(clock.values())) if isinstance(clock, dict) else clock

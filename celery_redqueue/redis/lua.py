@@ -38,11 +38,16 @@ import hashlib
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .call import run_script
 
+if TYPE_CHECKING:
+    from .client import Client
+
 KeyOrArg = str | bytes | int | float
+
+_T = TypeVar("_T")
 
 #: The first field of a reply of a script that takes work out (pool_pop, bucket_dequeue,
 #: stream_read): nothing to hand out, the drain lease released in the same step (so nothing
@@ -82,7 +87,8 @@ class LuaScript:
                 self.parts = tuple(line[len(PARTS) :].split())
                 break
 
-    def __call__(self, client: Any, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
+    # The reply's type is the script's own (its ``Reply:`` line): the caller unpacks it.
+    def __call__(self, client: Client, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
         return run_script(client, self, keys, args)
 
 
@@ -171,7 +177,7 @@ def script(name: str) -> LuaScript:
     return LuaScript(name, "\n".join(_sent(lines)) + "\n", headers="\n".join(lines))
 
 
-def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]]) -> list[Any]:
+def read_atomic(client: Client, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]]) -> list[Any]:
     """Run read-only commands ``(name, key, extra args)`` in one atomic step; one reply each.
 
     A consistent snapshot like MULTI/EXEC, but Redis serves it at maxmemory too (it refuses every
@@ -188,6 +194,6 @@ def read_atomic(client: Any, reads: Sequence[tuple[str, str, Sequence[KeyOrArg]]
     return list(script("read_atomic")(client, keys, args))
 
 
-def pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+def pairs(flat: Sequence[_T]) -> dict[_T, _T]:
     """A flat ``[field, value, ...]`` reply as a dict."""
     return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}

@@ -6,7 +6,7 @@ opens a connection, so after a failover it finds the new master by itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import unquote, urlsplit
 
 import redis.sentinel
@@ -19,19 +19,27 @@ TRANSPORT_OPTIONS = ("master_name", "min_other_sentinels", "sentinel_kwargs")
 DEFAULT_PORT = 26379
 
 
+class MasterOptions(TypedDict, total=False):
+    """The master's connection options a ``sentinel://`` URL carries (its first part)."""
+
+    db: int
+    username: str
+    password: str
+
+
 def is_sentinel_url(url: object) -> bool:
     """True for a ``sentinel://`` URL (one or more sentinels separated by ``;``)."""
     return isinstance(url, str) and url.startswith(SENTINEL_SCHEME)
 
 
-def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], MasterOptions]:
     """Split a ``sentinel://`` URL into its sentinels and the master's connection options.
 
     Returns ``([(host, port), ...], {"db": ..., "username": ..., "password": ...})``; the
     master's options come from the first part, as in kombu.
     """
     sentinels: list[tuple[str, int]] = []
-    master: dict[str, Any] = {}
+    master: MasterOptions = {}
     for number, part in enumerate(p for p in url.split(";") if p.strip()):
         part = part.strip()
         if not part.startswith(SENTINEL_SCHEME):
@@ -60,7 +68,7 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]
     return sentinels, master
 
 
-def sentinel_options(url: str, transport_options: object) -> dict[str, Any]:
+def sentinel_options(url: str, transport_options: object) -> dict[str, object]:
     """Check ``redqueue_transport_options`` for ``url``; returns the options the client needs.
 
     The result is hashable once its items are sorted (``sentinel_kwargs`` becomes a tuple of
@@ -93,7 +101,7 @@ def sentinel_options(url: str, transport_options: object) -> dict[str, Any]:
             "a sentinel:// redqueue_url needs redqueue_transport_options = "
             "{'master_name': '<the name sentinels monitor>'}"
         )
-    checked: dict[str, Any] = {"master_name": name}
+    checked: dict[str, object] = {"master_name": name}
     others = options.get("min_other_sentinels", 0)
     if isinstance(others, bool) or not isinstance(others, int) or others < 0:
         raise ConfigurationError(f"min_other_sentinels must be an int >= 0, got {others!r}")
@@ -107,7 +115,9 @@ def sentinel_options(url: str, transport_options: object) -> dict[str, Any]:
     return checked
 
 
-def sentinel_client(url: str, options: Mapping[str, Any]) -> Any:
+# The options' values are typed as redis-py types its ``**connection_kwargs``: they are whatever
+# redis-py takes, besides the ones `sentinel_options()` checked, which are read back here.
+def sentinel_client(url: str, options: Mapping[str, Any]) -> redis.Redis:
     """A client of the current master of ``options["master_name"]``, found through the
     sentinels of ``url``; the other ``options`` are redis-py connection options."""
     opts = dict(options)
@@ -124,4 +134,6 @@ def sentinel_client(url: str, options: Mapping[str, Any]) -> Any:
         sentinel_kwargs=sentinel_kwargs or None,
         **opts,
     )
-    return manager.master_for(name, **master, **opts)
+    # redis-py leaves master_for unannotated; it returns an instance of its redis_class.
+    client: redis.Redis = manager.master_for(name, **master, **opts)
+    return client

@@ -35,9 +35,11 @@ class Serializer(Protocol):
     as ``redset`` did, so a ``redset`` serializer works unchanged. Subclassing is optional.
     """
 
-    def dumps(self, obj: Any) -> bytes | str: ...
+    def dumps(self, obj: object) -> bytes | str: ...
 
-    def loads(self, data: Any) -> Any: ...
+    # Untyped on purpose: an implementation may take only the form its structure stores (the
+    # sets' StrSerializer takes str), so no one parameter type fits every serializer.
+    def loads(self, data: Any) -> object: ...
 
 
 class JSONSerializer:
@@ -82,7 +84,7 @@ class JSONSerializer:
     #: The stdlib's scanner, built once: what ``json.loads`` runs without kombu's hook.
     _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes | str) -> object:
         # kombu's hook only turns {"__type__": ..., "__value__": ...} back into typed values
         # and costs more than the parse itself (a drain decodes every call), so bytes that
         # cannot hold that key, even escaped, skip it.
@@ -128,7 +130,7 @@ class KombuSerializer:
             ) from exc
         return data if isinstance(data, bytes) else data.encode()
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes | str) -> object:
         try:
             return registry.loads(
                 data, self.content_type, self.content_encoding, accept={self.content_type}

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import redis
 
-from .client import redis_errors
+from .client import Client, redis_errors
 
 #: Seconds a client's server warnings are reused before CONFIG/INFO are read again.
 WARNINGS_TTL = 60.0
@@ -23,7 +22,7 @@ _warnings: dict[str, tuple[float, tuple[str, ...]]] = {}
 _REFUSED = (redis.exceptions.ResponseError, redis.exceptions.NoPermissionError)
 
 
-def server_warnings(client: Any, *, refresh: bool = False) -> tuple[str, ...]:
+def server_warnings(client: Client, *, refresh: bool = False) -> tuple[str, ...]:
     """Plain-text warnings about how the server keeps (or may lose) stored calls; empty when
     all is well or the server refuses to say. Raises RedisUnavailableError when Redis cannot
     be reached (the caller reports it as unreachable)."""
@@ -39,7 +38,7 @@ def server_warnings(client: Any, *, refresh: bool = False) -> tuple[str, ...]:
     return found
 
 
-def _read_warnings(client: Any) -> list[str]:
+def _read_warnings(client: Client) -> list[str]:
     found: list[str] = []
     policy = _config(client, "maxmemory-policy")
     if policy is not None and policy != "noeviction":
@@ -64,7 +63,7 @@ def _read_warnings(client: Any) -> list[str]:
     return found
 
 
-def _config(client: Any, name: str) -> str | None:
+def _config(client: Client, name: str) -> str | None:
     """One ``CONFIG GET`` value, or None when the server refuses the command."""
     try:
         reply = client.config_get(name)
@@ -74,7 +73,8 @@ def _config(client: Any, name: str) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _info(client: Any) -> dict[str, Any]:
+def _info(client: Client) -> dict[str, str | int | float]:
+    """One INFO section's fields, as redis-py parses them (numbers as int or float)."""
     try:
         return dict(client.info("persistence"))
     except _REFUSED:
