@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from celery.exceptions import Ignore, Reject
 
@@ -19,6 +19,7 @@ from ..errors import RedisFullError, RedisUnavailableError, RedQueueError
 from ..privates import exec_options
 
 if TYPE_CHECKING:
+    from ..structures.receipts import Receipt
     from .producing import ProducerTask
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ MAX_STORE_BACKOFF = 60.0
 MESSAGE_DEDUPE_PREFIX = "message:"
 
 
-def receipt_dict(receipt: Any) -> dict[str, Any]:
+def receipt_dict(receipt: Receipt) -> dict[str, object]:
     """A receipt as JSON-friendly fields (the by-name message's own result)."""
     return {
         f.name: getattr(receipt, f.name)
@@ -43,11 +44,13 @@ def receipt_dict(receipt: Any) -> dict[str, Any]:
     }
 
 
-def store_by_name(task: ProducerTask, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def store_by_name(
+    task: ProducerTask, args: tuple[object, ...], kwargs: dict[str, object]
+) -> dict[str, object]:
     """Store the call a message carries; what the message's task returns (see module)."""
     request = task.request
     call_id = request.id
-    options: dict[str, Any] = {}
+    options: dict[str, object] = {}
     if request.eta:  # the worker held the message until then; a skewed clock still waits
         options["eta"] = request.eta
     if getattr(request, DEDUPE_HEADER, None) is not None:
@@ -79,7 +82,9 @@ def store_by_name(task: ProducerTask, args: tuple[Any, ...], kwargs: dict[str, A
     return receipt_dict(receipt)
 
 
-def _bury_message(task: ProducerTask, args: Any, kwargs: Any, exc: BaseException) -> Any:
+def _bury_message(
+    task: ProducerTask, args: tuple[object, ...], kwargs: dict[str, object], exc: BaseException
+) -> dict[str, object]:
     reason = f"by-name call not stored: {type(exc).__name__}: {exc}"
     logger.error("%s: %s (dead-lettered)", task.name, reason)
     try:
@@ -98,7 +103,9 @@ def _bury_message(task: ProducerTask, args: Any, kwargs: Any, exc: BaseException
     return {"stored": False, "dead_lettered": True, "error": reason, "id": task.request.id}
 
 
-def _store_later(task: ProducerTask, args: Any, kwargs: Any, exc: RedQueueError) -> Any:
+def _store_later(
+    task: ProducerTask, args: tuple[object, ...], kwargs: dict[str, object], exc: RedQueueError
+) -> dict[str, object]:
     request = task.request
     attempts = int(getattr(request, STORE_ATTEMPTS_HEADER, 0) or 0) + 1
     countdown = min(MAX_STORE_BACKOFF, 2.0 ** min(attempts, 10))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from celery import states
 from celery.backends.base import DisabledBackend
@@ -24,6 +24,9 @@ from ..errors import CallLostError, CallRefusedError
 from ..structures.receipts import Receipt
 
 if TYPE_CHECKING:
+    from celery import Celery
+    from celery.backends.base import Backend
+
     from .options import DrainSettings
 
 
@@ -31,9 +34,9 @@ class ResultTask(Protocol):
     """What per-call results need of a task (a pooled or bucket task)."""
 
     name: str
-    app: Any
-    backend: Any
-    __dict__: dict[str, Any]
+    app: Celery
+    backend: Backend
+    __dict__: dict[str, object]
 
     @property
     def redqueue_results(self) -> bool: ...
@@ -55,15 +58,15 @@ class NoResult:
     see none; ``get()`` returns None at once rather than wait for a result that never comes.
     """
 
-    def __init__(self, app: Any, call_id: str, kept: bool) -> None:
+    def __init__(self, app: Celery, call_id: str, kept: bool) -> None:
         self.id = self.task_id = call_id
         self.backend = DisabledBackend(app)
         #: "STORED" for a call the structure kept, "REFUSED" for one it did not.
         self.state = self.status = "STORED" if kept else "REFUSED"
-        self.result: Any = None
+        self.result: None = None
         self.traceback: str | None = None
 
-    def get(self, *args: Any, **kwargs: Any) -> None:
+    def get(self, *args: object, **kwargs: object) -> None:
         return None
 
     def ready(self) -> bool:
@@ -73,12 +76,20 @@ class NoResult:
         return f"<NoResult {self.id} {self.state}>"
 
 
-def outcome_reader(task: ResultTask, kept: bool, results: bool) -> Callable[[str], Any]:
+#: Reads a call's outcome by its id: from the result backend, or nothing stored (`NoResult`).
+OutcomeReader = Callable[[str], AsyncResult | NoResult]
+#: What `outcome_reader` caches on a task: the app and setting it was built for, then the
+#: readers of a refused call and of a kept one.
+_Readers = tuple["Celery", bool, OutcomeReader, OutcomeReader]
+
+
+def outcome_reader(task: ResultTask, kept: bool, results: bool) -> OutcomeReader:
     """What a receipt of ``task`` reads its outcome from, by call id (``results``: the task's
     per-call results are on). Every stored call gets one: they are built once per task and
     setting, not per call, and read nothing until the receipt's outcome is asked for."""
     app = task.app
-    cached = task.__dict__.get("_redqueue_readers")
+    # Only this function writes the entry, always a _Readers.
+    cached = cast("_Readers | None", task.__dict__.get("_redqueue_readers"))
     if cached is None or cached[0] is not app or cached[1] != results:
         if results:
             read = lambda call_id: AsyncResult(call_id, app=app, backend=task.backend)  # noqa: E731
@@ -94,18 +105,19 @@ def outcome_reader(task: ResultTask, kept: bool, results: bool) -> Callable[[str
     return cached[3] if kept else cached[2]
 
 
-def with_id(call: list[Any], call_id: str | None) -> list[Any]:
+def with_id(call: list[Collection[object]], call_id: str | None) -> list[Collection[object]]:
     """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
     ``meta`` (shared with the trace context, see `tracing`) when one is given."""
     if call_id is not None:
         if len(call) == 3:
-            call[2] = dict(call[2], **{ID_FIELD: call_id})
+            # A third element is the meta dict `tracing.stamp` appended to this new call.
+            call[2] = dict(cast("dict[str, str]", call[2]), **{ID_FIELD: call_id})
         else:
             call.append({ID_FIELD: call_id})
     return call
 
 
-def call_meta(payload: Any) -> dict[str, Any] | None:
+def call_meta(payload: object) -> dict[str, str] | None:
     """The metadata of a stored call ``[args, kwargs, meta]`` (its id, its caller's trace
     context), None for ``[args, kwargs]``."""
     if isinstance(payload, list | tuple) and len(payload) == 3 and isinstance(payload[2], dict):
@@ -113,13 +125,13 @@ def call_meta(payload: Any) -> dict[str, Any] | None:
     return None
 
 
-def call_id_of(payload: Any) -> str | None:
+def call_id_of(payload: object) -> str | None:
     """The id a stored call carries (None without one: results were off when it was stored)."""
     value = (call_meta(payload) or {}).get(ID_FIELD)
     return value if isinstance(value, str) else None
 
 
-def store_success(task: ResultTask, call_id: str | None, value: Any) -> None:
+def store_success(task: ResultTask, call_id: str | None, value: object) -> None:
     """Store a body's return value under its call's id (nothing for a call without one)."""
     if call_id is not None:
         _storing(task, call_id, lambda: task.backend.store_result(call_id, value, states.SUCCESS))
@@ -131,7 +143,7 @@ def store_failure(task: ResultTask, call_id: str | None, exc: BaseException) -> 
         _storing(task, call_id, lambda: task.backend.mark_as_failure(call_id, exc))
 
 
-def store_lost(task: ResultTask, payloads: Iterable[Any], why: str) -> None:
+def store_lost(task: ResultTask, payloads: Iterable[object], why: str) -> None:
     """Tell the waiters of calls counted lost (``why``): a CallLostError is each one's result,
     unless it stored one already (in an at-most-once batch whose worker died, the calls before
     the one it died in ran and stored theirs)."""
