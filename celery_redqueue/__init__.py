@@ -15,7 +15,7 @@ Where things are (arrows point down: each layer uses only the layers below it):
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import (
     BrokerConfigurationError,
@@ -195,7 +195,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+# object: type checkers see every lazy name through the TYPE_CHECKING imports above.
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

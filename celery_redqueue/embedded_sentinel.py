@@ -19,7 +19,6 @@ import tempfile
 import time
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
@@ -152,8 +151,8 @@ class EmbeddedSentinelGroup(_Running):
             try:
                 while True:
                     # redis-py parses these replies into a dict and a list of dicts.
-                    state: dict[str, Any] = client.sentinel_master(self.master_name)  # type: ignore[assignment]
-                    replicas: list[dict[str, Any]] = client.sentinel_slaves(self.master_name)
+                    state: dict[str, object] = client.sentinel_master(self.master_name)  # type: ignore[assignment]
+                    replicas: list[dict[str, object]] = client.sentinel_slaves(self.master_name)
                     synced = sum(1 for r in replicas if r.get("master-link-status") == "ok")
                     if (
                         state.get("num-other-sentinels") == self.sentinel_count - 1
@@ -173,7 +172,7 @@ class EmbeddedSentinelGroup(_Running):
         for sentinel in self.sentinels:
             client = sentinel.client()
             try:
-                address: tuple[Any, Any] = client.sentinel_get_master_addr_by_name(  # type: ignore[assignment]
+                address: tuple[str | bytes, int] = client.sentinel_get_master_addr_by_name(  # type: ignore[assignment]
                     self.master_name
                 )
                 host, port = address

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class RedQueueError(Exception):
     """Base class of every error celery-redqueue raises on purpose."""
@@ -82,7 +80,7 @@ class UndecodableItemsError(SerializationError):
     holds what was decoded, in order, and ``raw`` the members that were not.
     """
 
-    def __init__(self, message: str, items: list[Any], raw: list[bytes]) -> None:
+    def __init__(self, message: str, items: list[object], raw: list[bytes]) -> None:
         super().__init__(message)
         self.items = items
         self.raw = raw

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from celery import Celery, Task
+    from redis.connection import ConnectionInterface
 
 
-def active_apps() -> Iterable[Any]:
+def active_apps() -> Iterable[Celery]:
     """The Celery apps created so far. ``celery.shared_task`` reads the same list to add a task
     to apps that are already finalized; Celery exposes no public way to iterate them."""
     from celery._state import _get_active_apps
 
-    apps: Iterable[Any] = _get_active_apps()
+    apps: Iterable[Celery] = _get_active_apps()
     return apps
 
 
-def on_app_finalize(callback: Callable[[Any], Any]) -> None:
+def on_app_finalize(callback: Callable[[Celery], object]) -> None:
     """Have ``callback(app)`` run for every app when it is finalized, as ``shared_task`` does
     (``celery._state.connect_on_app_finalize``; Celery has no public hook for it)."""
     from celery._state import connect_on_app_finalize
@@ -33,15 +37,15 @@ def on_app_finalize(callback: Callable[[Any], Any]) -> None:
     connect_on_app_finalize(callback)
 
 
-def finalize_lock(app: Any) -> AbstractContextManager[Any]:
+def finalize_lock(app: Celery) -> AbstractContextManager[bool]:
     """The lock ``app.finalize()`` holds while it adds shared tasks: ``shared_task`` takes it to
     add a task to a finalized app without racing a finalize in another thread (no public
-    equivalent)."""
-    lock: AbstractContextManager[Any] = app._finalize_mutex
+    equivalent). It is a ``threading.RLock``, whose ``__enter__`` returns True."""
+    lock: AbstractContextManager[bool] = app._finalize_mutex
     return lock
 
 
-def exec_options(task: Any) -> dict[str, Any]:
+def exec_options(task: Task) -> dict[str, object]:
     """The routing and delivery options a task's messages are sent with (queue, routing_key,
     exchange, priority, ...), as ``Task.apply_async`` reads them. Celery's
     ``Task._get_exec_options`` is the only accessor; copying its attribute list would drift."""
@@ -50,7 +54,7 @@ def exec_options(task: Any) -> dict[str, Any]:
 
 
 def check_arguments(
-    task: Any, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+    task: Task, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
 ) -> None:
     """Raise TypeError when the body cannot take ``args``/``kwargs``: Celery's own check for
     ``Task.typing`` (``Task.__header__``, a function with the body's signature that
@@ -58,15 +62,15 @@ def check_arguments(
     task.__header__(*(args or ()), **(kwargs or {}))
 
 
-def undecorated_body(task: Any) -> Callable[..., Any]:
+def undecorated_body(task: Task) -> Callable[..., object]:
     """The body without Celery's ``autoretry_for`` wrapper (Celery keeps the original as
     ``task._orig_run`` when it wraps ``run``): redqueue applies the retry options to each
     stored call itself, so the wrapper must not retry the whole drain."""
-    body: Callable[..., Any] = getattr(task, "_orig_run", None) or task.run
+    body: Callable[..., object] = getattr(task, "_orig_run", None) or task.run
     return body
 
 
-def socket_identity(conn: Any) -> int | None:
+def socket_identity(conn: ConnectionInterface) -> int | None:
     """Something that changes when a redis-py connection reconnects (its socket object's id), or
     None when it is not connected: ``CLIENT UNBLOCK`` needs the server's id of the connection,
     which a reconnect changes, and redis-py tells no one it reconnected."""
