@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -105,7 +105,7 @@ def outcome_reader(task: ResultTask, kept: bool, results: bool) -> OutcomeReader
     return cached[3] if kept else cached[2]
 
 
-def with_id(call: list[Collection[object]], call_id: str | None) -> list[Collection[object]]:
+def with_id(call: list[object], call_id: str | None) -> list[object]:
     """A call as stored, ``[args, kwargs]`` or ``[args, kwargs, meta]``, carrying its id in
     ``meta`` (shared with the trace context, see `tracing`) when one is given."""
     if call_id is not None:
