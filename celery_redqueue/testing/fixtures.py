@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -27,7 +26,7 @@ def redqueue_server_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def redqueue_redis(redqueue_server_url: str) -> Iterator[Any]:
+def redqueue_redis(redqueue_server_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redqueue_server_url)
     yield client
     client.close()
@@ -55,7 +54,7 @@ def redqueue_celery_app(redqueue_server_url: str, redqueue_prefix: str) -> Itera
 
 
 @pytest.fixture
-def redqueue_celery_config(redqueue_server_url: str, redqueue_prefix: str) -> dict[str, Any]:
+def redqueue_celery_config(redqueue_server_url: str, redqueue_prefix: str) -> dict[str, object]:
     """Celery settings on the test server under the test's prefix; for pytest-celery:
 
     @pytest.fixture

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..embedded import end_with_parent
 
-_previous: Any = None
+if TYPE_CHECKING:
+    from pluggy import Result
+
+#: The SIGTERM handler before the plugin's (a function, SIG_DFL/SIG_IGN, or None: not from Python).
+_previous: Callable[[int, FrameType | None], object] | int | None = None
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
@@ -50,14 +54,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _previous = None
 
 
-def _sendable(text: Any) -> Any:
+def _sendable(text: str) -> str:
     if isinstance(text, str):
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     report.sections = [(title, _sendable(text)) for title, text in report.sections]

@@ -3,10 +3,13 @@ needed)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..redis.client import Client
 
 
-def delete_prefix(client: Any, prefix: str) -> int:
+def delete_prefix(client: Client, prefix: str) -> int:
     """Delete every key that starts with ``prefix:``; returns how many."""
     deleted = 0
     batch: list[bytes] = []
@@ -20,7 +23,7 @@ def delete_prefix(client: Any, prefix: str) -> int:
     return int(deleted)
 
 
-def celery_test_config(url: str, prefix: str) -> dict[str, Any]:
+def celery_test_config(url: str, prefix: str) -> dict[str, object]:
     """Celery settings that keep broker and redqueue keys under ``prefix`` on ``url``."""
     return {
         "broker_url": url,
