@@ -27,11 +27,14 @@ import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery.exceptions import MaxRetriesExceededError, Retry
 from celery.utils.time import get_exponential_backoff_interval, maybe_make_aware
 from kombu.utils.encoding import safe_repr
+
+if TYPE_CHECKING:
+    from celery import Task
 
 
 class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyped
@@ -39,7 +42,10 @@ class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyp
     ``max_retries`` override, for the drain to apply (`judge`)."""
 
     def __init__(
-        self, exc: BaseException | None = None, when: Any = None, max_retries: int | None = None
+        self,
+        exc: BaseException | None = None,
+        when: float | datetime | None = None,
+        max_retries: int | None = None,
     ) -> None:
         super().__init__(exc=exc, when=when)
         self.max_retries = max_retries
@@ -100,7 +106,7 @@ def backoff(base: float, retries: int, maximum: float, jitter: bool) -> float:
     return random.uniform(0, delay) if jitter else delay
 
 
-def seconds_until(task: Any, when: Any) -> float:
+def seconds_until(task: Task, when: float | datetime) -> float:
     """``self.retry``'s ``countdown`` (seconds) or ``eta`` (a datetime; naive in the app's
     timezone, as Celery reads it) as seconds from now, never negative."""
     if isinstance(when, datetime):
@@ -110,7 +116,7 @@ def seconds_until(task: Any, when: Any) -> float:
 
 
 def judge(
-    task: Any,
+    task: Task,
     exc: BaseException,
     receives: int,
     max_receives: int,

@@ -12,12 +12,19 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ..errors import RedQueueError
 from ..redis.call import is_cluster
 from ..redis.keys import StructureKeys
 from ..structures.wake import WakeSignal, listen_any
+
+if TYPE_CHECKING:
+    from ..structures.bucket import LeakyBucket
+    from ..structures.pool import CappedPool
+    from ..structures.streams import EventStream
+    from .base import RedQueueTask
+
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +32,7 @@ logger = logging.getLogger(__name__)
 POLL = 0.05
 
 
-def signals_of(task: Any) -> list[Any] | None:
+def signals_of(task: RedQueueTask) -> list[WakeSignal] | None:
     """The wake signals of the task's structure (a stream: of its group); None without any."""
     structure = task.structure
     get = getattr(structure, "wake_signals", None)
@@ -36,19 +43,21 @@ def signals_of(task: Any) -> list[Any] | None:
     return list(get())
 
 
-def has_work(task: Any) -> bool:
+def has_work(task: RedQueueTask) -> bool:
     """The task's structure has calls waiting (its group has entries to read, for a stream)."""
     structure = task.structure
     if getattr(type(task), "redqueue_kind", "") == "stream":
-        return bool(structure.group_figures(task.group).lag)
-    return bool(structure.stats().depth)
+        # A stream task's structure is its EventStream (`StreamTask.structure`).
+        return bool(cast("EventStream", structure).group_figures(task.group).lag)
+    # Every other kind is a pool or a bucket (`PoolTask.structure`, `BucketTask.structure`).
+    return bool(cast("CappedPool | LeakyBucket", structure).stats().depth)
 
 
-def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> WakeSignal | None:
+def kick_signal(tasks: Sequence[RedQueueTask], prefix: str, listener: str) -> WakeSignal | None:
     """A waiter's own list for `wait_for_work`'s ``kick``, on the one client of the tasks'
     signals (None when they are on several clients or a cluster, where it would need a
     blocking read of its own: the waiter then relies on its timeout)."""
-    clients: dict[int, Any] = {}
+    clients: dict[int, object] = {}  # the clients are only compared and passed on
     for task in tasks:
         try:
             clients.update((id(s.client), s.client) for s in signals_of(task) or ())
@@ -63,14 +72,17 @@ def kick_signal(tasks: Sequence[Any], prefix: str, listener: str) -> WakeSignal 
 
 
 def wait_for_work(
-    tasks: Sequence[Any], stop: threading.Event, timeout: float, kick: WakeSignal | None = None
-) -> list[Any]:
+    tasks: Sequence[RedQueueTask],
+    stop: threading.Event,
+    timeout: float,
+    kick: WakeSignal | None = None,
+) -> list[RedQueueTask]:
     """The tasks among ``tasks`` whose structures have (or were just woken for) work, waiting
     up to ``timeout`` seconds for one; returns early, maybe empty, once ``stop`` is set, or
     once ``kick`` (a `WakeSignal` of the waiter's own, read beside the structures') is pushed
     to: the waiter then looks again at what to wait on."""
-    by_key: dict[str, tuple[Any, Any]] = {}
-    looked: list[Any] = []
+    by_key: dict[str, tuple[WakeSignal, RedQueueTask]] = {}
+    looked: list[RedQueueTask] = []
     for task in tasks:
         try:
             found = signals_of(task)
