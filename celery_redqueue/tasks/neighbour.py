@@ -66,9 +66,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from celery.signals import task_received, worker_shutting_down
+
+if TYPE_CHECKING:
+    from celery import Celery, Task
+    from celery.worker import WorkController
+    from celery.worker.request import Request
 
 from .config import get_config
 from .worker_step import RedQueueStep
@@ -139,7 +144,7 @@ def shutting_down() -> bool:
     return _worker is not None and bool(_STOP.unpack_from(_worker.page, _FORMAT.size)[0])
 
 
-def _on_shutting_down(sender: Any = None, **_: Any) -> None:
+def _on_shutting_down(sender: object = None, **_: object) -> None:
     """Celery's ``worker_shutting_down`` (the main process's signal handler): mark the page."""
     if _worker is not None and os.getpid() == _worker.pid:
         _STOP.pack_into(_worker.page, _FORMAT.size, 1)
@@ -202,7 +207,7 @@ def _publish(worker: _Worker) -> Waiting:
 class Looker:
     """One drain's looks for other work (see the module); built at the drain's start."""
 
-    def __init__(self, task: Any) -> None:
+    def __init__(self, task: Task) -> None:
         self.app = task.app
         self.on = installed() and bool(get_config(task.app).drain_yield)
         #: The drain ends at the worker's shutdown (any drain in a ``celery worker``).
@@ -276,7 +281,7 @@ class Looker:
             return False
 
 
-def broker_waiting(app: Any) -> bool:
+def broker_waiting(app: Celery) -> bool:
     """A message waits in the broker in a queue ``app``'s worker consumes.
 
     The count is kombu's public ``queue_declare``'s ``message_count``. The worker's own queue
@@ -308,7 +313,7 @@ class NeighbourStep(RedQueueStep):
 
     label = "redqueue drain yield"
 
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
+    def __init__(self, parent: WorkController, **kwargs: object) -> None:
         global _worker
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -330,7 +335,7 @@ class NeighbourStep(RedQueueStep):
             worker_shutting_down.connect(_on_shutting_down, weak=False)
         super().__init__(parent, **kwargs)
 
-    def start(self, parent: Any) -> None:
+    def start(self, parent: WorkController) -> None:
         if not self.yields:
             return
         task_received.connect(self._on_received, weak=False)
@@ -338,7 +343,9 @@ class NeighbourStep(RedQueueStep):
         self.thread = threading.Thread(target=self._run, name="redqueue-yield", daemon=True)
         self.thread.start()
 
-    def _on_received(self, sender: Any = None, request: Any = None, **_: Any) -> None:
+    def _on_received(
+        self, sender: object = None, request: Request | None = None, **_: object
+    ) -> None:
         self.received.set()
         if _is_green_drain(request):
             request.acknowledge()  # a drain job under a green pool: at once (see the module)
@@ -362,7 +369,7 @@ class NeighbourStep(RedQueueStep):
             anything = len(state.reserved_requests) > len(state.active_requests)
             pause = PUBLISH if received or anything or seen.tasks or seen.drains else IDLE_PUBLISH
 
-    def stop(self, parent: Any) -> None:
+    def stop(self, parent: WorkController) -> None:
         task_received.disconnect(self._on_received)
         self.stopping.set()
         self.received.set()
@@ -371,14 +378,14 @@ class NeighbourStep(RedQueueStep):
             self.thread = None
 
 
-def _is_green_drain(request: Any) -> bool:
+def _is_green_drain(request: Request | None) -> TypeGuard[Request]:
     """``request`` is a drain job (a structure's task, no arguments) and the pool is green."""
     if _worker is None or not _worker.green or request is None:
         return False
     return bool(bit_of(str(request.name))) and not request.args and not request.kwargs
 
 
-def _structures(app: Any) -> tuple[str, ...]:
+def _structures(app: Celery) -> tuple[str, ...]:
     from .checks import STRUCTURE_KINDS
 
     return tuple(

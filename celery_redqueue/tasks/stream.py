@@ -10,11 +10,15 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
+
+if TYPE_CHECKING:
+    from celery import Celery, Task
+    from celery.result import AsyncResult
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -55,7 +59,7 @@ class StreamTask(RedQueueTask):
     #: Partition key of an event: a callable on the event or the name of one of its fields.
     #: When set, this group handles each key's events one at a time, in publish order. Every
     #: task of a stream that sets it must set the same value (it is computed at publish).
-    stream_key: Callable[[Any], str] | str | None = None
+    stream_key: Callable[..., str] | str | None = None
     #: Most entries the stream keeps (approximate trimming; trimmed entries are counted).
     stream_maxlen: int | None = 100_000
     #: Entries read per step of a drain.
@@ -94,7 +98,7 @@ class StreamTask(RedQueueTask):
             processed_guard=cls.stream_processed_guard,
         )
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if cls.stream_name is not None:
             validate_group(cls.stream_name, "stream_name")
@@ -137,8 +141,11 @@ class StreamTask(RedQueueTask):
     # Producing: events are published to the stream, never sent as calls.
 
     def apply_async(  # only drain jobs: the rest rides in options
-        self, args: Any = None, kwargs: Any = None, **options: Any
-    ) -> Any:
+        self,
+        args: Sequence[object] | None = None,
+        kwargs: Mapping[str, object] | None = None,
+        **options: Any,
+    ) -> AsyncResult | None:
         """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed
         by publishing (``task.stream.publish(event)``), so that every group receives it."""
         if (options.get("headers") or {}).get(DRAIN_HEADER):
@@ -308,7 +315,7 @@ class StreamTask(RedQueueTask):
         return self.stream.reap([self.group]).woken
 
 
-def stream_task(*args: Any, **options: Any) -> Any:
+def stream_task(*args: object, **options: object) -> Callable[[Callable[..., object]], Task]:
     """Decorator: a shared task with [`StreamTask`][celery_redqueue.StreamTask] as base; options are
     checked at once. ``stream=`` and ``group=`` are short for ``stream_name=`` and
     ``stream_group=``.
@@ -324,10 +331,11 @@ def stream_task(*args: Any, **options: Any) -> Any:
             options[full] = options.pop(short)
     if "stream_name" not in options:
         raise ConfigurationError("stream_task needs stream= (the stream to consume)")
+    # So a bare @stream_task (no options) never gets here: what comes back is the decorator.
     return decorate_task(StreamTask, args, options, "stream_task")
 
 
-def publish(app: Any, stream: str, event: Any, *, key: str | None = None) -> Receipt:
+def publish(app: Celery, stream: str, event: object, *, key: str | None = None) -> Receipt:
     """Publish ``event`` on ``stream`` for every group the app subscribes to it (the stream
     object is built once per process and stream)."""
     cache: dict[tuple[int, str], EventStream] = app.__dict__.setdefault("_redqueue_streams", {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..structures.receipts import Receipt
@@ -14,12 +14,14 @@ from ..structures.streams import EventStream
 from .config import get_config
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from .stream import StreamTask
 
 logger = logging.getLogger(__name__)
 
 
-def stream_tasks(app: Any, name: str) -> list[StreamTask]:
+def stream_tasks(app: Celery, name: str) -> list[StreamTask]:
     """The app's tasks consuming stream ``name``, by task name."""
     return sorted(
         (
@@ -32,7 +34,7 @@ def stream_tasks(app: Any, name: str) -> list[StreamTask]:
 
 
 def make_stream(
-    app: Any,
+    app: Celery,
     name: str,
     *,
     reader: StreamTask | None = None,
@@ -55,7 +57,7 @@ def make_stream(
             f"tasks of stream {name!r} set different stream_maxlen values "
             f"{sorted(maxlens, key=str)}; the cap belongs to the stream: give them all the same"
         )
-    by_group: dict[str, Any] = {}
+    by_group: dict[str, StreamTask] = {}
     for task in tasks:
         if task.group in by_group:
             raise ConfigurationError(
@@ -64,7 +66,7 @@ def make_stream(
             )
         by_group[task.group] = task
     key_spec = next(iter(keys), None)
-    own: Any = reader or (tasks[0] if tasks else defaults)
+    own: StreamTask | type[StreamTask] | None = reader or (tasks[0] if tasks else defaults)
     if own is None:
         raise ConfigurationError(f"no task consumes stream {name!r} and no defaults were given")
 
@@ -104,9 +106,9 @@ def make_stream(
     return stream
 
 
-def _key_function(spec: Any) -> Callable[[Any], str] | None:
+def _key_function(spec: Callable[..., str] | str | None) -> Callable[..., str] | None:
     if spec is None or callable(spec):
-        return spec  # type: ignore[no-any-return]
+        return spec
     return lambda event: event[spec]
 
 
@@ -114,7 +116,9 @@ def _eager_publish(stream: EventStream, tasks: list[StreamTask]) -> Callable[...
     """In eager mode (users' unit tests) a publish runs every group's body at once, on the
     event as a worker would see it; nothing is stored."""
 
-    def publish_many(events: Iterable[Any], *, keys: Any = None) -> list[Receipt]:
+    def publish_many(
+        events: Iterable[object], *, keys: Iterable[str | None] | None = None
+    ) -> list[Receipt]:
         encoded = [stream.encode(e) for e in events]
         for data in encoded:
             for task in tasks:
