@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
-from ..redis.lua import script
+from ..redis.lua import KeyOrArg, script
 from ..redis.serializers import Serializer, get_serializer, to_bytes
 from . import catalog
 from .deadletters import CHUNK, UNREADABLE, DeadLetter, parse_dead_letter, readable
 
 if TYPE_CHECKING:
+    from .catalog import Client
     from .protocols import Renewable
+    from .receipts import ReapResult
 
 #: Default seconds of the drain lease: how long a drain job that is sent or running keeps the
 #: structure's drain flag without renewing it. A job that dies (or was never sent) frees the
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 DRAIN_LEASE = 10.0
 
 
-def decode_ids(reply: Any) -> list[str]:
+def decode_ids(reply: Iterable[object]) -> list[str]:
     """A script's list of ids, as text."""
     return [r.decode() if isinstance(r, bytes) else str(r) for r in reply]
 
@@ -51,16 +53,21 @@ class Structure(catalog.Registered):
     unstored_counters: tuple[str, ...] = ("dead",)
     #: Dead letters of this kind carry their key (buckets).
     keyed_letters = False
-    _head: list[Any] | None = None
+    _head: list[KeyOrArg] | None = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    if TYPE_CHECKING:
+        # Every kind answers it (pools, buckets, streams): the reaper reopens any of them from
+        # the catalog and reaps it.
+        def reap(self) -> ReapResult: ...
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
             catalog.add_kind(cls.kind, cls)
 
     def _setup(
         self,
-        client: Any,
+        client: Client,
         name: str,
         prefix: str,
         serializer: str | Serializer | None,
@@ -76,13 +83,13 @@ class Structure(catalog.Registered):
         self._keys_of: dict[str, list[str]] = {}
         #: `_script_head()`, taken on the first script call (a shard's, after its settings
         #: are adjusted): the settings it reads do not change once the structure is built.
-        self._head: list[Any] | None = None
+        self._head: list[KeyOrArg] | None = None
 
-    def _script_head(self) -> list[Any]:
+    def _script_head(self) -> list[KeyOrArg]:
         """The arguments every script of this kind takes before its own."""
         raise NotImplementedError
 
-    def _run(self, name: str, args: list[Any], keys: Sequence[str] | None = None) -> Any:
+    def _run(self, name: str, args: Sequence[KeyOrArg], keys: Sequence[str] | None = None) -> Any:
         """Run script ``name`` with this structure's keys (or ``keys``) and the common head.
 
         A script whose header names the key parts it receives (``-- Parts:``) gets exactly
@@ -97,7 +104,7 @@ class Structure(catalog.Registered):
         head = self._head
         if head is None:
             head = self._head = self._script_head()
-        return lua(self.client, keys, head + args)
+        return lua(self.client, keys, [*head, *args])
 
     def _named_keys(self, name: str, parts: Sequence[str]) -> list[str]:
         keys = self._keys_of.get(name)

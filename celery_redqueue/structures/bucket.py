@@ -40,12 +40,12 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..redis.client import redis_errors, server_time
 from ..redis.keys import DEFAULT_PREFIX
-from ..redis.lua import EMPTY, LATER, UPKEEP, read_atomic
+from ..redis.lua import EMPTY, LATER, UPKEEP, KeyOrArg, read_atomic
 from ..redis.serializers import Serializer
 from ..validation import seconds
 from . import debounce, sharding
@@ -106,6 +106,9 @@ PARTS = (
     "flow", "paused", "releases", "releases_prev", "calls",
     "calls_at", "signal", "listening", "debounce", "urgent",
 )
+
+if TYPE_CHECKING:
+    from .catalog import Client
 # fmt: on
 #: A held debounced member of ``scheduled``: "id[/cost] key NUL NUL debounced:<count>:<hex
 #: dedupe id> NUL payload" (lua/bucket_debounce.lua).
@@ -145,7 +148,7 @@ class LeakyBucket(Sharded):
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         name: str,
         *,
         default_rate: str | float = "1/s",
@@ -367,14 +370,22 @@ class LeakyBucket(Sharded):
         """Hold one call under its dedupe id (lua/bucket_debounce.lua): the latest payload
         wins, due ``debounce`` after the last call (at most ``debounce_max_wait`` after the
         first); safe to re-send (its call id)."""
-        args = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex, call[0], call[1]]
-        tail = [dedupe_id, _cost_arg(call), _tier_arg(call)]
+        args: list[KeyOrArg] = [
+            self.debounce_ms,
+            self.debounce_max_wait_ms,
+            uuid.uuid4().hex,
+            call[0],
+            call[1],
+        ]
+        tail: list[KeyOrArg] = [dedupe_id, _cost_arg(call), _tier_arg(call)]
         send, wake_ms, status, _ = self._run("bucket_debounce", [*args, *tail])
         return _enqueue_result(int(status), send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
     def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
         """One item, no dedupe id, no delay: the smaller script (None: full, drop_oldest)."""
-        args = [call[0], call[1], _cost_arg(call)] if len(call) > 2 else [call[0], call[1]]
+        args: list[KeyOrArg] = (
+            [call[0], call[1], _cost_arg(call)] if len(call) > 2 else [call[0], call[1]]
+        )
         send, wake_ms, status = self._run("bucket_enqueue_plain", args)
         if status == FULL:
             return None

@@ -74,7 +74,7 @@ class Reservation:
 
     id: str
     key: str
-    payload: Any
+    payload: object
     #: How many times this item has been handed out, this time included.
     receives: int
     #: Server time (seconds since the epoch) after which the reaper may take it back.

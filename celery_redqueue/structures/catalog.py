@@ -8,23 +8,36 @@ set ``<prefix>:registry`` and its settings into ``<prefix>:{<kind>:<name>}:meta`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import redis
+    import redis.cluster
+
+    #: What every structure talks to: redis-py's synchronous client (a Sentinel master's too)
+    #: or a RedisCluster.
+    Client: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+
+    from .base import Structure
+
 #: Every structure kind by name; a kind adds itself when its class is defined.
-KINDS: dict[str, type[Any]] = {}
+KINDS: dict[str, Callable[..., Structure]] = {}
 
 
-def add_kind(kind: str, cls: type[Any]) -> None:
+def add_kind(kind: str, cls: Callable[..., Structure]) -> None:
     """Make ``kind`` reopenable from the registry (called by the structure base)."""
     KINDS[kind] = cls
 
 
-def register(client: Any, keys: StructureKeys, settings: dict[str, Any]) -> None:
+def register(client: Client, keys: StructureKeys, settings: dict[str, object]) -> None:
     """Record a structure and its settings (idempotent; one round trip)."""
     with redis_errors(f"registering {keys.base}"):
         pipe = client.pipeline(transaction=False)
@@ -43,11 +56,13 @@ class Registered:
     write).
     """
 
+    # redis-py types replies as ``bytes | str`` (decoding is a client option): the readers of a
+    # structure's client, here and in ops/, rely on the bytes this package's clients answer.
     client: Any
     keys: StructureKeys
     _registered: bool = False
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What another process needs to open this structure (the registry keeps it)."""
         raise NotImplementedError
 
@@ -70,6 +85,7 @@ class Entry:
 
 def registry_entries(client: Any, prefix: str) -> list[Entry]:
     """Every registered structure of ``prefix``, sorted by ``kind:name``."""
+    # Any, not Client: the members are read as bytes (see Registered.client).
     prefix = normalize_prefix(prefix)
     with redis_errors("reading the registry"):
         members = sorted(m.decode(errors="replace") for m in client.smembers(registry_key(prefix)))
@@ -81,7 +97,7 @@ def registry_entries(client: Any, prefix: str) -> list[Entry]:
     return found
 
 
-def decode_settings(entry: Entry) -> dict[str, Any]:
+def decode_settings(entry: Entry) -> dict[str, object]:
     """An entry's recorded settings; ConfigurationError (naming it) when they are unreadable."""
     if entry.raw_settings is None:
         return {}
@@ -98,7 +114,7 @@ def decode_settings(entry: Entry) -> dict[str, Any]:
     return settings
 
 
-def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
+def registered(client: Client, prefix: str) -> list[tuple[str, str, dict[str, object]]]:
     """Every registered structure of ``prefix`` as ``(kind, name, settings)``, sorted.
 
     Raises ConfigurationError when an entry's settings are unreadable; callers that must carry
@@ -108,8 +124,8 @@ def registered(client: Any, prefix: str) -> list[tuple[str, str, dict[str, Any]]
 
 
 def open_structure(
-    client: Any, prefix: str, kind: str, name: str, settings: dict[str, Any]
-) -> Any | None:
+    client: Client, prefix: str, kind: str, name: str, settings: dict[str, object]
+) -> Structure | None:
     """Rebuild a registered structure from its recorded settings (a sharded one's name its
     ``shards``); None for an unknown kind."""
     cls = KINDS.get(kind)
@@ -118,7 +134,7 @@ def open_structure(
     return cls(client, name, prefix=prefix, **settings)
 
 
-def open_entry(client: Any, prefix: str, entry: Entry) -> Any | None:
+def open_entry(client: Client, prefix: str, entry: Entry) -> Structure | None:
     """Rebuild one registry entry (None for an unknown kind).
 
     Raises a RedQueueError naming the entry when its settings are unreadable or refused.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..redis.serializers import Serializer
 
@@ -21,7 +20,7 @@ CHUNK = 1000
 class DeadLetter:
     """One dead-lettered item. Pass it back to ``requeue_dead``/``purge_dead`` to act on it."""
 
-    payload: Any
+    payload: object
     #: How many times the item had been handed out.
     receives: int
     #: The text of its last failure (an exception, or why its reservation ran out).

@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptDataError
 from ..redis.client import redis_errors
 from ..redis.lua import script
 from ..redis.server import server_warnings
 from .receipts import Record
+
+if TYPE_CHECKING:
+    from .catalog import Client
 
 WINDOW = 60
 #: Minutes of history kept by the per-minute counters.
@@ -165,7 +168,7 @@ def ring_history(flow: Mapping[bytes, bytes], now_ms: float) -> History:
 
 
 def read_flow(
-    client: Any, stats_key: str, flow_key: str, ages_key: str, depth_field: str = ""
+    client: Client, stats_key: str, flow_key: str, ages_key: str, depth_field: str = ""
 ) -> tuple[dict[str, int], dict[bytes, bytes], float | None, float]:
     """Counters, the flow fields, oldest offer time (ms) and the server time (ms), read in one
     script on the structure's node so they agree with each other. With ``depth_field``, the
@@ -221,7 +224,7 @@ def compute(
 
 
 def structure_figures(
-    client: Any,
+    client: Client,
     keys: Sequence[Any],
     *,
     depth: str,

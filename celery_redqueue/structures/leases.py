@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -43,6 +43,9 @@ PARTS = (
     "resources", "free", "leased", "tokens", "stats", "notify", "fences", "uses", "calls",
     "calls_at",
 )
+
+if TYPE_CHECKING:
+    from .catalog import Client
 # fmt: on
 
 logger = logging.getLogger(__name__)
@@ -73,7 +76,7 @@ class LeasedResources(catalog.Registered):
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         name: str,
         resources: Iterable[str] = (),
         *,

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -24,6 +24,9 @@ from ..errors import RedQueueError
 from ..redis.client import redis_errors
 from ..redis.keys import normalize_prefix
 from .catalog import open_entry, registry_entries
+
+if TYPE_CHECKING:
+    from .catalog import Client
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ class Loss:
         )
 
 
-def current_totals(client: Any, prefix: str) -> tuple[dict[str, dict[str, int]], set[str]]:
+def current_totals(client: Client, prefix: str) -> tuple[dict[str, dict[str, int]], set[str]]:
     """Totals of every registered structure that has figures, and the names of those that
     could not be read (left out of the comparison: unreadable is not lost)."""
     totals: dict[str, dict[str, int]] = {}
@@ -156,7 +159,7 @@ def health_key(prefix: str) -> str:
     return f"{normalize_prefix(prefix)}:health"
 
 
-def check_for_loss(client: Any, prefix: str) -> list[Loss]:
+def check_for_loss(client: Client, prefix: str) -> list[Loss]:
     """Compare every structure's totals with the last snapshot, record the new one, and
     return the structures Redis lost data of (its run id changed and their counters went
     backwards or vanished).

@@ -50,7 +50,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
@@ -65,8 +65,11 @@ from .figures import parse_counters, unfold
 from .protocols import in_chunks
 from .receipts import QueueCounters, ReapResult, Receipt
 from .sharded import Sharded
-from .sharding import _routing, earliest, release_claims, split_id, stable_hash
+from .sharding import Split, _routing, earliest, release_claims, split_id, stable_hash
 from .wake import listen_ms, listener_id
+
+if TYPE_CHECKING:
+    from .catalog import Client
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +98,7 @@ DELIVERIES = ("at_most_once", "at_least_once")
 class PoolItem:
     """One popped entry: the payload and how many calls it stands for (1 unless coalescing)."""
 
-    payload: Any
+    payload: object
     count: int = 1
     #: Times this entry has been handed out, this time included (at-least-once redelivery).
     receives: int = 1
@@ -210,7 +213,7 @@ def validate_pool_options(
 _new, _set = object.__new__, object.__setattr__
 
 
-def _item(payload: Any, count: int, receives: int, entry_id: str) -> PoolItem:
+def _item(payload: object, count: int, receives: int, entry_id: str) -> PoolItem:
     """``PoolItem(...)`` without the call through the dataclass's ``__init__`` (a quarter of
     the cost, once per popped call). Set field by field, never through ``__dict__``: that would
     give every item a dict object of its own, and a batch's items live long enough for the
@@ -402,7 +405,7 @@ def batch_has_work(batch: PoolBatch) -> bool:
 
 
 def merge_pop(
-    pool: CappedPool, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
+    pool: Split, i: int | None, batch: PoolBatch | None, empties: list[tuple[int, PoolBatch]]
 ) -> PoolBatch:
     """The batch of the shard that had work, its id naming the shard. Otherwise an empty batch:
     every shard was empty (and released its flag, unless lingering); ``wait``/``schedule``
@@ -471,7 +474,7 @@ class CappedPool(Sharded):
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         name: str,
         capacity: int,
         *,
@@ -606,7 +609,7 @@ class CappedPool(Sharded):
     def _debounce(self, data: bytes, key: str) -> Receipt:
         """Hold one call under its dedupe id (lua/pool_debounce.lua): the latest payload wins,
         due ``debounce`` after the last call (at most ``debounce_max_wait`` after the first)."""
-        args = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex]
+        args: list[KeyOrArg] = [self.debounce_ms, self.debounce_max_wait_ms, uuid.uuid4().hex]
         reply = self._run("pool_debounce", [*args, repr(random.random()), data, key])
         send, wake_ms, status = reply[0] == 1, int(reply[1]), int(reply[2])
         return _add_result(status, send, wake_ms / 1000.0 if wake_ms >= 0 else None)

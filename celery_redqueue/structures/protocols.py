@@ -9,12 +9,15 @@ in the glue touches a private name of a structure.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..redis.keys import StructureKeys
 from ..redis.serializers import Serializer
 from .figures import Figures
 from .receipts import Receipt
+
+if TYPE_CHECKING:
+    pass
 
 ItemT = TypeVar("ItemT", contravariant=True)
 T = TypeVar("T")

@@ -22,10 +22,12 @@ from ..redis.serializers import (
 )
 from ..validation import count
 
+#: ``scorer(item) -> float``; it takes Any: a scorer is written for the set's own items
+#: (``len(url)``), which the set does not know.
 Scorer = Callable[[Any], float]
 
 
-def _check_score(score: Any, what: str = "score") -> float:
+def _check_score(score: object, what: str = "score") -> float:
     if isinstance(score, bool) or not isinstance(score, int | float):
         raise ConfigurationError(f"{what} must be a number, got {score!r}")
     value = float(score)
@@ -40,7 +42,7 @@ class StrSerializer:
 
     name = "str"
 
-    def dumps(self, obj: Any) -> bytes | str:
+    def dumps(self, obj: object) -> bytes | str:
         return obj if isinstance(obj, bytes | str) else str(obj)
 
     def loads(self, data: str) -> str:
@@ -84,6 +86,7 @@ class SortedSet:
     ) -> None:
         if scorer is not None and not callable(scorer):
             raise ConfigurationError(f"scorer must be callable, got {scorer!r}")
+        # Any, not Client: its replies are read as bytes (see catalog.Registered.client).
         self.client = client
         self.name = name
         self.serializer = _set_serializer(serializer)
@@ -102,8 +105,8 @@ class SortedSet:
         """The member that stands for ``item`` in Redis (raises SerializationError)."""
         return to_bytes(self.serializer.dumps(item))
 
-    def _decode_all(self, members: list[Any]) -> list[Any]:
-        items: list[Any] = []
+    def _decode_all(self, members: list[bytes]) -> list[object]:
+        items: list[object] = []
         raw: list[bytes] = []
         for member in members:
             try:
@@ -169,7 +172,7 @@ class SortedSet:
             value = self.client.zscore(self.key, self.encode(item))
         return None if value is None else float(value)
 
-    def peek(self, position: int = 0) -> Any:
+    def peek(self, position: int = 0) -> object:
         """The item at ``position`` (0 is the next one ``pop`` would return), left in place.
 
         Raises KeyError when there is no item at that position.
@@ -180,7 +183,7 @@ class SortedSet:
             raise KeyError(f"{self.key} has no item at position {position}")
         return self._decode_all(members)[0]
 
-    def _peek_members(self, position: int) -> list[Any]:
+    def _peek_members(self, position: int) -> list[bytes]:
         with redis_errors(f"reading {self.key}"):
             return list(self.client.zrange(self.key, position, position))
 
@@ -192,14 +195,14 @@ class SortedSet:
 
     # Consuming
 
-    def pop(self) -> Any:
+    def pop(self) -> object:
         """Atomically remove and return the next item; raises KeyError when there is none."""
         items = self.take(1)
         if not items:
             raise KeyError(f"{self.key} has no item to pop")
         return items[0]
 
-    def take(self, n: int) -> list[Any]:
+    def take(self, n: int) -> list[object]:
         """Atomically remove and return up to ``n`` items, lowest score first; ``n <= 0``
         takes nothing and returns ``[]`` (as ``redset``).
 
@@ -210,7 +213,7 @@ class SortedSet:
         count("take count", n)
         return self._decode_all(self._pop_members(n))
 
-    def _pop_members(self, n: int) -> list[Any]:
+    def _pop_members(self, n: int) -> list[bytes]:
         with redis_errors(f"popping from {self.key}"):
             popped = self.client.zpopmin(self.key, n)
         return [member for member, _ in popped]
@@ -265,8 +268,8 @@ class ScheduledSet(TimeSortedSet):
         """How many items are due now (by the server's clock)."""
         return int(script("set_count_due")(self.client, [self.key], []))
 
-    def _peek_members(self, position: int) -> list[Any]:
+    def _peek_members(self, position: int) -> list[bytes]:
         return list(script("set_peek_due")(self.client, [self.key], [position]))
 
-    def _pop_members(self, n: int) -> list[Any]:
+    def _pop_members(self, n: int) -> list[bytes]:
         return list(script("set_pop_due")(self.client, [self.key], [n]))

@@ -58,6 +58,8 @@ from .bucket_types import Dequeued, EncodedCall, Reservation, _check_key
 from .receipts import Receipt
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
     from ..redis.keys import StructureKeys
     from .bucket import LeakyBucket
     from .sharded import Sharded
@@ -101,12 +103,14 @@ class Empty(Protocol):
 
 
 _E = TypeVar("_E", bound=Empty)
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 #: Seconds within which two shards' wake-ups count as one (see `earliest`).
 SAME_WAKE = 0.01
 
 
-def validate_shards(option: str, shards: Any, capacity: object = None) -> int:
+def validate_shards(option: str, shards: int, capacity: object = None) -> int:
     """``shards`` is a positive integer, and no more than ``capacity`` (a pool's shard holds at
     least one entry)."""
     positive_int(option, shards)
@@ -207,12 +211,13 @@ def sharded_class(cls: type[_T]) -> type[_T]:
     return cast(type[_T], sharded)
 
 
-def on_owner(owner: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[_F], _F]:
+def on_owner(owner: Callable[[Any, _A], tuple[object, object]]) -> Callable[[_F], _F]:
     """Run on the shard ``owner(self, first)`` finds for the first argument (a key, a batch, a
     reservation), which it passes as that shard knows it."""
+    # ``owner``'s first parameter is Any: a lambda owner (``self.shards[0]``) cannot be typed.
 
     def route(
-        method: Callable[..., object], self: Split, first: object, *args: object, **kw: object
+        method: Callable[..., object], self: Split, first: _A, *args: object, **kw: object
     ) -> object:
         shard, own = owner(self, first)
         return method(shard, own, *args, **kw)
@@ -233,15 +238,11 @@ def _on_owners(method: Callable[..., list[str]], self: Split, item_ids: Sequence
 on_owners = _routing("on_owners", _on_owners)
 
 
-def on_every(
-    merge: Callable[[Sequence[Any]], Any], *, register: bool = False
-) -> Callable[[_F], _F]:
+def on_every(merge: Callable[[list[_R]], object], *, register: bool = False) -> Callable[[_F], _F]:
     """Run on every shard; ``merge`` makes one answer of theirs. ``register``: the call
     registers the logical structure first (as a plain structure's script call registers it)."""
 
-    def route(
-        method: Callable[..., object], self: Split, *args: object, **kwargs: object
-    ) -> object:
+    def route(method: Callable[..., _R], self: Split, *args: object, **kwargs: object) -> object:
         if register:
             self.register_once()
         return merge([method(shard, *args, **kwargs) for shard in self.shards])
@@ -250,16 +251,14 @@ def on_every(
 
 
 def swept(
-    has_work: Callable[[Any], bool],
+    has_work: Callable[[_E], bool],
     merge: Callable[..., object],
     held: Callable[..., tuple[int, str] | None] | None = None,
 ) -> Callable[[_F], _F]:
     """Ask the shards in turn (a pop, a dequeue) until one has work (`sweep`), or only the one
     ``held(self, kwargs)`` names; ``merge(self, index, answer, empties)`` makes the answer."""
 
-    def route(
-        method: Callable[..., object], self: Split, *args: object, **kwargs: object
-    ) -> object:
+    def route(method: Callable[..., _E], self: Split, *args: object, **kwargs: object) -> object:
         if held and (owner := held(self, kwargs)):  # it holds what the call names already
             i, own = owner
             return merge(self, i, method(self.shards[i], *args, **{**kwargs, "batch_id": own}), [])
@@ -309,13 +308,14 @@ def _unsharded(
 unsharded = _routing("unsharded", _unsharded)
 
 
-def ranked(order: Callable[[Any], Any]) -> Callable[[_F], _F]:
+def ranked(order: Callable[[Any], SupportsRichComparison]) -> Callable[[_F], _F]:
     """Run a listing (its first argument the most rows, ``limit`` or ``top``) on every shard;
     answer the first of all their rows in ``order``."""
+    # ``order`` takes Any: its lambdas (one per listing's row type) cannot be typed.
 
     def route(
-        method: Callable[..., Iterable[Any]], self: Split, *args: Any, **kwargs: Any
-    ) -> list[Any]:
+        method: Callable[..., Iterable[_R]], self: Split, *args: int, **kwargs: int
+    ) -> list[_R]:
         bound = list(inspect.signature(method).parameters.values())[1]
         most = args[0] if args else kwargs.get(bound.name, bound.default)
         rows = [row for shard in self.shards for row in method(shard, *args, **kwargs)]
@@ -376,7 +376,9 @@ def sweep(
     return None, None, empties
 
 
-def release_claims(structure: Any, empties: Sequence[tuple[int, Empty]], keep: int | None) -> None:
+def release_claims(
+    structure: Split, empties: Sequence[tuple[int, Empty]], keep: int | None
+) -> None:
     """A shard whose empty answer claimed a scheduled drain job (``schedule``) that the
     caller is not told to send gets its claim released, so the next sweep plans it again."""
     for i, answer in empties:

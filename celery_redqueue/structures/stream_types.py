@@ -20,7 +20,7 @@ class StreamEvent:
     """One entry handed to a consumer of a group."""
 
     id: str
-    payload: Any
+    payload: object
     #: Times this entry has been handed to the group, this time included.
     receives: int
     #: Its partition key, if published with one.
@@ -153,17 +153,19 @@ GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 ENTRY_ID = re.compile(r"^\d+-\d+$")
 
 
-def validate_group(group: Any, what: str = "group") -> str:
+def validate_group(group: object, what: str = "group") -> str:
     """A group name: letters, digits and ``_ . : @ -`` (it is part of key names)."""
     if not isinstance(group, str) or not GROUP_NAME.match(group):
         raise ConfigurationError(f"{what} must be 1-200 letters, digits or '_.:@-', got {group!r}")
     return group
 
 
-def partition_key(event: Any, given: Any, key_function: Callable[[Any], Any] | None) -> str:
+def partition_key(
+    event: object, given: str | None, key_function: Callable[[Any], object] | None
+) -> str:
     """The partition key stored with an event ('' for none): ``given``, else the stream's key
     function's, checked at the call site."""
-    key = given
+    key: object = given
     if key is None and key_function is not None:
         try:
             key = key_function(event)
@@ -180,7 +182,7 @@ def partition_key(event: Any, given: Any, key_function: Callable[[Any], Any] | N
     return key
 
 
-def seek_target(position: Any) -> tuple[str, str]:
+def seek_target(position: object) -> tuple[str, str]:
     """What stream_seek.lua takes for a position: ``("start"|"end", "")`` or ``("id", id)``.
     A time becomes the id ``"<ms>-0"`` (the first entry published at or after it); a naive
     datetime is local time, as ``datetime.timestamp`` reads it. The epoch, and any time or id

@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
+from ..redis.lua import KeyOrArg
 from ..redis.serializers import Serializer
 from ..validation import boolean, positive_int, seconds
 from .base import DRAIN_LEASE, Structure
@@ -40,6 +41,10 @@ GROUP_PARTS = (
     "stats", "flow", "drain", "done", "busy", "held", "ready", "signal", "listening",
 )  # fmt: skip
 
+if TYPE_CHECKING:
+    from .catalog import Client
+    from .deadletters import DeadLetter
+
 #: Each known group's keys that stream_publish receives.
 PUBLISH_GROUP_PARTS = ("stats", "drain", "listening", "signal")
 #: Events per publish script call: keeps every call short (O(chunk)).
@@ -57,7 +62,7 @@ class EventStream(Structure):
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         name: str,
         *,
         maxlen: int | None = None,
@@ -99,10 +104,10 @@ class EventStream(Structure):
     def __repr__(self) -> str:
         return f"<EventStream {self.keys.base} maxlen={self.maxlen}>"
 
-    def _script_head(self) -> list[Any]:
+    def _script_head(self) -> list[KeyOrArg]:
         return []
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What another process needs to open this stream (the registry keeps it)."""
         return {
             "maxlen": self.maxlen,
@@ -129,14 +134,14 @@ class EventStream(Structure):
 
     # Producing
 
-    def publish(self, event: Any, *, key: str | None = None) -> Receipt:
+    def publish(self, event: object, *, key: str | None = None) -> Receipt:
         """Append one event for every group; one round trip. The declared groups are created
         if needed (before the event, so they receive it) and woken. Raises SerializationError (or
         ConfigurationError for a bad key), storing nothing."""
         return self.publish_many([event], keys=None if key is None else [key])[0]
 
     def publish_many(
-        self, events: Iterable[Any], *, keys: Iterable[str | None] | None = None
+        self, events: Iterable[object], *, keys: Iterable[str | None] | None = None
     ) -> list[Receipt]:
         """Append many events, one round trip per thousand; every event is checked and
         serialized before any is stored. ``keys`` gives each event's partition key (else the
@@ -161,7 +166,7 @@ class EventStream(Structure):
             for group in groups:
                 keys += [self.keys(f"group:{group}:{part}") for part in PUBLISH_GROUP_PARTS]
             self._publish_keys[groups] = keys
-        args: list[Any] = [self.maxlen or 0, self.drain_lease_ms, len(groups), *groups]
+        args: list[KeyOrArg] = [self.maxlen or 0, self.drain_lease_ms, len(groups), *groups]
         for data, key in prepared:
             args += [data, key, ""]
         ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
@@ -263,7 +268,7 @@ class EventStream(Structure):
         failures = failures or {}
         retry_in = retry_in or {}
         dead = set(dead)
-        args: list[Any] = [
+        args: list[KeyOrArg] = [
             batch.group,
             self.processed_guard_ms,
             self.max_receives,
@@ -321,7 +326,7 @@ class EventStream(Structure):
         last_id, _ = self._run("stream_seek", [group, kind, target], keys=self._group_keys(group))
         return str(last_id.decode())
 
-    def requeue_dead(self, letters: Iterable[Any] | None = None, limit: int = -1) -> int:
+    def requeue_dead(self, letters: Iterable[DeadLetter] | None = None, limit: int = -1) -> int:
         """Append dead letters to the stream again, each addressed to its own group only (a
         new entry id, at the end of the log); wakes those groups. Returns how many."""
         count = super().requeue_dead(letters, limit)
@@ -329,7 +334,7 @@ class EventStream(Structure):
             self.reap()
         return count
 
-    def _run(self, name: str, args: list[Any], keys: Any = None) -> Any:
+    def _run(self, name: str, args: Sequence[KeyOrArg], keys: Sequence[str] | None = None) -> Any:
         if name == self.dead_script:
             # The dead-letter tools pass (action, limit, *entries); the cap comes first.
             args = [self.maxlen or 0, *args]

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
@@ -26,6 +26,9 @@ from . import catalog
 from .figures import parse_counters
 from .lease_types import Lease, _text, _ttl_ms, check_owned, renewed
 from .receipts import Record
+
+if TYPE_CHECKING:
+    from .catalog import Client
 
 #: The keys every unique script receives, in this order (see lua/unique_keys.lua).
 PARTS = ("held", "expiry", "stats", "calls", "calls_at")
@@ -116,7 +119,7 @@ class UniqueLocks(catalog.Registered):
     kind = "unique"
 
     def __init__(
-        self, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, register: bool = True
+        self, client: Client, name: str, *, prefix: str = DEFAULT_PREFIX, register: bool = True
     ) -> None:
         self.client = client
         self.name = name
