@@ -40,7 +40,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..redis.client import redis_errors, server_time
@@ -59,6 +59,7 @@ from .bucket_types import (
     EncodedCall,
     KeyLoad,
     KeyStats,
+    LimitOptions,
     Limits,
     Reservation,
     _check_burst,
@@ -194,7 +195,7 @@ class LeakyBucket(Sharded):
         )
         # Concurrency, costs and the total rate (Limits, bucket_types.py); each shard meters
         # its share of the total in its own scripts, so a release costs no extra round trip.
-        limit_options: dict[str, Any] = {
+        limit_options: LimitOptions = {
             "concurrency": concurrency,
             "cost_rate": cost_rate,
             "cost_burst": cost_burst,
@@ -223,7 +224,7 @@ class LeakyBucket(Sharded):
         self._build_shards(shards, None)
 
     @sharding.recorded
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What another process needs to open this bucket (the registry keeps it)."""
         return {
             "default_rate": self._default_rate,
@@ -243,7 +244,7 @@ class LeakyBucket(Sharded):
     def __repr__(self) -> str:
         return f"<LeakyBucket {self.keys.base} ordered={self.ordered}>"
 
-    def _script_head(self) -> list[Any]:
+    def _script_head(self) -> list[KeyOrArg]:
         return [
             repr(self.default_interval_ms),
             repr(self.default_burst),
@@ -318,7 +319,7 @@ class LeakyBucket(Sharded):
         return self.store_encoded(encoded, delay=delay, dedupe_ids=[dedupe_id])[0]
 
     def enqueue_many(
-        self, items: Iterable[tuple[str, Any] | tuple[str, Any, float]], *, delay: float = 0.0
+        self, items: Iterable[tuple[str, object] | tuple[str, object, float]], *, delay: float = 0.0
     ) -> list[Receipt]:
         """Append many ``(key, payload)`` pairs (or ``(key, payload, cost)``); every one is
         checked before any is stored."""
@@ -351,7 +352,7 @@ class LeakyBucket(Sharded):
             and (plain := self._enqueue_plain(encoded[0])) is not None
         ):
             return [plain]
-        args: list[Any] = [self.dedupe_window_ms]
+        args: list[KeyOrArg] = [self.dedupe_window_ms]
         ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
         for call, dedupe_id in zip(encoded, ids, strict=True):
             args += (call[0], call[1], dedupe_id or "", delay_ms, _cost_arg(call), _tier_arg(call))
@@ -666,7 +667,7 @@ class LeakyBucket(Sharded):
         self,
         reservation: Reservation | str,
         action: str,
-        detail: Any,
+        detail: str | int,
         seconds: float = 0.0,
         cost: float | None = None,
     ) -> bool:
@@ -727,7 +728,7 @@ class LeakyBucket(Sharded):
         reply = self._run(name, args)
         return decode_ids(reply)
 
-    def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+    def renew_call(self, reservation_ids: Sequence[str]) -> tuple[str, list[str], list[KeyOrArg]]:
         """The script, keys and arguments of `renew()` (a heartbeat pipelines them)."""
         return "bucket_renew", self._keys, [self.visibility_timeout_ms, *reservation_ids]
 

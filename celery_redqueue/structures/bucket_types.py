@@ -8,11 +8,24 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import ConfigurationError, InvalidArgumentError, ReservationError
 from ..validation import one_of, positive_int, seconds
 from .receipts import QueueCounters, Receipt
+
+
+class LimitOptions(TypedDict):
+    """The options of `Limits.build` a bucket records in its settings."""
+
+    concurrency: int | None
+    cost_rate: str | float | None
+    cost_burst: float
+    total_rate: str | float | None
+    total_burst: float
+    margin: float
+    priority_bound: float | None
+
 
 OVERFLOWS = ("reject", "drop_oldest")
 
@@ -92,9 +105,10 @@ class Reservation:
 
     @classmethod
     def from_reply(
-        cls, fields: Sequence[Any], payload: Any, bucket: str, count: int = 1
+        cls, fields: Sequence[Any], payload: object, bucket: str, count: int = 1
     ) -> Reservation:
         """From bucket_dequeue's fields key .. cost (the payload already decoded)."""
+        # ``fields`` is a slice of the script's reply: bytes and integers by position.
         key, res_id, _, receives, deadline, now, fan_out, cost = fields
         return cls(
             id=res_id.decode(),
@@ -191,7 +205,7 @@ class KeyStats:
         return self.depth * self.interval
 
 
-def _check_burst(burst: Any, name: str = "burst") -> None:
+def _check_burst(burst: object, name: str = "burst") -> None:
     if (
         isinstance(burst, bool)
         or not isinstance(burst, int | float)
@@ -203,12 +217,12 @@ def _check_burst(burst: Any, name: str = "burst") -> None:
 
 def validate_bucket_options(
     *,
-    rate: Any,
-    burst: Any,
-    visibility_timeout: Any,
-    max_receives: Any,
-    max_depth: Any,
-    overflow: Any,
+    rate: str | float,
+    burst: object,
+    visibility_timeout: object,
+    max_receives: object,
+    max_depth: object,
+    overflow: object,
     max_drains: object = 1,
     names: Mapping[str, str] | None = None,
 ) -> None:
@@ -364,7 +378,7 @@ class Limits:
             self.priority_bound_ms,
         )
 
-    def check_cost(self, cost: Any, where: str = "bucket", *, reported: bool = False) -> float:
+    def check_cost(self, cost: object, where: str = "bucket", *, reported: bool = False) -> float:
         """A call's cost, checked: a number >= 0 that one period's budget can cover (a reported
         cost is what happened: any number >= 0)."""
         if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0:
@@ -389,7 +403,7 @@ def _last_minute(
     now: float,
     current: list[tuple[str, float]],
     previous: list[tuple[str, float]],
-    totals: list[Any],
+    totals: Sequence[bytes | int | None],
 ) -> dict[str, tuple[float, float]]:
     """Releases over about the last minute per key, and their share of the bucket's: this
     minute's count plus the previous minute's weighted by the part of it still inside the last
@@ -428,7 +442,7 @@ def _cost_arg(call: EncodedCall) -> str:
     return repr(call[2]) if len(call) > 2 and call[2] is not None else ""
 
 
-def check_priority(priority: Any, where: str = "bucket") -> int:
+def check_priority(priority: object, where: str = "bucket") -> int:
     """A call's priority tier, checked: an integer 0-9 (InvalidArgumentError otherwise)."""
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise InvalidArgumentError(f"{where}: a priority is an integer 0-9, got {priority!r}")

@@ -85,7 +85,7 @@ class Entry:
 
 def registry_entries(client: Any, prefix: str) -> list[Entry]:
     """Every registered structure of ``prefix``, sorted by ``kind:name``."""
-    # Any, not Client: the members are read as bytes (see Registered.client).
+    # Untyped, not Client: the members are read as bytes (see Registered.client).
     prefix = normalize_prefix(prefix)
     with redis_errors("reading the registry"):
         members = sorted(m.decode(errors="replace") for m in client.smembers(registry_key(prefix)))

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..redis.client import redis_errors
+
+if TYPE_CHECKING:
+    from .sharded import Sharded
 
 __all__ = ["DebouncedKey", "debounced"]
 
@@ -28,7 +31,7 @@ class DebouncedKey:
     calls: int
 
 
-def debounced(structure: Any, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
+def debounced(structure: Sharded, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
     """The dedupe ids holding a debounced call of ``structure`` (each shard's), the soonest due
     first, at most ``limit``. ``member`` matches a held member of its kind, its groups the
     count and the hex dedupe id. Read-only and bounded: the next ``4 * limit`` delayed calls of
@@ -40,7 +43,7 @@ def debounced(structure: Any, member: re.Pattern[bytes], limit: int) -> list[Deb
     return rows[:limit]
 
 
-def _read(part: Any, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
+def _read(part: Sharded, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
     with redis_errors(f"reading debounced keys of {part.keys.base}"):
         ranked = part.client.zrange(part.keys("scheduled"), 0, 4 * limit - 1, withscores=True)
         held = []

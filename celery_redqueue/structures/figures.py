@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptDataError
 from ..redis.client import redis_errors
@@ -21,6 +21,7 @@ from ..redis.server import server_warnings
 from .receipts import Record
 
 if TYPE_CHECKING:
+    from ..redis.keys import StructureKeys
     from .catalog import Client
 
 WINDOW = 60
@@ -84,7 +85,7 @@ class Figures:
     #: see `server_warnings()`.
     warnings: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The figures only (counters and history have their own ``as_dict``)."""
         return {k: v for k, v in self.__dict__.items() if k not in ("counters", "history")}
 
@@ -225,7 +226,7 @@ def compute(
 
 def structure_figures(
     client: Client,
-    keys: Sequence[Any],
+    keys: Sequence[StructureKeys],
     *,
     depth: str,
     offered: tuple[str, ...],
@@ -274,7 +275,7 @@ def structure_figures(
 
 
 def _sum_histories(histories: list[History]) -> History:
-    def add(name: str) -> list[Any]:
+    def add(name: str) -> list[float]:
         series = [getattr(h, name) for h in histories]
         return [sum(values) for values in zip(*series, strict=True)]
 

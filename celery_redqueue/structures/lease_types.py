@@ -7,10 +7,14 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError, ReservationError
 from .receipts import Record
+
+if TYPE_CHECKING:
+    from ..redis.lua import KeyOrArg
+    from .catalog import Client
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def _seconds(value: object, what: str, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
-def _ttl_ms(ttl: Any) -> int:
+def _ttl_ms(ttl: object) -> int:
     return max(1, round(_seconds(ttl, "ttl") * 1000))
 
 
@@ -89,7 +93,7 @@ def _names(resources: Iterable[str]) -> list[str]:
     return names
 
 
-def _socket_timeout(client: Any) -> float | None:
+def _socket_timeout(client: Client) -> float | None:
     """The client's socket timeout in seconds, where redis-py tells it (not on a cluster)."""
     pool = getattr(client, "connection_pool", None)
     value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
@@ -100,7 +104,7 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def check_owned(lease: Any, base: str, what: str) -> None:
+def check_owned(lease: object, base: str, what: str) -> None:
     """Refuse anything but a `Lease` of the structure ``base`` (a LeasedResources' lease, a unique
     table's lock: ``what``)."""
     if not isinstance(lease, Lease):
@@ -110,7 +114,7 @@ def check_owned(lease: Any, base: str, what: str) -> None:
 
 
 def renewed(
-    run: Callable[[str, list[Any]], Any], name: str, lease: Lease, ttl: float
+    run: Callable[[str, list[KeyOrArg]], int], name: str, lease: Lease, ttl: float
 ) -> Lease | None:
     """Renew ``lease`` to ``ttl`` seconds from now with script ``name`` (run by the structure's
     ``_run``; it answers the new expiry in ms, or 0 when the lease is no longer held): the

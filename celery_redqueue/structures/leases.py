@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ import redis
 from ..errors import NoFreeResourceError, RedQueueError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys
-from ..redis.lua import script
+from ..redis.lua import KeyOrArg, script
 from ..validation import positive_int
 from . import catalog
 from .figures import parse_counters
@@ -92,7 +92,7 @@ class LeasedResources(catalog.Registered):
         self._registered = not register
         self.declare(resources)
 
-    def _run(self, name: str, args: list[Any]) -> Any:
+    def _run(self, name: str, args: Sequence[KeyOrArg]) -> Any:
         """Run a lease script; every one receives all of the structure's keys (lease_keys.lua).
 
         The first call of a process lists the structure in the registry, so operator tools find it.
@@ -102,7 +102,7 @@ class LeasedResources(catalog.Registered):
         self.register_once()
         return script(name)(self.client, self._keys, args)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """It is reopened by name alone: its resources are in Redis."""
         return {}
 
@@ -244,7 +244,7 @@ class LeasedResources(catalog.Registered):
         self._check(lease)
         return renewed(self._run, "lease_renew", lease, ttl)
 
-    def _check(self, lease: Any) -> None:
+    def _check(self, lease: object) -> None:
         check_owned(lease, self.keys.base, "lease")
 
     @contextmanager

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -140,7 +140,7 @@ def current_totals(client: Client, prefix: str) -> tuple[dict[str, dict[str, int
     return totals, unreadable
 
 
-def _run(client: Any) -> tuple[str | None, float | None]:
+def _run(client: Client) -> tuple[str | None, float | None]:
     """Redis's run id and when (Unix time) that run started; None, None where INFO is
     refused."""
     try:

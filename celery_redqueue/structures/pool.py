@@ -227,7 +227,7 @@ def _item(payload: object, count: int, receives: int, entry_id: str) -> PoolItem
 
 
 def read_pop(
-    reply: list[Any], batch_id: str, loads: Callable[[bytes], Any], coalesce: bool, name: str
+    reply: list[Any], batch_id: str, loads: Callable[[bytes], object], coalesce: bool, name: str
 ) -> PoolBatch:
     """The batch a ``pool_pop`` reply describes; payloads that cannot be decoded are listed in
     ``undecodable`` (``ack`` dead-letters them) with the reason in ``errors``."""
@@ -254,7 +254,7 @@ def read_pop(
     else:
         parts = [member.partition(b":") for member in members]
     if not extras:
-        # The common case: fresh calls, one each. Any decoding error takes the path below.
+        # The common case: fresh calls, one each. A decoding error takes the path below.
         try:
             batch.items = [_item(loads(raw), 1, 1, head.decode()) for head, _, raw in parts]
             return batch
@@ -280,7 +280,9 @@ def read_pop(
     return batch
 
 
-def decodable(raws: Sequence[bytes], loads: Callable[[bytes], Any], name: str) -> tuple[Any, ...]:
+def decodable(
+    raws: Sequence[bytes], loads: Callable[[bytes], object], name: str
+) -> tuple[object, ...]:
     """The payloads among ``raws`` (a reap's lost calls) that decode: one that does not is
     logged, and has no id to tell its waiter by."""
     payloads = []
@@ -387,8 +389,8 @@ def split_capacity(pool: CappedPool, shard: CappedPool, index: int) -> None:
 
 
 def _on_batch(
-    method: Callable[..., Any], self: Any, batch: PoolBatch, *args: Any, **kw: Any
-) -> Any:
+    method: Callable[..., object], self: Split, batch: PoolBatch, *args: object, **kw: object
+) -> object:
     i, inner = split_id(batch.id, len(self.shards))  # the shard its id names
     own = dataclasses.replace(batch, id=inner)
     held = method(self.shards[i], own, *args, **kw)
@@ -553,7 +555,7 @@ class CappedPool(Sharded):
         return Gather(int(reply[0]) / 1000.0, bool(reply[1]))
 
     @sharding.recorded
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What another process needs to open this pool (the registry keeps it)."""
         return {
             "capacity": self.capacity,
@@ -622,7 +624,7 @@ class CappedPool(Sharded):
         """
         return self.store_encoded([self.encode(payload)], delay=delay, dedupe_ids=[dedupe_id])[0]
 
-    def add_many(self, payloads: Iterable[Any], *, delay: float = 0.0) -> list[Receipt]:
+    def add_many(self, payloads: Iterable[object], *, delay: float = 0.0) -> list[Receipt]:
         """Offer many payloads, one round trip per ``ADD_CHUNK`` of them.
 
         Every payload is serialized before anything is stored, so one bad payload stores none.
@@ -759,7 +761,7 @@ class CappedPool(Sharded):
         reply = self._run(name, args)
         return decode_ids(reply)
 
-    def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+    def renew_call(self, batch_ids: Sequence[str]) -> tuple[str, list[str], list[KeyOrArg]]:
         """The script, keys and arguments of `renew()` (a heartbeat pipelines them)."""
         return "pool_renew", self._keys, [self.visibility_timeout_ms, *batch_ids]
 

@@ -12,12 +12,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..redis.keys import StructureKeys
+from ..redis.lua import KeyOrArg
 from ..redis.serializers import Serializer
 from .figures import Figures
-from .receipts import Receipt
+from .receipts import ReapResult, Receipt
 
 if TYPE_CHECKING:
-    pass
+    from .catalog import Client
 
 ItemT = TypeVar("ItemT", contravariant=True)
 T = TypeVar("T")
@@ -55,16 +56,18 @@ class Producer(Protocol[ItemT]):
 class Drained(Protocol):
     """What every structure behind a task offers its drain, reaper, heartbeat and tools."""
 
-    client: Any
+    client: Client
     keys: StructureKeys
     serializer: Serializer
 
-    def settings(self) -> dict[str, Any]: ...
+    def settings(self) -> dict[str, object]: ...
 
-    def reap(self) -> Any: ...
+    def reap(self) -> ReapResult: ...
 
     def figures(self) -> Figures: ...
 
+    # ``letters`` stays untyped until tasks/base.py's requeue_dead (which passes on its
+    # caller's ``object``) names DeadLetter too.
     def requeue_dead(self, letters: Any = None, limit: int = -1) -> int: ...
 
 
@@ -80,7 +83,7 @@ class Renewable(Protocol):
     reservations and its drain lease (a sharded structure is held through its shards: its
     ``heartbeat_parts``)."""
 
-    client: Any
+    client: Client
     keys: StructureKeys
 
     def heartbeat_interval(self) -> float:
@@ -91,7 +94,7 @@ class Renewable(Protocol):
         """Push back the held ids' deadlines and the drain lease; returns the ids not held."""
         ...
 
-    def renew_call(self, item_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+    def renew_call(self, item_ids: Sequence[str]) -> tuple[str, list[str], list[KeyOrArg]]:
         """The script, keys and arguments of `renew`, for a pipeline of several."""
         ...
 

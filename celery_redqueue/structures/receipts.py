@@ -15,7 +15,7 @@ _R = TypeVar("_R", bound="Receipt")
 class Record:
     """A dataclass of figures that reads as a plain dict (CLI JSON, dashboard, metrics)."""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
@@ -75,7 +75,7 @@ class Receipt:
     evicted: bool = False
     #: Pools opened with ``name_evicted=True``: the decoded payload of the call pushed out
     #: (so that its waiter can be told; per-call results).
-    evicted_calls: tuple[Any, ...] = ()
+    evicted_calls: tuple[object, ...] = ()
     #: Coalescing pools: the call merged into an equal entry.
     merged: bool = False
     #: Buckets: the key was full (``max_depth``) and its oldest item was evicted to make room.
@@ -91,7 +91,7 @@ class Receipt:
     id: str = ""
     #: Reads the call's outcome by id (set by the task that stored it): attributes this
     #: receipt lacks (``get()``, ``state``, ``backend``...) are read from what it returns.
-    outcome: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+    outcome: Callable[[str], object] | None = field(default=None, compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return self.kept or self.delayed
@@ -102,7 +102,7 @@ class Receipt:
         (Flower's apply endpoints answer with it)."""
         return self.id
 
-    def named(self: _R, call_id: str, outcome: Callable[[str], Any] | None) -> _R:
+    def named(self: _R, call_id: str, outcome: Callable[[str], object] | None) -> _R:
         """A copy of this receipt carrying the call's id (structures hand out shared receipts
         for the common outcomes, so each call needs its own copy to carry an id)."""
         copy = object.__new__(type(self))
@@ -110,7 +110,8 @@ class Receipt:
         return copy
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: the AsyncResult side of a receipt.
+        # Only reached when normal lookup fails: the AsyncResult side of a receipt, whose
+        # attributes (``get()``, ``state``) are whatever the outcome object has: untyped.
         outcome = self.__dict__.get("outcome")
         if outcome is None or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -130,7 +131,7 @@ class ReapResult:
     #: Pools, when asked (``reap(lost_calls=True)``): the decoded payloads of the calls counted
     #: lost, and of those evicted (at least once: a returned call with no room left, or one it
     #: pushed out), so that their waiters can be told (per-call results).
-    lost_calls: tuple[Any, ...] = ()
+    lost_calls: tuple[object, ...] = ()
     #: Work waits and no drain job holds the structure: the caller should send one.
     drain_needed: bool = False
     #: Streams: groups whose drain lease the reaper armed (their drain claims what is due).

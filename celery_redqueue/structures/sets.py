@@ -22,8 +22,8 @@ from ..redis.serializers import (
 )
 from ..validation import count
 
-#: ``scorer(item) -> float``; it takes Any: a scorer is written for the set's own items
-#: (``len(url)``), which the set does not know.
+#: ``scorer(item) -> float``; the item is untyped: a scorer is written for the set's own
+#: items (``len(url)``), which the set does not know.
 Scorer = Callable[[Any], float]
 
 
@@ -86,7 +86,7 @@ class SortedSet:
     ) -> None:
         if scorer is not None and not callable(scorer):
             raise ConfigurationError(f"scorer must be callable, got {scorer!r}")
-        # Any, not Client: its replies are read as bytes (see catalog.Registered.client).
+        # Untyped, not Client: its replies are read as bytes (see catalog.Registered.client).
         self.client = client
         self.name = name
         self.serializer = _set_serializer(serializer)

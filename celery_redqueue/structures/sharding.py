@@ -104,6 +104,7 @@ class Empty(Protocol):
 
 _E = TypeVar("_E", bound=Empty)
 _A = TypeVar("_A")
+_O = TypeVar("_O", bound=Split)
 _R = TypeVar("_R")
 
 #: Seconds within which two shards' wake-ups count as one (see `earliest`).
@@ -211,13 +212,12 @@ def sharded_class(cls: type[_T]) -> type[_T]:
     return cast(type[_T], sharded)
 
 
-def on_owner(owner: Callable[[Any, _A], tuple[object, object]]) -> Callable[[_F], _F]:
+def on_owner(owner: Callable[[_O, _A], tuple[object, object]]) -> Callable[[_F], _F]:
     """Run on the shard ``owner(self, first)`` finds for the first argument (a key, a batch, a
     reservation), which it passes as that shard knows it."""
-    # ``owner``'s first parameter is Any: a lambda owner (``self.shards[0]``) cannot be typed.
 
     def route(
-        method: Callable[..., object], self: Split, first: _A, *args: object, **kw: object
+        method: Callable[..., object], self: _O, first: _A, *args: object, **kw: object
     ) -> object:
         shard, own = owner(self, first)
         return method(shard, own, *args, **kw)
@@ -268,7 +268,7 @@ def swept(
     return _routing("swept", route)
 
 
-def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F]:
+def spread(shard_of: Callable[[Any, _A, str | None], int]) -> Callable[[_F], _F]:
     """Store a list of calls (``store_encoded``), each on the shard ``shard_of(self, call,
     dedupe_id)`` picks: one round trip per shard touched, and the receipts ask for at most one
     drain job, as one structure's would."""
@@ -276,7 +276,7 @@ def spread(shard_of: Callable[[Any, Any, str | None], int]) -> Callable[[_F], _F
     def route(
         method: Callable[..., list[Receipt]],
         self: Split,
-        encoded: Sequence[object],
+        encoded: Sequence[_A],
         *,
         delay: float = 0.0,
         dedupe_ids: Sequence[str | None] | None = None,
@@ -311,7 +311,7 @@ unsharded = _routing("unsharded", _unsharded)
 def ranked(order: Callable[[Any], SupportsRichComparison]) -> Callable[[_F], _F]:
     """Run a listing (its first argument the most rows, ``limit`` or ``top``) on every shard;
     answer the first of all their rows in ``order``."""
-    # ``order`` takes Any: its lambdas (one per listing's row type) cannot be typed.
+    # ``order``'s row is untyped: its lambdas (one per listing's row type) cannot be typed.
 
     def route(
         method: Callable[..., Iterable[_R]], self: Split, *args: int, **kwargs: int

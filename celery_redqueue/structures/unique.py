@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX, StructureKeys, registry_key
-from ..redis.lua import script
+from ..redis.lua import KeyOrArg, script
 from . import catalog
 from .figures import parse_counters
 from .lease_types import Lease, _text, _ttl_ms, check_owned, renewed
@@ -127,14 +127,14 @@ class UniqueLocks(catalog.Registered):
         self._keys = [self.keys(part) for part in PARTS]
         self._registered = not register
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """A lock table is reopened by name alone."""
         return {}
 
     def __repr__(self) -> str:
         return f"<UniqueLocks {self.keys.base}>"
 
-    def _run(self, name: str, args: list[Any]) -> Any:
+    def _run(self, name: str, args: Sequence[KeyOrArg]) -> Any:
         self.register_once()
         return script(name)(self.client, self._keys, args)
 
@@ -192,7 +192,7 @@ class UniqueLocks(catalog.Registered):
         retry) instead: a queued lock of that task for that long.
         """
         self._check(lease)
-        args: list[Any] = [lease.resource, lease.token]
+        args: list[KeyOrArg] = [lease.resource, lease.token]
         if hand_back is not None:
             args += [_ttl_ms(hand_back[1]), hand_back[0]]
         return bool(int(self._run("unique_release", args)))
@@ -203,7 +203,7 @@ class UniqueLocks(catalog.Registered):
         _check_key(key)
         return bool(int(self._run("unique_release", [key, task_id])))
 
-    def _check(self, lease: Any) -> None:
+    def _check(self, lease: object) -> None:
         check_owned(lease, self.keys.base, "lock")
 
     def holder(self, key: str) -> HeldKey | None:
@@ -262,7 +262,7 @@ def _check_key(key: object) -> None:
         raise ConfigurationError(f"a unique key must be a non-empty string, got {key!r}")
 
 
-def _held(key: str, raw: Any, until: float) -> HeldKey:
+def _held(key: str, raw: bytes | str, until: float) -> HeldKey:
     entry = json.loads(raw)
     return HeldKey(
         key=key,
