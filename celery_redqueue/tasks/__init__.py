@@ -14,8 +14,6 @@
 - `watchdog`: every worker's pass that sends the drains no one else would (no beat needed)
 """
 
-from typing import Any
-
 from celery.signals import celeryd_init
 
 from .base import RedQueueTask
@@ -36,7 +34,7 @@ __all__ = [
 ]
 
 
-def _add_worker_steps(sender: Any = None, instance: Any = None, **_: Any) -> None:
+def _add_worker_steps(sender: object = None, instance: object = None, **_: object) -> None:
     """Give every ``celery worker`` the steps of the continuous consumer, the watchdog and the
     drains' yield to other work (``celeryd_init``, before the worker builds its steps). Their
     modules are imported here, in the worker: a producer that imports the package never loads

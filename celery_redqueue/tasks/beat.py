@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery import Task, shared_task, signature
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..structures.catalog import open_entry, registry_entries
-from ..structures.receipts import Record
+from ..structures.receipts import ReapResult, Record
 from .checks import check_app
 from .config import get_config
 from .wire import REAPER_TASK
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class DrainSummary(Record):
 
 
 def register_beat(
-    app: Any, key: str, interval: float, task_name: str, headers: dict[str, Any]
+    app: Celery, key: str, interval: float, task_name: str, headers: Mapping[str, object]
 ) -> None:
     """Add a beat entry under a fixed name, so re-binding a task never duplicates it."""
     sig = signature(task_name, app=app, options={"headers": headers} if headers else {})
@@ -69,7 +72,7 @@ def register_beat(
 FAILED_KEY = "redqueue: failed"
 
 
-def reaped_count(result: Any) -> int:
+def reaped_count(result: ReapResult | int) -> int:
     """Items a structure's reap result says it took back, and stream groups it woke."""
     if isinstance(result, int):
         return result

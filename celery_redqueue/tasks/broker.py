@@ -11,12 +11,15 @@ anything but a connection-level error raises `BrokerConfigurationError` (`is_tra
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from ..errors import BrokerConfigurationError
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 #: What a broker that is down, restarting, unreachable or full raises through Celery's send:
 #: kombu's wrapper of the transport's connection and channel errors, socket and timeout errors
@@ -24,7 +27,7 @@ from ..errors import BrokerConfigurationError
 TRANSIENT = (OperationalError, OSError, RedisError)
 
 #: The broker URL each app's transport was loaded for (an app can be reconfigured before use).
-_checked: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_checked: weakref.WeakKeyDictionary[Celery, str] = weakref.WeakKeyDictionary()
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -32,7 +35,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
 
 
-def check_transport(app: Any) -> None:
+def check_transport(app: Celery) -> None:
     """Load the app's broker transport, as a send would, without connecting: raise
     `BrokerConfigurationError` (the cause chained) if it cannot be."""
     url = str(app.conf.broker_url or "")
@@ -46,7 +49,7 @@ def check_transport(app: Any) -> None:
     _checked[app] = url
 
 
-def refused(app: Any, exc: BaseException, stored: str = "") -> BrokerConfigurationError:
+def refused(app: Celery, exc: BaseException, stored: str = "") -> BrokerConfigurationError:
     """The error for a broker that can never take a job, naming the likely fix."""
     fix = (
         f"install what it names (pip install {exc.name!r})"

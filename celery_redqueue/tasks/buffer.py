@@ -10,18 +10,19 @@ eager mode runs calls at once) are in docs/guides/pool.md, "Buffered producers",
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigurationError, ReceiptNotReadyError, RedQueueError
 from .results import named_receipt
 
 if TYPE_CHECKING:
+    from ..structures.receipts import Receipt
     from .producing import ProducerTask
 
 #: Calls held for one delay: (prepared call, dedupe id, its pending receipt).
-_Held = list[tuple[Any, "str | None", "BufferedReceipt"]]
+_Held = list[tuple[object, "str | None", "BufferedReceipt"]]
 
 #: Open buffers of this thread or asyncio task, innermost last.
 open_buffers: ContextVar[tuple[CallBuffer, ...]] = ContextVar("redqueue_buffers", default=())
@@ -45,7 +46,7 @@ class BufferedReceipt:
         #: The call's id, known before the flush (the stored receipt carries it too).
         self.id = call_id
         self._state = _PENDING
-        self._result: Any = None
+        self._result: Receipt | None = None
         self._error: BaseException | None = None
 
     @property
@@ -54,10 +55,10 @@ class BufferedReceipt:
         return self._state == _STORED
 
     @property
-    def result(self) -> Any:
+    def result(self) -> Receipt:
         """The stored call's receipt (Receipt or Receipt)."""
         if self._state == _STORED:
-            return self._result
+            return cast("Receipt", self._result)  # flush() set it with the state
         if self._state == _PENDING:
             raise ReceiptNotReadyError(
                 f"{self.task_name}: this call is buffered and is stored when its buffer block "
@@ -72,6 +73,7 @@ class BufferedReceipt:
             f"{self.task_name}: this call was not stored: {self._error}"
         ) from self._error
 
+    # Untyped on purpose: it forwards every attribute of the stored receipt.
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
@@ -92,7 +94,7 @@ class CallBuffer:
     Use [`buffer()`][celery_redqueue.buffer] or ``task.buffer()`` to make one.
     """
 
-    def __init__(self, tasks: Iterable[Any] = (), *, flush_on_error: bool = False) -> None:
+    def __init__(self, tasks: Iterable[object] = (), *, flush_on_error: bool = False) -> None:
         names = []
         for task in tasks:
             name = getattr(task, "name", None)
@@ -104,7 +106,7 @@ class CallBuffer:
         # task name -> (task, {delay: [(prepared, dedupe_id, receipt), ...]})
         self._calls: dict[str, tuple[ProducerTask, dict[float, _Held]]] = {}
         self._closed = False
-        self._token: Any = None
+        self._token: Token[tuple[CallBuffer, ...]] | None = None
 
     def covers(self, task: ProducerTask) -> bool:
         """True if this open block takes ``task``'s calls."""
@@ -116,7 +118,7 @@ class CallBuffer:
     def add(
         self,
         task: ProducerTask,
-        prepared: Any,
+        prepared: object,
         delay: float,
         dedupe_id: str | None,
         call_id: str = "",
@@ -185,14 +187,14 @@ class CallBuffer:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
-        open_buffers.reset(self._token)
+        open_buffers.reset(cast("Token[tuple[CallBuffer, ...]]", self._token))  # __enter__ set it
         if exc_type is None or self.flush_on_error:
             self.flush()
         else:
             self.discard()
 
 
-def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
+def buffer(*tasks: object, flush_on_error: bool = False) -> CallBuffer:
     """Collect the calls of ``tasks`` (no tasks: every pooled and bucket task) made in this
     thread inside the ``with`` block, and store them when it exits.
 
@@ -212,7 +214,7 @@ def buffer(*tasks: Any, flush_on_error: bool = False) -> CallBuffer:
 
 
 def buffered_call(
-    task: ProducerTask, prepared: Any, delay: float, dedupe_id: str | None, call_id: str = ""
+    task: ProducerTask, prepared: object, delay: float, dedupe_id: str | None, call_id: str = ""
 ) -> BufferedReceipt | None:
     """The hook of ``apply_async``: hold the call in the innermost open buffer covering
     ``task`` and return its receipt, or return None (no buffer: store it now)."""
@@ -222,7 +224,7 @@ def buffered_call(
     return None
 
 
-def _mark(groups: dict[float, _Held], state: str, error: Any) -> int:
+def _mark(groups: dict[float, _Held], state: str, error: BaseException | None) -> int:
     """Give every not-yet-stored receipt of ``groups`` its final state; returns how many."""
     marked = 0
     for entries in groups.values():

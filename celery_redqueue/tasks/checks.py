@@ -10,7 +10,7 @@ that restarted and lost data is logged within one reaper interval with the figur
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery.signals import worker_ready
 
@@ -20,13 +20,16 @@ from ..structures.catalog import register
 from ..structures.loss import Loss, check_for_loss
 from .config import get_config
 
+if TYPE_CHECKING:
+    from celery import Celery
+
 logger = logging.getLogger(__name__)
 
 #: Task kinds whose calls live in a structure (a lease task borrows a resource instead).
 STRUCTURE_KINDS = ("pool", "bucket", "stream")
 
 
-def check_app(app: Any, *, warn: bool = False) -> list[Loss]:
+def check_app(app: Celery, *, warn: bool = False) -> list[Loss]:
     """Log the server warnings (with ``warn``) and every data loss found; returns the losses.
 
     Raises RedQueueError when Redis cannot be read.
@@ -43,7 +46,7 @@ def check_app(app: Any, *, warn: bool = False) -> list[Loss]:
     return losses
 
 
-def _register_own_structures(app: Any) -> None:
+def _register_own_structures(app: Celery) -> None:
     """Record the app's structures in the registry again: a process registers a structure
     once, so after Redis lost its data (registry included) the reaper, the CLI and this check
     would no longer see them."""
@@ -57,13 +60,13 @@ def _register_own_structures(app: Any) -> None:
             logger.debug("redqueue: re-registering %s failed: %s", task.name, exc)
 
 
-def _uses_redqueue(app: Any) -> bool:
+def _uses_redqueue(app: Celery) -> bool:
     # By the class attribute every redqueue task kind declares: this module is imported by
     # the reaper (beat), which the task classes import, so it cannot import them.
     return any(getattr(type(task), "redqueue_kind", None) for task in app.tasks.values())
 
 
-def _check_at_worker_start(sender: Any = None, **_: Any) -> None:
+def _check_at_worker_start(sender: object = None, **_: object) -> None:
     app = getattr(sender, "app", None)
     if app is None or not _uses_redqueue(app):
         return

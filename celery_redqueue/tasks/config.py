@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigurationError
 from ..redis.client import get_client
@@ -17,6 +17,12 @@ from ..redis.keys import DEFAULT_PREFIX, normalize_prefix
 from ..redis.sentinel import TRANSPORT_OPTIONS, is_sentinel_url, sentinel_options
 from ..redis.serializers import Serializer, get_serializer
 from ..validation import boolean, seconds
+
+if TYPE_CHECKING:
+    import redis
+    from celery import Celery
+    from celery.app.utils import Settings
+    from redis.cluster import RedisCluster
 
 REDIS_SCHEMES = (
     "redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://", "sentinel://",
@@ -37,10 +43,10 @@ class RedQueueConfig:
     #: Extra keyword arguments for ``redis.Redis.from_url`` (TLS, ...), over the package's
     #: default timeouts (``socket_timeout`` and ``socket_connect_timeout`` of 5 s, see
     #: `DEFAULT_TIMEOUTS`; ``None`` waits forever).
-    redis_options: dict[str, Any] = field(default_factory=dict)
+    redis_options: dict[str, object] = field(default_factory=dict)
     #: ``redqueue_transport_options`` for a ``sentinel://`` URL: ``master_name`` (required),
     #: ``sentinel_kwargs``, ``min_other_sentinels`` (kombu's names), checked.
-    transport_options: dict[str, Any] = field(default_factory=dict)
+    transport_options: dict[str, object] = field(default_factory=dict)
     #: Register drain and reaper jobs with beat (``add_periodic_task``).
     beat: bool = True
     #: Seconds between runs of the reaper job under beat.
@@ -64,11 +70,15 @@ class RedQueueConfig:
     #: keeps its process for its whole time budget.
     drain_yield: bool = True
 
-    def client(self) -> Any:
-        return get_client(self.url, {**self.redis_options, **self.transport_options})
+    def client(self) -> redis.Redis | RedisCluster:
+        # get_client builds a redis-py client: a Redis (Sentinel's master too) or a RedisCluster.
+        return cast(
+            "redis.Redis | RedisCluster",
+            get_client(self.url, {**self.redis_options, **self.transport_options}),
+        )
 
 
-def _resolve_url(conf: Any) -> str:
+def _resolve_url(conf: Settings) -> str:
     url = conf.get("redqueue_url")
     if url:
         if not isinstance(url, str) or not url.startswith(REDIS_SCHEMES):
@@ -85,7 +95,7 @@ def _resolve_url(conf: Any) -> str:
     )
 
 
-def load_config(conf: Any) -> RedQueueConfig:
+def load_config(conf: Settings) -> RedQueueConfig:
     """Validate the ``redqueue_*`` settings found in a Celery ``app.conf``."""
     options = conf.get("redqueue_redis_options") or {}
     if not isinstance(options, dict):
@@ -124,10 +134,10 @@ def load_config(conf: Any) -> RedQueueConfig:
 
 
 #: Each app's validated settings, read once (kept here, not as an attribute on the app).
-_configs: weakref.WeakKeyDictionary[Any, RedQueueConfig] = weakref.WeakKeyDictionary()
+_configs: weakref.WeakKeyDictionary[Celery, RedQueueConfig] = weakref.WeakKeyDictionary()
 
 
-def get_config(app: Any) -> RedQueueConfig:
+def get_config(app: Celery) -> RedQueueConfig:
     """The app's validated settings, read once per app."""
     config = _configs.get(app)
     if config is None:
@@ -135,13 +145,13 @@ def get_config(app: Any) -> RedQueueConfig:
     return config
 
 
-def forget_config(app: Any) -> None:
+def forget_config(app: Celery) -> None:
     """Read the app's ``redqueue_*`` settings again on next use (after changing them, say in a
     test; structures already built keep their client)."""
     _configs.pop(app, None)
 
 
-def consumer_setting(value: Any) -> bool | tuple[str, ...]:
+def consumer_setting(value: object) -> bool | tuple[str, ...]:
     """Check ``redqueue_consumer``: True/False, or the names of the tasks to serve (a list, or
     a comma-separated string)."""
     if value is None or value is False:
@@ -164,7 +174,7 @@ SETTING = "redqueue_tracing"
 logger = logging.getLogger(__name__)
 
 
-def tracing_setting(conf: Any) -> bool:
+def tracing_setting(conf: Settings) -> bool:
     """Read ``redqueue_tracing``: True only if it is on and OpenTelemetry can be imported (a
     warning says so when it cannot: the app runs untraced rather than failing to start)."""
     value = conf.get(SETTING)

@@ -9,7 +9,7 @@ builds its steps) and includes itself only when the setting ``redqueue_consumer`
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..privates import exec_options
@@ -19,6 +19,11 @@ from .checks import STRUCTURE_KINDS
 from .config import get_config
 from .consumer_loop import Dispatcher, Served
 from .worker_step import RedQueueStep
+
+if TYPE_CHECKING:
+    import click
+    from celery import Celery, Task
+    from celery.worker import WorkController
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +37,16 @@ OPTION = "--redqueue-consumer"
 REAP_BOUNDS = (0.5, 30.0)
 
 
-def queue_of(app: Any, task: Any) -> str:
+def queue_of(app: Celery, task: Task) -> str:
     """The queue the task's drain jobs are routed to (its options, then the app's routes)."""
     route = app.amqp.router.route(exec_options(task), task.name)
     queue = route.get("queue")
     return str(getattr(queue, "name", queue))
 
 
-def served_tasks(app: Any, names: tuple[str, ...] | None, queues: set[str] | None) -> list[Served]:
+def served_tasks(
+    app: Celery, names: tuple[str, ...] | None, queues: set[str] | None
+) -> list[Served]:
     """The tasks a consumer serves: the named ones (each must be a pooled, bucket or stream
     task: ConfigurationError otherwise), or every such task routed to one of ``queues``."""
     tasks = {
@@ -69,7 +76,7 @@ def max_drains_of(task: RedQueueTask) -> int:
     return task.drain_settings.concurrency
 
 
-def reap_interval(app: Any, served: list[Served]) -> float:
+def reap_interval(app: Celery, served: list[Served]) -> float:
     timeouts = [s.task.drain_settings.visibility_timeout for s in served]
     low, high = REAP_BOUNDS
     high = min(high, get_config(app).reaper_interval)
@@ -82,7 +89,9 @@ class ConsumerStep(RedQueueStep):
     label = "redqueue consumer"
     requires = ("celery.worker.components:Pool",)
 
-    def __init__(self, parent: Any, redqueue_consumer: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, parent: WorkController, redqueue_consumer: bool | None = None, **kwargs: object
+    ) -> None:
         # The step is added to every worker; only an app that asks reads its settings.
         asked = redqueue_consumer or parent.app.conf.get(SETTING)
         setting = (
@@ -96,7 +105,7 @@ class ConsumerStep(RedQueueStep):
             consumer_loop._APP = parent.app
         super().__init__(parent, **kwargs)
 
-    def start(self, parent: Any) -> None:
+    def start(self, parent: WorkController) -> None:
         pool = parent.pool
         if getattr(pool, "is_green", False):
             logger.warning(
@@ -123,14 +132,14 @@ class ConsumerStep(RedQueueStep):
         neighbour.set_busy_source(self.dispatcher.running_drains)
         logger.info("redqueue consumer: serving %s", ", ".join(s.name for s in served))
 
-    def stop(self, parent: Any) -> None:
+    def stop(self, parent: WorkController) -> None:
         if self.dispatcher is not None:
             neighbour.set_busy_source(None)
             self.dispatcher.stop()
             self.dispatcher = None
 
 
-def add_worker_option(command: Any) -> None:
+def add_worker_option(command: click.Command) -> None:
     """Give ``celery worker`` the ``--redqueue-consumer`` flag (from the package's
     ``celery.commands`` plugin, loaded before Celery parses the command line); the worker hands
     it to `ConsumerStep` as ``redqueue_consumer``."""

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from celery import current_app
 
@@ -30,11 +30,17 @@ from .config import get_config
 from .handover import capturing
 from .wake_wait import has_work, kick_signal, signals_of, wait_for_work
 
+if TYPE_CHECKING:
+    from billiard.einfo import ExceptionInfo
+    from celery import Celery
+    from celery.concurrency.base import BasePool
+    from kombu.asynchronous import Hub
+
 logger = logging.getLogger(__name__)
 
 #: The app whose tasks `run_drain` looks up: set in the worker's main process before the
 #: pool starts, so prefork children inherit it.
-_APP: Any = None
+_APP: Celery | None = None
 
 #: Seconds a structure whose drain failed (Redis unreachable) waits before the next try.
 RETRY_PAUSE = 1.0
@@ -53,7 +59,7 @@ def consumer_listener() -> str:
     return f"consumer:{socket.gethostname()}:{os.getpid()}"
 
 
-def listen_seconds(task: Any) -> float:
+def listen_seconds(task: RedQueueTask) -> float:
     """How long the consumer lists itself on the task's wake signal for: its drain lease (so a
     killed consumer stops absorbing calls within one lease), 0 when it has no wake signal."""
     try:
@@ -64,7 +70,16 @@ def listen_seconds(task: Any) -> float:
     return float(task.drain_settings.lease)
 
 
-def run_drain(task_name: str) -> dict[str, Any]:
+class DrainReply(TypedDict, total=False):
+    """What `run_drain` returns: the drain jobs its drain asked for, or its error."""
+
+    error: str
+    #: Drain jobs asked for now, and seconds until the soonest asked for later (`handover`).
+    now: int
+    later: float | None
+
+
+def run_drain(task_name: str) -> DrainReply:
     """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
     pool gives a raised error to no callback). Returns what it asked for (or the error)."""
     app = _APP if _APP is not None else current_app
@@ -105,11 +120,11 @@ class Dispatcher:
 
     def __init__(
         self,
-        app: Any,
-        pool: Any,
+        app: Celery,
+        pool: BasePool,
         served: list[Served],
         concurrency: int,
-        hub: Any = None,
+        hub: Hub | None = None,
         reap_interval: float = 5.0,
     ) -> None:
         self.app = app
@@ -342,7 +357,7 @@ class Dispatcher:
         else:
             self._apply(served.name)
 
-    def _on_pipe(self, *_: Any) -> None:
+    def _on_pipe(self, *_: object) -> None:
         """In the event loop's thread: read the pipe and apply what is pending."""
         try:
             while os.read(self._pipe[0] if self._pipe else -1, 512):
@@ -353,7 +368,7 @@ class Dispatcher:
             self._apply(self._pending.popleft())
 
     def _apply(self, name: str) -> None:
-        done: Callable[[Any], None] = lambda result: self._done(name, result)  # noqa: E731
+        done: Callable[[DrainReply | ExceptionInfo], None] = lambda result: self._done(name, result)  # noqa: E731
         try:
             self.pool.apply_async(
                 run_drain,
@@ -365,7 +380,7 @@ class Dispatcher:
             logger.warning("redqueue consumer: the pool refused a drain of %s: %s", name, exc)
             self._done(name, {"error": repr(exc)})
 
-    def _done(self, name: str, result: Any) -> None:
+    def _done(self, name: str, result: DrainReply | ExceptionInfo) -> None:
         """A drain ended (in the pool's result thread or the event loop)."""
         served = self.served[name]
         if not isinstance(result, dict):  # an error callback's ExceptionInfo

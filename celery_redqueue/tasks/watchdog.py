@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import RedQueueError
 from .base import RedQueueTask
@@ -40,10 +40,14 @@ from .config import get_config
 from .consumer import ConsumerStep, queue_of
 from .worker_step import RedQueueStep
 
+if TYPE_CHECKING:
+    from celery import Celery
+    from celery.worker import WorkController
+
 logger = logging.getLogger(__name__)
 
 
-def watched_tasks(app: Any, queues: set[str] | None) -> list[RedQueueTask]:
+def watched_tasks(app: Celery, queues: set[str] | None) -> list[RedQueueTask]:
     """The app's pooled, bucket and stream tasks whose drain jobs go to one of ``queues`` (all
     of them with None: a worker consuming every queue)."""
     return [
@@ -77,12 +81,12 @@ class WatchdogStep(RedQueueStep):
     # continuous consumer (the first pass must know what the consumer serves).
     requires = ("celery.worker.components:Pool", ConsumerStep)
 
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
+    def __init__(self, parent: WorkController, **kwargs: object) -> None:
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
         super().__init__(parent, **kwargs)
 
-    def start(self, parent: Any) -> None:
+    def start(self, parent: WorkController) -> None:
         # Read here, not at __init__: the step is added to every worker, and only an app with
         # pooled, bucket or stream tasks has (and must have) redqueue settings.
         queues = set(parent.app.amqp.queues.consume_from or {}) or None
@@ -101,21 +105,21 @@ class WatchdogStep(RedQueueStep):
         )
         self.thread.start()
 
-    def _run(self, parent: Any, tasks: list[RedQueueTask], interval: float) -> None:
+    def _run(self, parent: WorkController, tasks: list[RedQueueTask], interval: float) -> None:
         # The first pass at once: a worker that starts is often what a stranded call waited for.
         while not self.stopping.is_set():
             consumed = _consumer_served(parent)
             watch_once(task for task in tasks if task.name not in consumed)
             self.stopping.wait(interval)
 
-    def stop(self, parent: Any) -> None:
+    def stop(self, parent: WorkController) -> None:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=10)
             self.thread = None
 
 
-def _consumer_served(parent: Any) -> set[str]:
+def _consumer_served(parent: WorkController) -> set[str]:
     """The tasks this worker's continuous consumer serves (none when it is off or idle)."""
     for step in getattr(parent, "steps", ()):
         dispatcher = getattr(step, "dispatcher", None)

@@ -4,9 +4,12 @@ warm or a cold shutdown, and is included only when its ``enabled`` says so."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery import bootsteps
+
+if TYPE_CHECKING:
+    from celery.worker import WorkController
 
 
 class RedQueueStep(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -15,14 +18,14 @@ class RedQueueStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     enabled = True
 
-    def include_if(self, parent: Any) -> bool:
+    def include_if(self, parent: WorkController) -> bool:
         return self.enabled
 
-    def create(self, parent: Any) -> Any:
+    def create(self, parent: WorkController) -> None:
         return None
 
-    def stop(self, parent: Any) -> None:
+    def stop(self, parent: WorkController) -> None:
         raise NotImplementedError
 
-    def shutdown(self, parent: Any) -> None:
+    def shutdown(self, parent: WorkController) -> None:
         self.stop(parent)
