@@ -24,6 +24,7 @@ from ..errors import ConfigurationError, RedQueueError
 from ..redis.client import redis_errors, server_time
 from ..redis.serializers import Serializer, get_serializer
 from ..redis.server import server_warnings
+from ..structures.base import Structure
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
@@ -59,8 +60,9 @@ KINDS = (*WORK_KINDS, "lease", "unique")
 UNIQUE_WINDOW = 100
 
 
-#: What a registered structure opens as: one class per kind.
-Opened = CappedPool | LeakyBucket | EventStream | LeasedResources | UniqueLocks
+#: What a registered structure opens as: a pool, bucket or stream (a `Structure`), a
+#: LeasedResources or a UniqueLocks.
+Opened = Structure | LeasedResources | UniqueLocks
 
 
 @dataclass(frozen=True)

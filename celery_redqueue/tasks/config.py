@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..redis.client import get_client
@@ -71,11 +71,7 @@ class RedQueueConfig:
     drain_yield: bool = True
 
     def client(self) -> redis.Redis | RedisCluster:
-        # get_client builds a redis-py client: a Redis (Sentinel's master too) or a RedisCluster.
-        return cast(
-            "redis.Redis | RedisCluster",
-            get_client(self.url, {**self.redis_options, **self.transport_options}),
-        )
+        return get_client(self.url, {**self.redis_options, **self.transport_options})
 
 
 def _resolve_url(conf: Settings) -> str:
