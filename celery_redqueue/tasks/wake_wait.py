@@ -20,6 +20,7 @@ from ..redis.keys import StructureKeys
 from ..structures.wake import WakeSignal, listen_any
 
 if TYPE_CHECKING:
+    from ..redis.client import Client
     from ..structures.bucket import LeakyBucket
     from ..structures.pool import CappedPool
     from ..structures.streams import EventStream
@@ -57,7 +58,7 @@ def kick_signal(tasks: Sequence[RedQueueTask], prefix: str, listener: str) -> Wa
     """A waiter's own list for `wait_for_work`'s ``kick``, on the one client of the tasks'
     signals (None when they are on several clients or a cluster, where it would need a
     blocking read of its own: the waiter then relies on its timeout)."""
-    clients: dict[int, object] = {}  # the clients are only compared and passed on
+    clients: dict[int, Client] = {}  # by identity: one client for all, or no kick
     for task in tasks:
         try:
             clients.update((id(s.client), s.client) for s in signals_of(task) or ())

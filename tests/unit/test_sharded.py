@@ -11,7 +11,7 @@ from celery_redqueue.ops.reading import Operations
 from celery_redqueue.structures.bucket import LeakyBucket
 from celery_redqueue.structures.catalog import open_structure, registered
 from celery_redqueue.structures.pool import CappedPool
-from celery_redqueue.structures.sharding import SLOTS, key_shard, shard_names
+from celery_redqueue.structures.sharding import SAME_WAKE, SLOTS, key_shard, shard_names
 from celery_redqueue.tasks.heartbeat import Heartbeat
 
 
@@ -112,16 +112,23 @@ def test_drains_sweep_round_robin_and_an_empty_sweep_frees_every_flag(
 
 def test_delayed_calls_on_several_shards_ask_for_one_wake_up(redqueue_redis, redqueue_prefix):
     pool = make_pool(redqueue_redis, redqueue_prefix)
+    started = time.monotonic()
     results = pool.add_many(range(12), delay=0.3)
+    # The shards' stores are separate scripts: a stall between them (a busy machine) puts
+    # their due times further apart than SAME_WAKE, and then the earlier shard rightly gets a
+    # job of its own. The one-wake-up figures hold only for a burst that was one burst.
+    one_burst = time.monotonic() - started < SAME_WAKE
     assert all(r.delayed for r in results)
     wakes = [r.wake_in for r in results if r.wake_in is not None]
     assert len(wakes) == 1 and 0 < wakes[0] <= 0.3
     # Only one shard keeps a scheduled wake-up: the job sent for it re-plans the others.
     assert sum(bool(redqueue_redis.exists(s.keys("wake"))) for s in pool.shards) == 1
     batch = pool.pop(100)
-    # The job the producer sent covers the earliest shard; later ones released their claims.
-    assert not batch and batch.wait is not None and batch.wait <= 0.3 and not batch.schedule
-    assert sum(bool(redqueue_redis.exists(s.keys("wake"))) for s in pool.shards) == 1
+    assert not batch and batch.wait is not None and batch.wait <= 0.3
+    if one_burst:
+        # The job the producer sent covers the earliest shard; later ones released claims.
+        assert not batch.schedule
+        assert sum(bool(redqueue_redis.exists(s.keys("wake"))) for s in pool.shards) == 1
     time.sleep(0.35)
     got = []
     while batch := pool.pop(100):
