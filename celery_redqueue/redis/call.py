@@ -73,11 +73,9 @@ class _Again(Exception):
 
 
 # The reply's type is the script's (its header's ``Reply:`` line), known to the caller, not
-# here; redis-py's read_response is unannotated for the same reason. The client is not typed
-# `Client` yet: the MOVED and ASK branches read ``nodes_manager``, which a plain redis.Redis
-# lacks, and a plain client sent to a cluster node gets those replies too (AttributeError).
+# here; redis-py's read_response is unannotated for the same reason.
 def run_script(
-    client: Any, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
+    client: Client, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
 ) -> Any:
     """Run ``script`` once on ``client`` (a Redis, Sentinel master or RedisCluster client).
 
@@ -105,8 +103,12 @@ def run_script(
                 raise _lost_error(script, lost.cause) from lost.cause
         except redis.exceptions.MovedError as exc:  # before AskError: a subclass of it
             asking = None
+            if not is_cluster(client):  # a plain client sent to a cluster node: no map to follow
+                raise translate_error(exc, action) from exc
             _follow_moved(client.nodes_manager, exc)
         except redis.exceptions.AskError as exc:
+            if not is_cluster(client):
+                raise translate_error(exc, action) from exc
             asking = client.nodes_manager.get_node(host=exc.host, port=exc.port)
             if asking is None:
                 raise translate_error(exc, action) from exc

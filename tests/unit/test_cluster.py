@@ -7,9 +7,13 @@ tag, so all of it must work where keys live on different nodes.
 import time
 
 import pytest
+import redis
+from redis.crc import key_slot
 
 from celery_redqueue import CappedPool, LeakyBucket
+from celery_redqueue.errors import RedisCommandError
 from celery_redqueue.redis.client import make_client
+from celery_redqueue.redis.lua import script
 from celery_redqueue.structures.catalog import registered
 
 
@@ -112,3 +116,22 @@ def test_the_script_path_follows_a_slot_that_moved(cluster_client, redqueue_pref
         assert sorted(item.payload for item in pool.pop(100).items) == list(range(20))
     finally:
         _move_slot(cluster_client, slot, target, first.name)  # the cluster is shared
+
+
+def test_a_plain_client_on_the_wrong_node_gets_a_named_error(cluster_client, redqueue_prefix):
+    """A plain redis.Redis pointed at one cluster node has no slot map to follow a MOVED
+    reply with: a script fails with the package's error naming it, not an AttributeError."""
+    node = cluster_client.get_primaries()[0]
+    plain = redis.Redis(host=node.host, port=node.port)
+    try:
+        key = next(  # a key another node serves
+            k
+            for k in (f"{redqueue_prefix}:elsewhere-{i}" for i in range(1000))
+            if cluster_client.nodes_manager.get_node_from_slot(key_slot(k.encode())).name
+            != node.name
+        )
+        with pytest.raises(RedisCommandError, match="MovedError"):
+            script("wake_arm")(plain, [key], ["listener", 1000])
+        assert not cluster_client.exists(key)
+    finally:
+        plain.close()
