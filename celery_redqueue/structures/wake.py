@@ -73,6 +73,15 @@ class WakeSignal:
         script("wake_arm")(self.client, [self.listening], [listener, listen_ms(seconds)])
 
 
+def unlist(signals: Sequence[WakeSignal]) -> None:
+    """Take this thread's listener off ``signals``: for a drain that ends after a batch rather
+    than on an empty look (which takes it off itself). Left listed, it would count as a drain
+    until its listing ran out (its linger and `MARGIN_MS`): the calls stored meanwhile would
+    wake nobody and send no drain job."""
+    for signal in signals:
+        signal.arm(listener_id(), 0)
+
+
 def listen_any(signals: Sequence[WakeSignal], timeout: float) -> list[WakeSignal]:
     """Wait up to ``timeout`` seconds for any of ``signals``; returns those woken (one, or
     none when the time ran out).

@@ -21,6 +21,7 @@ from ..structures.bucket import LeakyBucket, Reservation, validate_bucket_option
 from ..structures.bucket_types import EncodedCall, check_priority
 from ..structures.receipts import Receipt
 from ..structures.sharding import validate_shards
+from ..structures.wake import unlist
 from .base import error_text, per_process
 from .beat import DrainSummary
 from .config import get_config
@@ -362,8 +363,11 @@ class BucketTask(ProducerTask, MeteredOptions):
         done = Counter[str]()  # processed, retried, dead: the stats' words
         last_work = -math.inf  # a drain that starts on an empty bucket ends at once
         looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
+        listed = False  # an empty poll listed this drain on the wake signal
         while True:
             if looker.stopping:  # the worker shuts down: another worker serves the rest
+                if listed:
+                    unlist(bucket.wake_signals())
                 self.send_drain_or_release()
                 return DrainSummary.of(done, continued=True)
             left = self.bucket_drain_linger - (time.monotonic() - last_work)
@@ -373,6 +377,7 @@ class BucketTask(ProducerTask, MeteredOptions):
             done["dead"] += poll.malformed  # dead-lettered by the dequeue, with the reason
             reservation = poll.reservation
             if reservation is None:
+                listed = True
                 if poll.wait is None:
                     if linger:
                         # Until the next call wakes it, time is up or other work waits.
@@ -388,6 +393,7 @@ class BucketTask(ProducerTask, MeteredOptions):
                 ):
                     looker.listen(bucket.listen, poll.wait)  # woken early by another key's call
                     continue
+                unlist(bucket.wake_signals())  # it may be listed still (a wait within linger)
                 due_in(self.name, poll.wait)  # a consumer looks then itself (no job either way)
                 return DrainSummary.of(done, continued=True)
             if reservation.fan_out:
@@ -398,6 +404,10 @@ class BucketTask(ProducerTask, MeteredOptions):
             if outcome:  # None: backed off, neither done nor retried
                 done[outcome] += 1
             if looker.yielding() or time.monotonic() >= deadline:
+                # No empty poll ends this job: its listener goes off, or the calls stored until
+                # the listing ran out would wake nobody and send no job once the next job ended.
+                if listed:
+                    unlist(bucket.wake_signals())
                 self.send_drain_or_release()
                 return DrainSummary.of(done, continued=True)
 

@@ -33,6 +33,7 @@ from ..structures.pool import (
 )
 from ..structures.protocols import in_chunks
 from ..structures.sharding import validate_shards
+from ..structures.wake import unlist
 from ..validation import (
     one_of,
     positive_int,
@@ -395,15 +396,20 @@ class PoolTask(ProducerTask):
         last_work = -math.inf  # a drain that starts on an empty pool ends at once
         gather_min = self.pool_batch_min or self.pool_batch_size
         looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
+        listed = False  # a lingering pop listed this drain on the wake signal
         while True:
             if self.pool_batch_wait:  # (refused with shards)
                 # Let a batch gather: look again later (a scheduled job), never sleep here.
                 gather = pool.gather(gather_min, self.pool_batch_wait)
                 if gather.wait:
+                    if listed:  # no empty pop ends this job: take its listener off
+                        unlist(pool.wake_signals())
                     if gather.schedule:
                         self.send_drain_or_release(countdown=gather.wait)
                     return DrainSummary.of(done, batches, continued=True)
             if looker.stopping:  # the worker shuts down: another worker serves the rest
+                if listed:
+                    unlist(pool.wake_signals())
                 self.send_drain_or_release()
                 return DrainSummary.of(done, batches, continued=True)
             left = self.pool_drain_linger - (time.monotonic() - last_work)  # of the linger
@@ -419,6 +425,7 @@ class PoolTask(ProducerTask):
             if batch.pop_again:
                 continue
             if batch.lingering:
+                listed = True
                 # Until the next call wakes it (wake signal), time is up or other work waits.
                 looker.listen(pool.listen, left)
                 continue
@@ -457,7 +464,11 @@ class PoolTask(ProducerTask):
                 batch.calls - undecodable - sum(batch.items[i].count for i in settled.failures)
             )
             if looker.yielding() or time.monotonic() >= deadline:
-                # Hand over to a fresh job so one pool cannot hold a worker forever.
+                # Hand over to a fresh job so one pool cannot hold a worker forever. No empty
+                # pop ends this job: its listener goes off, or the calls stored until the
+                # listing ran out would wake nobody and send no job once the fresh job ended.
+                if listed:
+                    unlist(pool.wake_signals())
                 self.send_drain_or_release()
                 return DrainSummary.of(done, batches, continued=True)
 
