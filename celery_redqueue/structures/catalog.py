@@ -125,9 +125,11 @@ def registered(client: Client, prefix: str) -> list[tuple[str, str, dict[str, ob
 
 def open_structure(
     client: Client, prefix: str, kind: str, name: str, settings: dict[str, object]
-) -> Structure | None:
+) -> Any | None:
     """Rebuild a registered structure from its recorded settings (a sharded one's name its
     ``shards``); None for an unknown kind."""
+    # Untyped: a reader (ops/reading.py) holds the kind's own class (a pool, bucket or stream),
+    # which KINDS, filled by the Structure base for every subclass, cannot name.
     cls = KINDS.get(kind)
     if cls is None:
         return None
