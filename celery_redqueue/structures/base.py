@@ -19,7 +19,7 @@ from . import catalog
 from .deadletters import CHUNK, UNREADABLE, DeadLetter, parse_dead_letter, readable
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
     from .protocols import Renewable
     from .receipts import ReapResult
 

@@ -109,7 +109,7 @@ PARTS = (
 )
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 # fmt: on
 #: A held debounced member of ``scheduled``: "id[/cost] key NUL NUL debounced:<count>:<hex
 #: dedupe id> NUL payload" (lua/bucket_debounce.lua).

@@ -17,15 +17,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys, normalize_prefix, registry_key
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    import redis
-    import redis.cluster
-
-    #: What every structure talks to: redis-py's synchronous client (a Sentinel master's too)
-    #: or a RedisCluster.
-    Client: TypeAlias = redis.Redis | redis.cluster.RedisCluster
-
+    from ..redis.client import Client
     from .base import Structure
 
 #: Every structure kind by name; a kind adds itself when its class is defined.

@@ -21,8 +21,8 @@ from ..redis.server import server_warnings
 from .receipts import Record
 
 if TYPE_CHECKING:
+    from ..redis.client import Client
     from ..redis.keys import StructureKeys
-    from .catalog import Client
 
 WINDOW = 60
 #: Minutes of history kept by the per-minute counters.

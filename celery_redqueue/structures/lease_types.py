@@ -13,8 +13,8 @@ from ..errors import ConfigurationError, ReservationError
 from .receipts import Record
 
 if TYPE_CHECKING:
+    from ..redis.client import Client
     from ..redis.lua import KeyOrArg
-    from .catalog import Client
 
 
 @dataclass(frozen=True)

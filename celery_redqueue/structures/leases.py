@@ -45,7 +45,7 @@ PARTS = (
 )
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 # fmt: on
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from ..redis.keys import normalize_prefix
 from .catalog import open_entry, registry_entries
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 
 logger = logging.getLogger(__name__)
 

@@ -69,7 +69,7 @@ from .sharding import Split, _routing, earliest, release_claims, split_id, stabl
 from .wake import listen_ms, listener_id
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from .figures import Figures
 from .receipts import ReapResult, Receipt
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 
 ItemT = TypeVar("ItemT", contravariant=True)
 T = TypeVar("T")

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError
 from .figures import WINDOW, ring_sums
@@ -149,6 +149,8 @@ class GroupFigures(Record):
         )
 
 
+_E = TypeVar("_E")
+
 GROUP_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 ENTRY_ID = re.compile(r"^\d+-\d+$")
 
@@ -160,9 +162,7 @@ def validate_group(group: object, what: str = "group") -> str:
     return group
 
 
-def partition_key(
-    event: object, given: str | None, key_function: Callable[[Any], object] | None
-) -> str:
+def partition_key(event: _E, given: str | None, key_function: Callable[[_E], object] | None) -> str:
     """The partition key stored with an event ('' for none): ``given``, else the stream's key
     function's, checked at the call site."""
     key: object = given

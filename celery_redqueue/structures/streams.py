@@ -42,7 +42,7 @@ GROUP_PARTS = (
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
     from .deadletters import DeadLetter
 
 #: Each known group's keys that stream_publish receives.

@@ -28,7 +28,7 @@ from .lease_types import Lease, _text, _ttl_ms, check_owned, renewed
 from .receipts import Record
 
 if TYPE_CHECKING:
-    from .catalog import Client
+    from ..redis.client import Client
 
 #: The keys every unique script receives, in this order (see lua/unique_keys.lua).
 PARTS = ("held", "expiry", "stats", "calls", "calls_at")

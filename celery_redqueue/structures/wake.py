@@ -23,14 +23,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..redis.blocking import block_pop
 from ..redis.call import is_cluster
 from ..redis.lua import script
 
 if TYPE_CHECKING:
-    pass
+    from ..redis.client import Client
 
 #: Milliseconds a listener stays listed beyond the wait it was armed for (the round trip between the
 #: arming step and the blocking read).
@@ -55,9 +55,7 @@ class WakeSignal:
     """The wake signal of one structure (or stream group): its client, its list key and the
     zset of its listeners (empty for a signal nobody is listed on, a waiter's own kick list)."""
 
-    # Untyped: the glue both builds signals from clients it holds as ``object`` (wake_wait)
-    # and reads replies through a signal's client (consumer_loop).
-    client: Any
+    client: Client
     key: str
     listening: str = ""
 
