@@ -9,7 +9,8 @@ for up to that long (`WakeSignal.listen`, or `listen_any` for several structures
 pushes a token only while a listener is live and the list is empty: no extra round trip per
 call, and nothing grows while nobody listens (both keys also expire). A live listener counts
 as a drain: the store sends no drain job. An empty look with ``listen=0`` takes the listener
-off, so a drain that ends stops absorbing calls in its last step.
+off, so a drain that ends stops absorbing calls in its last step; one that ends after a batch
+instead (it yielded, or spent its time budget) takes itself off with `unlist`.
 
 A token is a hint, never work: a lost one (its BLPOP reply lost, Redis restarted) leaves the
 waiter to its timeout, a stale one costs one look. docs/consumer.md shows the consumer using it.

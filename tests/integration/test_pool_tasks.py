@@ -1,5 +1,6 @@
 """PoolTask with real Celery workers on a real Redis broker."""
 
+import threading
 import time
 
 import pytest
@@ -344,3 +345,24 @@ def test_linger_counts_from_when_the_work_ended(app, wait_for):
         time.sleep(0.2)  # the drain is lingering now
         assert not slow.delay(2).drain_needed
         wait_for(lambda: slow.pool.stats().processed == 2)
+
+
+def test_a_drain_that_ends_after_a_batch_takes_its_listener_off(app):
+    """A drain that lingered, then ended after a batch (its time budget spent, as a drain that
+    yields ends), is no longer listed on the wake signal: once the next job ended on the empty
+    pool, a call asks for a drain job instead of waking a drain that has gone (issue 29)."""
+
+    @app.task(base=PoolTask, pool_drain_linger=2.0, pool_drain_time_budget=0.3)
+    def noop(i):
+        pass
+
+    assert noop.delay(0).drain_needed
+    drain = threading.Thread(target=noop.drain)
+    drain.start()
+    time.sleep(0.4)  # it ran the call and lingers, listed; its time budget is spent
+    assert not noop.delay(1).drain_needed  # woken: it runs the call and hands over
+    drain.join(timeout=5)
+    assert not drain.is_alive()
+    assert noop.pool.stats().processed == 2
+    noop.drain()  # the job it handed over to: the pool is empty, it ends at once
+    assert noop.delay(2).drain_needed
