@@ -25,6 +25,7 @@ from ..structures.base import DRAIN_LEASE
 from ..structures.receipts import Receipt
 from ..structures.stream_types import StreamEvent, StreamRead, validate_group
 from ..structures.streams import EventStream
+from ..structures.wake import unlist
 from ..validation import positive_int, seconds
 from .base import RedQueueTask, error_text, per_process
 from .beat import DrainSummary
@@ -180,9 +181,12 @@ class StreamTask(RedQueueTask):
         retry_at: float | None = None
         last_work = -float("inf")
         looker = Looker(self)  # the worker's other work waiting: end soon (`neighbour`)
+        listed = False  # a lingering read listed this drain on the group's wake signal
         with self._heartbeat(stream, consumer) as working:
             while True:
                 if looker.stopping:  # the worker shuts down: another worker serves the rest
+                    if listed:  # no empty read ends this job: take its listener off
+                        unlist(stream.wake_signals(self.group))
                     self.send_drain()
                     return DrainSummary.of(done, batches, continued=True)
                 left = self.stream_drain_linger - (time.monotonic() - last_work)
@@ -201,6 +205,7 @@ class StreamTask(RedQueueTask):
                 if batch.read_again:
                     continue
                 if batch.lingering:
+                    listed = True
                     # Woken by the next publish (wake signal), or other work waits.
                     looker.listen(lambda wait: stream.listen(self.group, wait), left)
                     continue
@@ -224,6 +229,8 @@ class StreamTask(RedQueueTask):
                     soonest = time.monotonic() + min(retry_in.values())
                     retry_at = soonest if retry_at is None else min(retry_at, soonest)
                 if looker.yielding() or time.monotonic() >= deadline:
+                    if listed:  # left listed, it would keep publishes from sending a drain
+                        unlist(stream.wake_signals(self.group))
                     self.send_drain()  # hand over, so one group cannot hold a worker forever
                     return DrainSummary.of(done, batches, continued=True)
         if retry_at is not None:

@@ -496,3 +496,32 @@ def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, 
     # The continuous consumer hands a stream over the same way on shutdown: an error text, not
     # an AttributeError (a stream has no drain flag to release).
     assert consume.send_drain_or_release() is not None
+
+
+def test_a_drain_that_ends_after_a_batch_takes_its_listener_off(app):
+    """As for pools (issue 29): a drain that lingered, then ended after a batch (its time
+    budget spent, as a drain that yields ends), is no longer listed on its group's wake
+    signal, so once the job it handed over to ended on the empty group, the next publish
+    asks for a drain job instead of waking a drain that has gone."""
+
+    @app.task(
+        base=StreamTask,
+        name="shop.unlisted",
+        stream_name="unlisted",
+        stream_group="g",
+        stream_drain_linger=2.0,
+        stream_drain_time_budget=0.3,
+    )
+    def handle(event):
+        pass
+
+    assert handle.stream.publish({"n": 0}).woken == ("g",)
+    drain = threading.Thread(target=handle.drain)
+    drain.start()
+    time.sleep(0.4)  # it ran the event and lingers, listed; its time budget is spent
+    assert handle.stream.publish({"n": 1}).woken == ()  # the listener is woken instead
+    drain.join(timeout=5)
+    assert not drain.is_alive()
+    assert handle.stream.group_figures("g").processed == 2
+    handle.drain()  # the job it handed over to: nothing left, it ends at once
+    assert handle.stream.publish({"n": 2}).woken == ("g",)
