@@ -16,7 +16,8 @@ from .receipts import QueueCounters, Receipt
 
 
 class LimitOptions(TypedDict):
-    """The options of `Limits.build` a bucket records in its settings."""
+    """The metered options as `LeakyBucket` and `Limits.build` take them, and as a bucket
+    records them in its settings (`BucketTask` reads them with `tasks.metered.limit_options`)."""
 
     concurrency: int | None
     cost_rate: str | float | None

@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
-from ..structures.bucket_types import Limits
+from ..structures.bucket_types import LimitOptions, Limits
 from .options import check_key_parameter, function_or_name
 
 if TYPE_CHECKING:
@@ -31,18 +31,6 @@ LIMIT_OPTION_NAMES = {
     "margin": "bucket_margin",
     "priority_bound": "bucket_priority_bound",
 }
-
-
-class LimitOptions(TypedDict):
-    """The metered options as LeakyBucket and `Limits.build` take them (`limit_options`)."""
-
-    concurrency: int | None
-    cost_rate: str | float | None
-    cost_burst: float
-    total_rate: str | float | None
-    total_burst: float
-    margin: float
-    priority_bound: float | None
 
 
 class MeteredOptions:
