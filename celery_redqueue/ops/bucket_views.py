@@ -148,11 +148,11 @@ def overrides(bucket: LeakyBucket, top: int = 100) -> OverridesView:
     them (``set_rate``, ``set_cost_rate``, ``set_concurrency``): at most ``top`` keys, found by a
     bounded HSCAN of the per-key limits (one field per override: it reads overrides, not keys)."""
     keys: dict[str, dict[str, str | float]] = {}
-    for part in bucket.shards or [bucket]:
-        with redis_errors(f"reading rates of {part.keys.base}"):
+    for shard in bucket.shards or [bucket]:
+        with redis_errors(f"reading rates of {shard.keys.base}"):
             cursor = 0
             for _ in range(SEARCH_SCANS):
-                cursor, page = part.client.hscan(part.keys("rates"), cursor, count=1000)
+                cursor, page = shard.client.hscan(shard.keys("rates"), cursor, count=1000)
                 for field, spec in page.items():
                     name, _, what = field.decode().partition("\0")
                     row = keys.setdefault(name, {"key": name})

@@ -432,8 +432,8 @@ class Operations:
         eligible), or the keys whose name contains ``query`` (found by a bounded HSCAN), with
         their pause. A sharded bucket's rows are those of every shard, merged."""
         bucket = self._bucket(target)
-        parts = bucket.shards or [bucket]
-        rows = [row for part in parts for row in bucket_views.key_rows(part, top, query)]
+        shards = bucket.shards or [bucket]
+        rows = [row for shard in shards for row in bucket_views.key_rows(shard, top, query)]
         rows.sort(key=lambda row: (-int(row["depth"]), -int(row["in_flight"]), row["key"]))
         return rows[:top]
 

@@ -37,15 +37,15 @@ def debounced(structure: Sharded, member: re.Pattern[bytes], limit: int) -> list
     count and the hex dedupe id. Read-only and bounded: the next ``4 * limit`` delayed calls of
     each shard are read, so other delayed calls due sooner can hide some."""
     rows: list[DebouncedKey] = []
-    for part in structure.shards or [structure]:
-        rows += _read(part, member, limit)
+    for shard in structure.shards or [structure]:
+        rows += _read(shard, member, limit)
     rows.sort(key=lambda row: (row.due, row.key))
     return rows[:limit]
 
 
-def _read(part: Sharded, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
-    with redis_errors(f"reading debounced keys of {part.keys.base}"):
-        ranked = part.client.zrange(part.keys("scheduled"), 0, 4 * limit - 1, withscores=True)
+def _read(shard: Sharded, member: re.Pattern[bytes], limit: int) -> list[DebouncedKey]:
+    with redis_errors(f"reading debounced keys of {shard.keys.base}"):
+        ranked = shard.client.zrange(shard.keys("scheduled"), 0, 4 * limit - 1, withscores=True)
         held = []
         for entry, due in ranked:
             found = member.match(entry)
@@ -57,7 +57,7 @@ def _read(part: Sharded, member: re.Pattern[bytes], limit: int) -> list[Debounce
                 break
         if not held:
             return []
-        records = part.client.hmget(part.keys("debounce"), [key for key, *_ in held])
+        records = shard.client.hmget(shard.keys("debounce"), [key for key, *_ in held])
     rows = []
     for (key, entry, due, calls), record in zip(held, records, strict=True):
         since, _, kept = (record or b"").partition(b" ")

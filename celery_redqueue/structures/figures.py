@@ -232,7 +232,7 @@ def structure_figures(
     offered: tuple[str, ...],
     shed: tuple[str, ...],
 ) -> Figures:
-    """Figures of one structure, read from each of its parts (``keys``: one, or a sharded
+    """Figures of one structure, read from each of its shards (``keys``: its own, or a sharded
     structure's shards: counters, rates and history summed, the oldest waiting call of any);
     the arguments name the counters that mean depth, offered and shed in its stats hash
     (pools and buckets count those under different names)."""
@@ -241,10 +241,10 @@ def structure_figures(
     oldest: list[float] = []
     histories = []
     now = 0.0
-    for part in keys:
-        with redis_errors(f"reading figures of {part.base}"):
+    for shard in keys:
+        with redis_errors(f"reading figures of {shard.base}"):
             got, flow, first, at = read_flow(
-                client, part("stats"), part("flow"), part("ages"), depth
+                client, shard("stats"), shard("flow"), shard("ages"), depth
             )
         for name, value in got.items():
             counters[name] = counters.get(name, 0) + value

@@ -81,7 +81,7 @@ class Stored(Producer[ItemT], Drained, Protocol[ItemT]):
 class Renewable(Protocol):
     """What the worker's heartbeat renews while bodies run: a pool's batches or a bucket's
     reservations and its drain lease (a sharded structure is held through its shards: its
-    ``heartbeat_parts``)."""
+    ``heartbeat_shards``)."""
 
     client: Client
     keys: StructureKeys

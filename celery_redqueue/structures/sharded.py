@@ -1,5 +1,5 @@
-"""What a pool or a bucket does over its shards (see `sharding`): building them, the heartbeat's
-parts, wake signals, dead letters, figures and clearing.
+"""What a pool or a bucket does over its shards (see `sharding`): building them, the shards the
+heartbeat holds, wake signals, dead letters, figures and clearing.
 `Sharded` is the base of `CappedPool` and `LeakyBucket` (a `Structure` with shards, and the wake
 signal both kinds have); on a structure with one shard each of its methods is the plain one,
 and one with several is an instance of `sharding.sharded_class` of its class."""
@@ -25,18 +25,18 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-def joined(parts: Sequence[list[_T]]) -> list[_T]:
-    return [x for part in parts for x in part]
+def joined(answers: Sequence[list[_T]]) -> list[_T]:
+    return [x for answer in answers for x in answer]
 
 
-def nothing(parts: Sequence[object]) -> None:
+def nothing(answers: Sequence[object]) -> None:
     return None
 
 
 class Sharded(Structure):
-    """What a pool or a bucket does over its shards (`shards` None: it is its own only part):
-    building them, heartbeat parts, wake signals, dead letters, figures and clearing. A base of
-    both kinds."""
+    """What a pool or a bucket does over its shards (`shards` None: it is its own only shard):
+    building them, the shards the heartbeat holds, wake signals, dead letters, figures and
+    clearing. A base of both kinds."""
 
     #: The plain structures of this logical one (None: one shard, itself).
     shards: list[Self] | None = None
@@ -69,7 +69,7 @@ class Sharded(Structure):
 
     # What every pool and bucket offers over its shards
 
-    def heartbeat_parts(self, item_id: str | None) -> list[tuple[Self, str | None]]:
+    def heartbeat_shards(self, item_id: str | None) -> list[tuple[Self, str | None]]:
         """What the heartbeat holds for ``item_id`` (None: the drain lease): the drain lease of
         every shard (a drain sweeps them all), or the one shard an id belongs to."""
         if not self.shards:
@@ -103,10 +103,10 @@ class Sharded(Structure):
         died) and their total, in one round trip (reads ``start + count`` per shard)."""
         first = 0 if self.shards else start  # one list is read from start itself
         pipe = self.client.pipeline(transaction=False)
-        parts: Sequence[Sharded] = self.shards or [self]
-        for part in parts:
-            pipe.llen(part.keys("dead"))
-            pipe.lrange(part.keys("dead"), first, start + count - 1)
+        shards: Sequence[Sharded] = self.shards or [self]
+        for shard in shards:
+            pipe.llen(shard.keys("dead"))
+            pipe.lrange(shard.keys("dead"), first, start + count - 1)
         replies = pipe.execute()
         raws = [raw for page in replies[1::2] for raw in page]
         if self.shards:
@@ -168,8 +168,8 @@ class Sharded(Structure):
         rates in and out over the last minute, oldest waiting call, time to drain, workers
         needed (counters, rates and history summed over the shards)."""
         depth, offered, shed = self.figure_names
-        parts: Sequence[Sharded] = self.shards or [self]
-        keys = [part.keys for part in parts]
+        shards: Sequence[Sharded] = self.shards or [self]
+        keys = [shard.keys for shard in shards]
         return structure_figures(self.client, keys, depth=depth, offered=offered, shed=shed)
 
     @on_every(nothing)

@@ -16,7 +16,7 @@ merged), `swept` (shards in turn until one has work) and `spread` (stored calls,
 shard its kind picks). A verb only marks its method: a structure with one shard runs it as
 written, and one with several becomes, at the end of its __init__, an instance of
 `sharded_class` of its class, in which every marked method routes. What pools and buckets
-share over their shards (wake signals, dead letters, figures, the heartbeat's parts) is
+share over their shards (wake signals, dead letters, figures, the shards the heartbeat holds) is
 `sharded.Sharded`, a base of both.
 
 Pools: each call goes to one shard, chosen with probability proportional to the shard's
@@ -153,14 +153,14 @@ def sum_results(cls: type[_T]) -> Callable[[Sequence[object]], _T]:
     """Merge for `on_every`: a result dataclass whose integer fields are the sums over the
     shards' answers, booleans any(), tuples joined."""
 
-    def merge(parts: Sequence[object]) -> _T:
+    def merge(answers: Sequence[object]) -> _T:
         values: dict[str, object] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            got = [getattr(p, f.name) for p in parts]
+            got = [getattr(answer, f.name) for answer in answers]
             if isinstance(got[0], bool):
                 values[f.name] = any(got)
             elif isinstance(got[0], tuple):
-                values[f.name] = tuple(x for part in got for x in part)
+                values[f.name] = tuple(x for one in got for x in one)
             else:
                 values[f.name] = sum(got)
         return cls(**values)

@@ -57,14 +57,14 @@ class _Watch:
     until: float | None = None
 
 
-def _parts(structure: Drained, item_id: str | None) -> list[tuple[Renewable, str | None]]:
+def _shards(structure: Drained, item_id: str | None) -> list[tuple[Renewable, str | None]]:
     """What holding ``item_id`` of ``structure`` holds: the structure itself, or, for a
-    sharded one, each shard's part, renewed as a structure of its own."""
-    parts = getattr(structure, "heartbeat_parts", None)
-    if parts is None or not getattr(structure, "shards", None):
+    sharded one, each shard it concerns, renewed as a structure of its own."""
+    shards_of = getattr(structure, "heartbeat_shards", None)
+    if shards_of is None or not getattr(structure, "shards", None):
         # An unsharded pool or bucket holds itself (read here: the drain asks on every batch).
         return [(cast(Renewable, structure), item_id)]
-    return list(parts(item_id))
+    return list(shards_of(item_id))
 
 
 def _running(
@@ -102,16 +102,16 @@ class Heartbeat:
 
     def hold(self, structure: Drained, item_id: str | None = None) -> None:
         with self._lock:
-            for part, part_id in _parts(structure, item_id):
-                held = self._held.get(id(part))
+            for shard, shard_id in _shards(structure, item_id):
+                held = self._held.get(id(shard))
                 if held is None:
-                    interval = part.heartbeat_interval()
-                    held = _Held(part, interval, time.monotonic() + interval)
-                    self._held[id(part)] = held
-                if part_id is None:
+                    interval = shard.heartbeat_interval()
+                    held = _Held(shard, interval, time.monotonic() + interval)
+                    self._held[id(shard)] = held
+                if shard_id is None:
                     held.drains += 1
                 else:
-                    held.ids[part_id] += 1
+                    held.ids[shard_id] += 1
             self._thread = _running(self._thread, self._run, "redqueue-heartbeat")
 
     def watch(self, structure: Drained, check: Callable[[], object], window: float) -> None:
@@ -126,29 +126,29 @@ class Heartbeat:
 
     def drop(self, structure: Drained, item_id: str | None = None) -> None:
         with self._lock:
-            for part, part_id in _parts(structure, item_id):
-                held = self._held.get(id(part))
+            for shard, shard_id in _shards(structure, item_id):
+                held = self._held.get(id(shard))
                 if held is None:
                     continue
-                if part_id is None:
+                if shard_id is None:
                     held.drains -= 1
                 else:
-                    held.ids[part_id] -= 1
-                    if held.ids[part_id] <= 0:
-                        del held.ids[part_id]
-                        held.settling.discard(part_id)
+                    held.ids[shard_id] -= 1
+                    if held.ids[shard_id] <= 0:
+                        del held.ids[shard_id]
+                        held.settling.discard(shard_id)
                 if held.drains <= 0 and not held.ids:
-                    del self._held[id(part)]
+                    del self._held[id(shard)]
 
     def settling(self, structure: Drained, item_id: str) -> None:
         """``item_id``'s body has ended and its settle call is about to be sent: a renewal that
         finds it gone from now on is that settle, not the reaper, so it says nothing (a settle
         that comes too late reports itself: ``ack``/``commit`` return False)."""
         with self._lock:
-            for part, part_id in _parts(structure, item_id):
-                held = self._held.get(id(part))
-                if held is not None and part_id is not None and part_id in held.ids:
-                    held.settling.add(part_id)
+            for shard, shard_id in _shards(structure, item_id):
+                held = self._held.get(id(shard))
+                if held is not None and shard_id is not None and shard_id in held.ids:
+                    held.settling.add(shard_id)
 
     def _due(self) -> tuple[list[tuple[Renewable, list[str]]], float]:
         """What is due for renewal now, and the seconds until the next renewal.

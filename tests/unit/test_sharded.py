@@ -330,7 +330,7 @@ def test_every_public_method_says_how_it_runs_on_shards(cls):
         "add", "add_many", "enqueue", "enqueue_many", "encode", "encoded_call",
         "heartbeat_interval", "renew_call", "register_once", "requeue_dead", "purge_dead",
         # Routed by hand in sharding.Sharded.
-        "heartbeat_parts", "listen", "dead_page", "dead_letters", "figures",
+        "heartbeat_shards", "listen", "dead_page", "dead_letters", "figures",
         # Routed by hand in its own body (it reads each shard and merges the rows).
         "debounced",
     }  # fmt: skip
