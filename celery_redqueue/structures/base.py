@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..redis.call import Front, pack_front
 from ..redis.client import redis_errors
 from ..redis.keys import StructureKeys
 from ..redis.lua import KeyOrArg, script
@@ -81,6 +82,8 @@ class Structure(catalog.Registered):
         self._registered = not register
         #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
         self._keys_of: dict[str, list[str]] = {}
+        #: Per script, its call's start as sent (`_run`).
+        self._fronts: dict[str, Front] = {}
         #: `_script_head()`, taken on the first script call (a shard's, after its settings
         #: are adjusted): the settings it reads do not change once the structure is built.
         self._head: list[KeyOrArg] | None = None
@@ -99,12 +102,19 @@ class Structure(catalog.Registered):
         if not self._registered:
             self.register_once()
         lua = script(name)
-        if keys is None:
-            keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)
         head = self._head
         if head is None:
             head = self._head = self._script_head()
-        return lua(self.client, keys, [*head, *args])
+        if keys is not None:
+            return lua(self.client, keys, [*head, *args])
+        # The script's keys and head, packed once (redis/call.py's Front says why).
+        front = self._fronts.get(name)
+        if front is None:
+            keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)
+            front = self._fronts[name] = pack_front(self.client, lua, keys, head)
+        else:
+            keys = self._keys_of.get(name, self._keys)
+        return lua(self.client, keys, args, front)
 
     def _named_keys(self, name: str, parts: Sequence[str]) -> list[str]:
         keys = self._keys_of.get(name)
