@@ -16,8 +16,14 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from celery import Celery, Task
     from redis.connection import ConnectionInterface
+
+    #: Any Celery task, whatever its body takes and returns (celery-types makes ``Task``
+    #: generic over both). Here, at the bottom of the imports, so every layer can name it.
+    AnyTask: TypeAlias = Task[..., object]
 
 
 def active_apps() -> Iterable[Celery]:
@@ -45,7 +51,7 @@ def finalize_lock(app: Celery) -> AbstractContextManager[bool]:
     return lock
 
 
-def exec_options(task: Task) -> dict[str, object]:
+def exec_options(task: AnyTask) -> dict[str, object]:
     """The routing and delivery options a task's messages are sent with (queue, routing_key,
     exchange, priority, ...), as ``Task.apply_async`` reads them. Celery's
     ``Task._get_exec_options`` is the only accessor; copying its attribute list would drift."""
@@ -54,7 +60,7 @@ def exec_options(task: Task) -> dict[str, object]:
 
 
 def check_arguments(
-    task: Task, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+    task: AnyTask, args: Sequence[object] | None, kwargs: Mapping[str, object] | None
 ) -> None:
     """Raise TypeError when the body cannot take ``args``/``kwargs``: Celery's own check for
     ``Task.typing`` (``Task.__header__``, a function with the body's signature that
@@ -62,7 +68,7 @@ def check_arguments(
     task.__header__(*(args or ()), **(kwargs or {}))
 
 
-def undecorated_body(task: Task) -> Callable[..., object]:
+def undecorated_body(task: AnyTask) -> Callable[..., object]:
     """The body without Celery's ``autoretry_for`` wrapper (Celery keeps the original as
     ``task._orig_run`` when it wraps ``run``): redqueue applies the retry options to each
     stored call itself, so the wrapper must not retry the whole drain."""

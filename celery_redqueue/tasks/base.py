@@ -27,6 +27,7 @@ from celery import Task
 
 if TYPE_CHECKING:
     from celery import Celery
+    from celery.exceptions import Retry
     from celery.result import AsyncResult
 
 from ..errors import RedQueueError, SerializationError
@@ -286,7 +287,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """What the heartbeat renews while a drain runs: the structure's drain lease."""
         return heartbeat().holding(self.structure)
 
-    def retry(self, *args: object, **options: object) -> Any:
+    def retry(self, *args: object, **options: object) -> Retry:
         """Inside a stored call, raise `StoredRetry` for the drain to handle (the structure
         hands the call out again after ``countdown``, at ``eta``, else after
         ``default_retry_delay``, within ``max_retries``: `retries.judge`); elsewhere, Celery's
@@ -298,7 +299,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return super().retry(*args, **options)
 
     @classmethod
-    def bind(cls, app: Celery) -> Task:
+    def bind(cls, app: Celery) -> Celery:
         bound = super().bind(app)
         warn_if_task_cls_dropped(cls, app)
         if cls.name and cls.name != REAPER_TASK:
@@ -315,7 +316,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
                     )
         return bound
 
-    def send_drain(self, **options: Any) -> AsyncResult | None:
+    def send_drain(self, **options: Any) -> AsyncResult[object] | None:
         """Send one argument-less drain job for this task to the broker.
 
         It goes through ``send_task`` with the task's own routing options: the task's signature

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from celery import Task, shared_task, signature
+from celery import shared_task, signature
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ..structures.catalog import open_entry, registry_entries
@@ -23,6 +23,9 @@ from .wire import REAPER_TASK
 
 if TYPE_CHECKING:
     from celery import Celery
+
+    from ..privates import AnyTask
+    from .base import RedQueueTask
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ def reaped_count(result: ReapResult | int) -> int:
 
 
 @shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
-def reap(self: Task) -> dict[str, int]:
+def reap(self: AnyTask) -> dict[str, int]:
     """Beat-run: take back expired reservations of every redqueue structure.
 
     First the app's own pooled and bucket tasks (which also send the drain job that returned
@@ -101,7 +104,7 @@ def reap(self: Task) -> dict[str, int]:
             if structure is None:
                 continue
             covered.add(structure.keys.base)
-            count = task.reap()
+            count = cast("RedQueueTask", task).reap()  # a task with a structure
         except SoftTimeLimitExceeded:
             raise
         except Exception as exc:

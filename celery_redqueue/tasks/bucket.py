@@ -8,12 +8,12 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from celery.exceptions import SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
-    from celery import Task
+    from ..privates import AnyTask
 
 from ..errors import ConfigurationError, KeyBackoff, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -472,7 +472,7 @@ class BucketTask(ProducerTask, MeteredOptions):
         return "processed"
 
 
-def bucket_task(*args: object, **options: object) -> Callable[[Callable[..., object]], Task]:
+def bucket_task(*args: object, **options: object) -> Callable[[Callable[..., object]], AnyTask]:
     """Decorator: a shared task with [`BucketTask`][celery_redqueue.BucketTask] as base; options are
     checked at once.
 
@@ -485,4 +485,7 @@ def bucket_task(*args: object, **options: object) -> Callable[[Callable[..., obj
     if "bucket_key" not in options:
         raise ConfigurationError("bucket_task needs bucket_key=")
     # So a bare @bucket_task (no options) never gets here: what comes back is the decorator.
-    return decorate_task(BucketTask, args, options, "bucket_task")
+    return cast(
+        "Callable[[Callable[..., object]], AnyTask]",
+        decorate_task(BucketTask, args, options, "bucket_task"),
+    )

@@ -10,7 +10,7 @@ that restarted and lost data is logged within one reaper interval with the figur
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from celery.signals import worker_ready
 
@@ -22,6 +22,8 @@ from .config import get_config
 
 if TYPE_CHECKING:
     from celery import Celery
+
+    from .base import RedQueueTask
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ def _register_own_structures(app: Celery) -> None:
         if getattr(type(task), "redqueue_kind", None) not in STRUCTURE_KINDS:
             continue
         try:
-            structure = task.structure
+            # A task of a structure kind (checked above) is a RedQueueTask.
+            structure = cast("RedQueueTask", task).structure
             register(structure.client, structure.keys, structure.settings())
         except RedQueueError as exc:
             logger.debug("redqueue: re-registering %s failed: %s", task.name, exc)

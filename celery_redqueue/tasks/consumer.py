@@ -9,7 +9,7 @@ builds its steps) and includes itself only when the setting ``redqueue_consumer`
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigurationError
 from ..privates import exec_options
@@ -22,8 +22,11 @@ from .worker_step import RedQueueStep
 
 if TYPE_CHECKING:
     import click
-    from celery import Celery, Task
+    from celery import Celery
+    from celery.concurrency.base import BasePool
     from celery.worker import WorkController
+
+    from ..privates import AnyTask
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ OPTION = "--redqueue-consumer"
 REAP_BOUNDS = (0.5, 30.0)
 
 
-def queue_of(app: Celery, task: Task) -> str:
+def queue_of(app: Celery, task: AnyTask) -> str:
     """The queue the task's drain jobs are routed to (its options, then the app's routes)."""
     route = app.amqp.router.route(exec_options(task), task.name)
     queue = route.get("queue")
@@ -49,11 +52,15 @@ def served_tasks(
 ) -> list[Served]:
     """The tasks a consumer serves: the named ones (each must be a pooled, bucket or stream
     task: ConfigurationError otherwise), or every such task routed to one of ``queues``."""
-    tasks = {
-        name: task
-        for name, task in app.tasks.items()
-        if getattr(type(task), "redqueue_kind", None) in STRUCTURE_KINDS
-    }
+    # A task of a structure kind is a RedQueueTask.
+    tasks = cast(
+        "dict[str, RedQueueTask]",
+        {
+            name: task
+            for name, task in app.tasks.items()
+            if getattr(type(task), "redqueue_kind", None) in STRUCTURE_KINDS
+        },
+    )
     if names is not None:
         unknown = sorted(set(names) - set(tasks))
         if unknown:
@@ -106,7 +113,8 @@ class ConsumerStep(RedQueueStep):
         super().__init__(parent, **kwargs)
 
     def start(self, parent: WorkController) -> None:
-        pool = parent.pool
+        # celery-types types WorkController.pool as the Pool bootstep: it is the pool it built.
+        pool = cast("BasePool", parent.pool)
         if getattr(pool, "is_green", False):
             logger.warning(
                 "redqueue consumer: not available with the %s pool (it dispatches from a thread "

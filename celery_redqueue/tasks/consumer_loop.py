@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from celery import current_app
 
@@ -84,7 +84,7 @@ def run_drain(task_name: str) -> DrainReply:
     pool gives a raised error to no callback). Returns what it asked for (or the error)."""
     app = _APP if _APP is not None else current_app
     try:
-        task = app.tasks[task_name]
+        task = cast("RedQueueTask", app.tasks[task_name])  # the consumer serves only those
         with capturing(task_name) as handover:
             task.drain()
     except Exception as exc:

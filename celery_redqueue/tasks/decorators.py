@@ -4,7 +4,7 @@ on the app's ``task_cls`` and checked where it is declared."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from celery import Task, current_app
 from celery.local import Proxy
@@ -12,20 +12,22 @@ from celery.local import Proxy
 if TYPE_CHECKING:
     from celery import Celery
 
+    from ..privates import AnyTask
+
 from ..errors import ConfigurationError
 from ..privates import active_apps, finalize_lock, on_app_finalize
 from .options import PREFIXES, check_decoration_keywords
 
 
-def compose_base(base: type[Task], app: Celery, label: str) -> type[Task]:
+def compose_base(base: type[AnyTask], app: Celery, label: str) -> type[AnyTask]:
     """``base`` built on the app's ``task_cls`` (Flask's ``FlaskTask``, Django's ``DjangoTask``,
     a base of your own), so the task keeps what that class gives every task of the app."""
-    app_task: type[Task] = app.Task
+    app_task: type[AnyTask] = app.Task
     task_cls = app_task.__mro__[1]
     if task_cls is Task or issubclass(base, task_cls):
         return base
     try:
-        composed: type[Task] = type(
+        composed: type[AnyTask] = type(
             base.__name__,
             (base, app_task),
             {"__module__": base.__module__, "__qualname__": base.__qualname__, "abstract": True},
@@ -39,7 +41,7 @@ def compose_base(base: type[Task], app: Celery, label: str) -> type[Task]:
 
 
 def _check_declaration(
-    base: type[Task], options: dict[str, object], fun: Callable[..., object] | None = None
+    base: type[AnyTask], options: dict[str, object], fun: Callable[..., object] | None = None
 ) -> None:
     """Build a throwaway subclass: it runs the checks Celery's class will run, but now, at the
     decoration site, rather than when the app is finalized."""
@@ -54,13 +56,13 @@ def _check_declaration(
 
 
 def _shared(
-    fun: Callable[..., object], base: type[Task], options: dict[str, object], label: str
+    fun: Callable[..., object], base: type[AnyTask], options: dict[str, object], label: str
 ) -> Proxy:
     """What Celery's ``shared_task`` does, with the base built on each app's ``task_cls``."""
 
     options = {k: v for k, v in options.items() if k not in ("shared", "lazy")}
 
-    def create(app: Celery) -> Task:
+    def create(app: Celery) -> AnyTask:
         return app.task(
             fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
         )
@@ -76,27 +78,29 @@ def _shared(
                     # settings (Celery's fallback default app, say): it does not use this task.
                     continue
 
-    def task_by_app() -> Task:
+    def task_by_app() -> AnyTask:
         app = current_app
-        return app.tasks[options.get("name") or app.gen_task_name(fun.__name__, fun.__module__)]
+        # The decorator's name= is a str (Celery's task option).
+        name = cast("str", options.get("name") or app.gen_task_name(fun.__name__, fun.__module__))
+        return app.tasks[name]
 
     return Proxy(task_by_app)
 
 
 def decorate_task(
-    default_base: type[Task], args: tuple[object, ...], options: dict[str, Any], name: str
-) -> Task | Callable[[Callable[..., object]], Task]:
+    default_base: type[AnyTask], args: tuple[object, ...], options: dict[str, Any], name: str
+) -> AnyTask | Callable[[Callable[..., object]], AnyTask]:
     """What pool_task, bucket_task and lease_task share: a shared task (or ``app=``'s task)
     with the given base built on the app's ``task_cls``, its options checked at the decoration
     site. ``options`` are the decorator's keywords: Celery's task options, of every type."""
     base = options.pop("base", default_base)
     if not (isinstance(base, type) and issubclass(base, default_base)):
         raise ConfigurationError(f"{name} base must subclass {default_base.__name__}, got {base!r}")
-    app = options.pop("app", None)
+    app: Celery | None = options.pop("app", None)
     _check_declaration(base, options)
 
     # A shared task comes back as Celery's Proxy: it stands for the current app's task.
-    def register(fun: Callable[..., object]) -> Task:
+    def register(fun: Callable[..., object]) -> AnyTask:
         _check_declaration(base, options, fun)
         if app is not None:
             return app.task(fun, base=compose_base(base, app, name), **options)

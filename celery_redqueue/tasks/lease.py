@@ -19,6 +19,8 @@ from celery import Task
 if TYPE_CHECKING:
     from celery import Celery
 
+    from ..privates import AnyTask
+
 from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
 from ..redis.keys import validate_name
 from ..structures.lease_keeper import LeaseKeeper
@@ -161,7 +163,7 @@ class LeaseTask(Task):  # type: ignore[misc]
         count("lease_max_retries", cls.lease_max_retries)
 
     @classmethod
-    def bind(cls, app: Celery) -> Task:
+    def bind(cls, app: Celery) -> Celery:
         bound = super().bind(app)
         warn_if_task_cls_dropped(cls, app)
         return bound
@@ -285,14 +287,16 @@ class LeaseTask(Task):  # type: ignore[misc]
 
 
 @overload
-def lease_task(fun: Callable[..., object], /) -> Task: ...
+def lease_task(fun: Callable[..., object], /) -> AnyTask: ...
 
 
 @overload
-def lease_task(**options: object) -> Callable[[Callable[..., object]], Task]: ...
+def lease_task(**options: object) -> Callable[[Callable[..., object]], AnyTask]: ...
 
 
-def lease_task(*args: object, **options: object) -> Task | Callable[[Callable[..., object]], Task]:
+def lease_task(
+    *args: object, **options: object
+) -> AnyTask | Callable[[Callable[..., object]], AnyTask]:
     """Decorator: a shared task (or ``app=``'s task) with [`LeaseTask`][celery_redqueue.LeaseTask]
     as base.
 

@@ -71,9 +71,11 @@ from typing import TYPE_CHECKING, TypeGuard
 from celery.signals import task_received, worker_shutting_down
 
 if TYPE_CHECKING:
-    from celery import Celery, Task
+    from celery import Celery
     from celery.worker import WorkController
     from celery.worker.request import Request
+
+    from ..privates import AnyTask
 
 from .config import get_config
 from .worker_step import RedQueueStep
@@ -207,7 +209,7 @@ def _publish(worker: _Worker) -> Waiting:
 class Looker:
     """One drain's looks for other work (see the module); built at the drain's start."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: AnyTask) -> None:
         self.app = task.app
         self.on = installed() and bool(get_config(task.app).drain_yield)
         #: The drain ends at the worker's shutdown (any drain in a ``celery worker``).

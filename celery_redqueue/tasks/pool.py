@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, overload
 from celery.exceptions import SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
-    from celery import Task
     from celery.result import EagerResult
     from opentelemetry.trace import Span
 
+    from ..privates import AnyTask
     from ..structures.receipts import Receipt
 
 from ..errors import ConfigurationError, RedQueueError
@@ -565,14 +565,16 @@ class PoolTask(ProducerTask):
 
 
 @overload
-def pool_task(fun: Callable[..., object], /) -> Task: ...
+def pool_task(fun: Callable[..., object], /) -> AnyTask: ...
 
 
 @overload
-def pool_task(**options: object) -> Callable[[Callable[..., object]], Task]: ...
+def pool_task(**options: object) -> Callable[[Callable[..., object]], AnyTask]: ...
 
 
-def pool_task(*args: object, **options: object) -> Task | Callable[[Callable[..., object]], Task]:
+def pool_task(
+    *args: object, **options: object
+) -> AnyTask | Callable[[Callable[..., object]], AnyTask]:
     """Decorator: a shared task with [`PoolTask`][celery_redqueue.PoolTask] as base; options are
     checked at once.
 

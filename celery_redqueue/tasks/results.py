@@ -34,9 +34,11 @@ class ResultTask(Protocol):
     """What per-call results need of a task (a pooled or bucket task)."""
 
     name: str
-    app: Celery
     backend: Backend
     __dict__: dict[str, object]
+
+    @property
+    def app(self) -> Celery: ...
 
     @property
     def redqueue_results(self) -> bool: ...
@@ -77,7 +79,7 @@ class NoResult:
 
 
 #: Reads a call's outcome by its id: from the result backend, or nothing stored (`NoResult`).
-OutcomeReader = Callable[[str], AsyncResult | NoResult]
+OutcomeReader = Callable[[str], "AsyncResult[object] | NoResult"]
 #: What `outcome_reader` caches on a task: the app and setting it was built for, then the
 #: readers of a refused call and of a kept one.
 _Readers = tuple["Celery", bool, OutcomeReader, OutcomeReader]
@@ -92,7 +94,9 @@ def outcome_reader(task: ResultTask, kept: bool, results: bool) -> OutcomeReader
     cached = cast("_Readers | None", task.__dict__.get("_redqueue_readers"))
     if cached is None or cached[0] is not app or cached[1] != results:
         if results:
-            read = lambda call_id: AsyncResult(call_id, app=app, backend=task.backend)  # noqa: E731
+            read: OutcomeReader = lambda call_id: AsyncResult(  # noqa: E731
+                call_id, app=app, backend=task.backend
+            )
             cached = (app, results, read, read)
         else:
             cached = (

@@ -27,14 +27,14 @@ import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, SupportsFloat
 
 from celery.exceptions import MaxRetriesExceededError, Retry
 from celery.utils.time import get_exponential_backoff_interval, maybe_make_aware
 from kombu.utils.encoding import safe_repr
 
 if TYPE_CHECKING:
-    from celery import Task
+    from ..privates import AnyTask
 
 
 class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyped
@@ -43,7 +43,7 @@ class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyp
 
     def __init__(
         self,
-        exc: BaseException | None = None,
+        exc: Exception | None = None,
         when: float | datetime | None = None,
         max_retries: int | None = None,
     ) -> None:
@@ -106,7 +106,7 @@ def backoff(base: float, retries: int, maximum: float, jitter: bool) -> float:
     return random.uniform(0, delay) if jitter else delay
 
 
-def seconds_until(task: Task, when: float | datetime) -> float:
+def seconds_until(task: AnyTask, when: SupportsFloat | datetime) -> float:
     """``self.retry``'s ``countdown`` (seconds) or ``eta`` (a datetime; naive in the app's
     timezone, as Celery reads it) as seconds from now, never negative."""
     if isinstance(when, datetime):
@@ -116,7 +116,7 @@ def seconds_until(task: Task, when: float | datetime) -> float:
 
 
 def judge(
-    task: Task,
+    task: AnyTask,
     exc: BaseException,
     receives: int,
     max_receives: int,

@@ -12,13 +12,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from celery.exceptions import SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
-    from celery import Celery, Task
+    from celery import Celery
     from celery.result import AsyncResult
+
+    from ..privates import AnyTask
 
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
@@ -322,7 +324,7 @@ class StreamTask(RedQueueTask):
         return self.stream.reap([self.group]).woken
 
 
-def stream_task(*args: object, **options: object) -> Callable[[Callable[..., object]], Task]:
+def stream_task(*args: object, **options: object) -> Callable[[Callable[..., object]], AnyTask]:
     """Decorator: a shared task with [`StreamTask`][celery_redqueue.StreamTask] as base; options are
     checked at once. ``stream=`` and ``group=`` are short for ``stream_name=`` and
     ``stream_group=``.
@@ -339,7 +341,10 @@ def stream_task(*args: object, **options: object) -> Callable[[Callable[..., obj
     if "stream_name" not in options:
         raise ConfigurationError("stream_task needs stream= (the stream to consume)")
     # So a bare @stream_task (no options) never gets here: what comes back is the decorator.
-    return decorate_task(StreamTask, args, options, "stream_task")
+    return cast(
+        "Callable[[Callable[..., object]], AnyTask]",
+        decorate_task(StreamTask, args, options, "stream_task"),
+    )
 
 
 def publish(app: Celery, stream: str, event: object, *, key: str | None = None) -> Receipt:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigurationError
 from ..structures.receipts import Receipt
@@ -25,9 +25,10 @@ def stream_tasks(app: Celery, name: str) -> list[StreamTask]:
     """The app's tasks consuming stream ``name``, by task name."""
     return sorted(
         (
-            t
+            cast("StreamTask", t)  # a task of the stream kind
             for t in app.tasks.values()
-            if getattr(type(t), "redqueue_kind", None) == "stream" and t.stream_name == name
+            if getattr(type(t), "redqueue_kind", None) == "stream"
+            and cast("StreamTask", t).stream_name == name
         ),
         key=lambda t: t.name,
     )

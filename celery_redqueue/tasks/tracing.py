@@ -18,8 +18,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from celery import Task
-
 if TYPE_CHECKING:
     from opentelemetry import trace as otel_trace
     from opentelemetry.context import Context
@@ -27,6 +25,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Link, Span, SpanContext, Tracer
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     from opentelemetry.util.types import AttributeValue
+
+    from ..privates import AnyTask
 
 from .config import get_config
 from .results import call_meta
@@ -172,7 +172,7 @@ def call_context(payload: object) -> dict[str, str] | None:
 
 
 def processing(
-    task: Task,
+    task: AnyTask,
     contexts: Sequence[dict[str, str] | None],
     *,
     destination: str,
@@ -212,7 +212,7 @@ def links(contexts: Sequence[dict[str, str] | None]) -> tuple[list[Link], int]:
 
 @contextmanager
 def _process_span(
-    task: Task,
+    task: AnyTask,
     contexts: Sequence[dict[str, str] | None],
     destination: str,
     batch: bool,

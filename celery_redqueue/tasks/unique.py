@@ -34,11 +34,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 if TYPE_CHECKING:
-    from celery import Celery, Task
+    from celery import Celery
     from celery.result import AsyncResult
+
+    from ..privates import AnyTask
 
 from ..errors import ConfigurationError, RedQueueError, UniqueLockedError
 from ..structures.lease_keeper import LeaseKeeper
@@ -58,7 +60,24 @@ _tables: dict[tuple[int, int, str], UniqueLocks] = {}
 KeyFunction = Callable[..., str]
 
 #: The task `unique` decorates: handed back itself, so its type stays the caller's.
-_TaskT = TypeVar("_TaskT", bound="Task")
+_TaskT = TypeVar("_TaskT", bound="AnyTask")
+
+
+class _UniqueTask(Protocol):
+    """What `_Unique.install` reads of the task it decorates, and sets on it."""
+
+    name: str
+    unique_mode: str
+    unique_ttl: float
+    unique_queue_ttl: float
+    unique_key: KeyFunction
+    unique_locks: Callable[[], UniqueLocks]
+    unique_lease: Callable[[], Lease | None]
+    apply_async: Callable[..., AsyncResult[object]]
+    run: Callable[..., object]
+
+    @property
+    def app(self) -> Celery: ...
 
 
 def unique_locks(app: Celery, name: str) -> UniqueLocks:
@@ -167,7 +186,7 @@ def unique_lease() -> Lease | None:
 class _Unique:
     def __init__(
         self,
-        task: Task,
+        task: AnyTask,
         key: KeyFunction | Sequence[str] | None,
         mode: str,
         ttl: float,
@@ -179,7 +198,7 @@ class _Unique:
         self.ttl = ttl
         self.queue_ttl = queue_ttl
         self.run: Callable[..., object] = task.run
-        self.apply_async: Callable[..., AsyncResult] = task.apply_async
+        self.apply_async: Callable[..., AsyncResult[object]] = task.apply_async
         try:
             self.signature: inspect.Signature | None = inspect.signature(self.run)
         except (TypeError, ValueError):
@@ -191,7 +210,8 @@ class _Unique:
         return f"{socket.gethostname()}:{os.getpid()}"
 
     def install(self) -> None:
-        task = self.task
+        # Celery's Task declares none of these: they are set here, on this one task.
+        task = cast("_UniqueTask", self.task)
         task.unique_mode = self.mode
         task.unique_ttl = self.ttl
         task.unique_queue_ttl = self.queue_ttl
@@ -230,7 +250,7 @@ class _Unique:
         args: Sequence[object] | None = None,
         kwargs: Mapping[str, object] | None = None,
         **options: Any,
-    ) -> AsyncResult:
+    ) -> AsyncResult[object]:
         # ``options`` are Celery's apply_async options, of as many types as there are keys.
         task_id = options.get("task_id")
         held = _HOLDING.get()
@@ -257,7 +277,7 @@ class _Unique:
         args: Sequence[object] | None,
         kwargs: Mapping[str, object] | None,
         options: Mapping[str, object],
-    ) -> AsyncResult:
+    ) -> AsyncResult[object]:
         try:
             return self.apply_async(args, kwargs, **options)
         except BaseException:
@@ -270,7 +290,7 @@ class _Unique:
         args: Sequence[object] | None,
         kwargs: Mapping[str, object] | None,
         options: Mapping[str, object],
-    ) -> AsyncResult:
+    ) -> AsyncResult[object]:
         """The retry's message, published after its lock is settled by mode: ``until_done``
         hands the running lock to it (a queued lock of the same task id, so no duplicate slips
         in between), ``running`` releases it (the retry must not find its own lock held),
@@ -309,7 +329,7 @@ class _Unique:
             return self.run(*args, **kwargs)
         key = self.key_of(*args, **kwargs)
         locks = self.locks()
-        task_id = request.id
+        task_id = cast("str", request.id)  # a call with a message (checked above) has its id
         if self.mode == QUEUED:
             locks.release_queued(key, task_id)
             return self.call(_Holding(self, task_id, key, locks, None), args, kwargs)

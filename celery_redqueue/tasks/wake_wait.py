@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..structures.pool import CappedPool
     from ..structures.streams import EventStream
     from .base import RedQueueTask
+    from .stream import StreamTask
 
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def signals_of(task: RedQueueTask) -> list[WakeSignal] | None:
     if get is None:
         return None
     if getattr(type(task), "redqueue_kind", "") == "stream":
-        return list(get(task.group))
+        return list(get(cast("StreamTask", task).group))
     return list(get())
 
 
@@ -49,7 +50,9 @@ def has_work(task: RedQueueTask) -> bool:
     structure = task.structure
     if getattr(type(task), "redqueue_kind", "") == "stream":
         # A stream task's structure is its EventStream (`StreamTask.structure`).
-        return bool(cast("EventStream", structure).group_figures(task.group).lag)
+        return bool(
+            cast("EventStream", structure).group_figures(cast("StreamTask", task).group).lag
+        )
     # Every other kind is a pool or a bucket (`PoolTask.structure`, `BucketTask.structure`).
     return bool(cast("CappedPool | LeakyBucket", structure).stats().depth)
 

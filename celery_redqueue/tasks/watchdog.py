@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import RedQueueError
 from .base import RedQueueTask
@@ -51,7 +51,7 @@ def watched_tasks(app: Celery, queues: set[str] | None) -> list[RedQueueTask]:
     """The app's pooled, bucket and stream tasks whose drain jobs go to one of ``queues`` (all
     of them with None: a worker consuming every queue)."""
     return [
-        task
+        cast("RedQueueTask", task)  # a task of a structure kind
         for _, task in sorted(app.tasks.items())
         if getattr(type(task), "redqueue_kind", None) in STRUCTURE_KINDS
         and (queues is None or queue_of(app, task) in queues)
