@@ -576,12 +576,12 @@ class Scripts:
         self.half_applied: list[str] = []
         self.real = lua.run_script
 
-    def __call__(self, client, script, keys, args):
+    def __call__(self, client, script, keys, args, front=None):
         self.names.add(script.name)
         self.in_op.add(script.name)
         before = dumps(self.client, self.prefix)
         try:
-            return self.real(client, script, keys, args)
+            return self.real(client, script, keys, args, front)
         except Exception as exc:
             if dumps(self.client, self.prefix) != before:
                 self.half_applied.append(f"{script.name} wrote, then failed: {exc}")
