@@ -7,7 +7,7 @@
 -- then per entry: id, error ('' = ok), retry delay ms, dead now (1|0).
 -- Reply: {processed, retried, dead, stale, send_drain}: stale counts entries that were no
 -- longer pending for the group (claimed and settled by another consumer, or trimmed);
--- send_drain is 1 when held entries came free and this call armed the drain lease.
+-- send_drain is 1 when held entries came free and this call armed the drain flag.
 -- Lost reply: safe to run twice (XACK of an acknowledged entry does nothing: a second run counts
 -- those entries as stale in its reply, not in the figures)
 --#include stream_keys

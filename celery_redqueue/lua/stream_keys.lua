@@ -12,7 +12,7 @@
 -- KEYS[6] gstats  hash: last_seq (sequence number of the last entry read), delivered,
 --                 redelivered, processed, retried, dead, missed, lost, guard_skipped, cursor
 -- KEYS[7] gflow   hash: flow counters ("out", "busy", "done"; tick.lua)
--- KEYS[8] drain   string: the drain lease; present while a drain job is pending or running
+-- KEYS[8] drain   string: the group's drain flag; present while a drain job is sent or running
 -- KEYS[9] done    zset: entry id -> end of its processed-guard window (ms)
 -- KEYS[10] busy   hash: "k:" key -> entry id in flight, "i:" id -> key (ordered groups)
 -- KEYS[11] held   zset (all scores 0): "key NL padded id", entries waiting for their key

@@ -1,5 +1,5 @@
 -- Append events to the stream under its cap, create the groups the caller knows of (at the end,
--- before these events, so they receive them) and arm the drain lease of each group that has
+-- before these events, so they receive them) and arm the drain flag of each group that has
 -- none, unless a consumer of the group waits on its wake signal: then wake it instead
 -- (wake_listener.lua). KEYS[1..5]: see
 -- stream_keys.lua; then per known group: gstats, drain, listening, signal.
@@ -26,7 +26,7 @@ local now = now_ms()
 -- Checks before the first write (Redis does not roll back), with the reads it makes anyway
 -- where it can (checked_call.lua): a key of another type, or a counter that is not an integer,
 -- stops it with "CORRUPT <key> ...", nothing written (the flow hash loses a figure instead,
--- tick.lua). A group's counters are written only when it is created; its drain lease is a SET
+-- tick.lua). A group's counters are written only when it is created; its drain flag is a SET
 -- NX, which leaves a key of another type. (A TYPE of every key up front, stream_check.lua, cost
 -- it 42 % of its server time, these checks 19 %: bench/script_cost.py stream_publish --against
 -- <rev>, 20,000 publishes.)
@@ -59,7 +59,7 @@ tick(s.flow, 'in', events, now)
 
 local armed = {}
 -- A group whose consumer listens is woken (wake_listener.lua's rule: one token at most), else
--- its drain lease is armed unless held.
+-- its drain flag is armed unless held.
 for i = 1, n_groups do
   if live[i] == 'wake' then
     redis.call('RPUSH', KEYS[5 + 4 * i], 1)

@@ -5,14 +5,14 @@
 -- KEYS[1..12]: see stream_keys.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] n, ARGV[4] visibility timeout ms,
 -- ARGV[5] max_receives, ARGV[6] processed-guard (1|0), ARGV[7] ordered (1|0),
--- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the lease,
+-- ARGV[8] drain lease ms, ARGV[9] linger (1|0): on nothing to hand out keep the flag,
 -- ARGV[10] listen ms, ARGV[11] listener id: on nothing to hand out list the listener on the
 -- group's wake signal for that long, or (0) take it off (wake_listener.lua).
 -- Reply: {status, then per entry: id, payload, receives, key ('' none)}; status
--- (take_status.lua): TAKEN (the lease renewed); EMPTY: lease released in the same step, so
--- nothing published afterwards is stranded; LINGER: nothing, lease kept; AGAIN: nothing handed
+-- (take_status.lua): TAKEN (the flag renewed); EMPTY: flag released in the same step, so
+-- nothing published afterwards is stranded; LINGER: nothing, flag kept; AGAIN: nothing handed
 -- out yet, but every pass skipped entries (guard, other groups' letters, held keys) and more
--- wait: read again at once (lease renewed).
+-- wait: read again at once (flag renewed).
 -- Bounded: O(n) entries looked at per pass, at most 10 passes.
 -- Lost reply: safe to run twice (a second run hands out other entries; those the lost reply
 -- carried stay pending for this consumer and are claimed again after the visibility timeout, one

@@ -1,4 +1,4 @@
--- Heartbeat of a running drain: renew the group's drain lease and the hold of the entries its
+-- Heartbeat of a running drain: renew the group's drain flag and the hold of the entries its
 -- consumer is working on (their idle time restarts, so they are not claimed by another
 -- consumer while the body runs; entries already claimed by someone else are left alone).
 -- KEYS[1..12]: see stream_keys.lua (stream, then the group's keys).
@@ -21,7 +21,7 @@ for i = 4, #ARGV do
     renewed = renewed + 1
   end
 end
--- Only a lease that is still held is extended: a drain whose last read released it (nothing
+-- Only a flag that is still held is extended: a drain whose last read released it (nothing
 -- left) must not re-arm it, or the next publish would find it held and send no drain job.
 redis.call('SET', s.drain, 1, 'XX', 'PX', drain_lease_ms)
 return renewed

@@ -1,14 +1,14 @@
--- The reaper's look at one group: arm its drain lease (when none is held) if the group has
+-- The reaper's look at one group: arm its drain flag (when none is held) if the group has
 -- unread entries, held entries come free, or entries pending longer than the visibility
 -- timeout. Nothing is claimed here: the drain job claims them (with their delivery count).
 -- KEYS[1..12]: see stream_keys.lua (stream, then the group's keys).
 -- ARGV[1] group, ARGV[2] visibility timeout ms, ARGV[3] drain lease ms, ARGV[4] arm (1|0):
--- 0 only reports (nobody would serve the lease), ARGV[5] idle ms after which a consumer with
+-- 0 only reports (nobody would serve the flag), ARGV[5] idle ms after which a consumer with
 -- nothing pending is forgotten (every worker process is a consumer, so they would pile up;
 -- one that comes back is simply created again).
 -- Reply: {armed (1|0), claimable entries seen (at most 100), unread entries, consumers
 -- forgotten}. Bounded: O(consumers of the group), at most 100 forgotten per call.
--- Lost reply: safe to run twice (a second run finds the lease armed and reports it not armed:
+-- Lost reply: safe to run twice (a second run finds the flag armed and reports it not armed:
 -- that group's drain waits one drain lease for the next reaper run)
 --#include stream_keys
 --#include stream_check

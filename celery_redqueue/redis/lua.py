@@ -50,8 +50,8 @@ KeyOrArg = str | bytes | int | float
 _T = TypeVar("_T")
 
 #: The first field of a reply of a script that takes work out (pool_pop, bucket_dequeue,
-#: stream_read): nothing to hand out, the drain lease released in the same step (so nothing
-#: arriving afterwards is stranded); work handed out; nothing, the lease kept (linger); only
+#: stream_read): nothing to hand out, the drain flag released in the same step (so nothing
+#: arriving afterwards is stranded); work handed out; nothing, the flag kept (linger); only
 #: skipped entries and more wait (take again at once); nothing may go before the reply's wait;
 #: nothing taken, run the structure's upkeep script (due delayed work) and take again; nothing
 #: taken, the entries need the general script (``pool_pop_mixed``): run it instead.

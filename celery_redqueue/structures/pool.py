@@ -180,7 +180,8 @@ class PoolStats(QueueCounters):
     entries: int
     lost: int
     capacity: int
-    drains_pending: int
+    #: Drain jobs sent or running: the count in the pool's drain flag (at most ``max_drains``).
+    drains: int
     #: Calls that replaced a held debounced call of their dedupe id (``debounce``).
     debounced: int = 0
 
@@ -811,7 +812,7 @@ class CappedPool(Sharded):
             depth=counters.get("depth", 0),
             entries=int(entries),
             capacity=self.capacity,
-            drains_pending=pending,
+            drains=pending,
         )
 
     def debounced(self, limit: int = 100) -> list[DebouncedKey]:

@@ -80,7 +80,7 @@ class Stored(Producer[ItemT], Drained, Protocol[ItemT]):
 
 class Renewable(Protocol):
     """What the worker's heartbeat renews while bodies run: a pool's batches or a bucket's
-    reservations and its drain lease (a sharded structure is held through its shards: its
+    reservations and its drain flag (a sharded structure is held through its shards: its
     ``heartbeat_shards``)."""
 
     client: Client
@@ -91,7 +91,7 @@ class Renewable(Protocol):
         ...
 
     def renew(self, item_ids: Sequence[str]) -> list[str]:
-        """Push back the held ids' deadlines and the drain lease; returns the ids not held."""
+        """Push back the held ids' deadlines and the drain flag; returns the ids not held."""
         ...
 
     def renew_call(self, item_ids: Sequence[str]) -> tuple[str, list[str], list[KeyOrArg]]:

@@ -82,7 +82,7 @@ class Receipt:
     evicted_oldest: bool = False
     #: Streams: entries the cap removed while appending (on the first receipt of a call).
     trimmed: int = 0
-    #: Streams: groups whose drain lease this call armed (on the first receipt of a call).
+    #: Streams: groups whose drain flag this call armed (on the first receipt of a call).
     woken: tuple[str, ...] = ()
     #: The call's id, given by whoever named the call (a task names every call it stores; a
     #: structure's own ``add``/``enqueue`` leaves it empty; a stream gives the entry id Redis
@@ -134,7 +134,7 @@ class ReapResult:
     lost_calls: tuple[object, ...] = ()
     #: Work waits and no drain job holds the structure: the caller should send one.
     drain_needed: bool = False
-    #: Streams: groups whose drain lease the reaper armed (their drain claims what is due).
+    #: Streams: groups whose drain flag the reaper armed (their drain claims what is due).
     groups: tuple[str, ...] = ()
     #: Streams: groups with unread or claimable entries (armed or not).
     due: tuple[str, ...] = ()
@@ -143,5 +143,5 @@ class ReapResult:
 
     @property
     def woken(self) -> int:
-        """Streams: how many groups' drain lease the reaper armed."""
+        """Streams: how many groups' drain flags the reaper armed."""
         return len(self.groups)

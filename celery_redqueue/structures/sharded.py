@@ -70,7 +70,7 @@ class Sharded(Structure):
     # What every pool and bucket offers over its shards
 
     def heartbeat_shards(self, item_id: str | None) -> list[tuple[Self, str | None]]:
-        """What the heartbeat holds for ``item_id`` (None: the drain lease): the drain lease of
+        """What the heartbeat holds for ``item_id`` (None: the drain flag): the drain flag of
         every shard (a drain sweeps them all), or the one shard an id belongs to."""
         if not self.shards:
             return [(self, item_id)]

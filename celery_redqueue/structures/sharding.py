@@ -233,7 +233,7 @@ def _on_owners(method: Callable[..., list[str]], self: Split, item_ids: Sequence
     return [f"{i}:{m}" for i, ids in by_shard.items() for m in method(self.shards[i], ids)]
 
 
-#: Run on every shard with the ids it holds (``<shard>:<id>``; none: its drain lease only);
+#: Run on every shard with the ids it holds (``<shard>:<id>``; none: its drain flag only);
 #: returns the ids named as the logical structure knows them (a heartbeat's renew).
 on_owners = _routing("on_owners", _on_owners)
 

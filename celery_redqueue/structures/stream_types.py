@@ -37,7 +37,7 @@ class StreamRead:
     events: list[StreamEvent] = field(default_factory=list)
     #: Entries whose payload could not be decoded: (id, raw); ``ack`` dead-letters them.
     undecodable: list[tuple[str, bytes]] = field(default_factory=list)
-    #: Nothing to hand out, and the drain lease was kept because the read asked to linger.
+    #: Nothing to hand out, and the drain flag was kept because the read asked to linger.
     lingering: bool = False
     #: Nothing handed out only because everything looked at was skipped; more waits: read
     #: again at once.
@@ -64,7 +64,7 @@ class AckResult:
     retried: int
     dead: int
     stale: int
-    #: Held entries came free and this call armed the drain lease.
+    #: Held entries came free and this call armed the group's drain flag.
     drain_needed: bool = False
 
 

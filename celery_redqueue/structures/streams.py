@@ -96,8 +96,8 @@ class EventStream(Structure):
         self.key = key
         self.max_receives = max_receives
         self.ordered = ordered
-        #: Called with the groups whose drain lease a publish (or requeue, or reap) armed: the
-        #: Celery layer sends one drain job per group; without it the leases simply run out.
+        #: Called with the groups whose drain flag a publish (or requeue, or reap) armed: the
+        #: Celery layer sends one drain job per group; without it the flags simply expire.
         self.on_wake = on_wake
         self._groups_seen: tuple[float, list[str]] = (-GROUPS_TTL, [])
 
@@ -158,7 +158,7 @@ class EventStream(Structure):
 
     def _append(self, prepared: Sequence[tuple[bytes, str]]) -> list[Receipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
-        # woken by that app (its publishes and its beat), never armed by a lease nobody serves.
+        # woken by that app (its publishes and its beat), never given a drain flag nobody serves.
         groups = tuple(self.declared)
         keys = self._publish_keys.get(groups)
         if keys is None:
@@ -200,7 +200,7 @@ class EventStream(Structure):
         failed, so an entry that kills its consumer's process takes no other entry with it);
         else entries whose key came free (ordered), then new ones.
 
-        An empty read releases the group's drain lease in the same step (unless ``linger``, or
+        An empty read releases the group's drain flag in the same step (unless ``linger``, or
         ``read_again``: it skipped what it looked at and more waits), so nothing published
         afterwards is stranded. ``listen``, ``listener``: as `CappedPool.pop`'s, per group.
         """
@@ -298,7 +298,7 @@ class EventStream(Structure):
         return result
 
     def renew(self, group: str, consumer: str, ids: Iterable[str] = ()) -> int:
-        """Heartbeat: renew the group's drain lease and ``consumer``'s hold on ``ids`` (their
+        """Heartbeat: renew the group's drain flag and ``consumer``'s hold on ``ids`` (their
         visibility timeout restarts). Returns how many entries were renewed."""
         return int(
             self._run(
@@ -309,9 +309,9 @@ class EventStream(Structure):
         )
 
     def release_drain(self, group: str) -> None:  # type: ignore[override]  # per group
-        """Give up the group's drain lease (a drain job could not be sent: the next publish or
+        """Release the group's drain flag (a drain job could not be sent: the next publish or
         the reaper arms it again at once)."""
-        with redis_errors(f"releasing the drain lease of {self.keys.base}"):
+        with redis_errors(f"releasing the drain flag of {self.keys.base}"):
             self.client.delete(self.keys(f"group:{validate_group(group)}:drain"))
 
     def seek(self, group: str, position: str | float | datetime) -> str:
@@ -344,10 +344,11 @@ class EventStream(Structure):
         self, groups: Iterable[str] | None = None, *, forget_consumers_after: float = 3600.0
     ) -> ReapResult:
         """What beat's reaper does: for each group (default: every group) with unread, freed or
-        claimable entries and no drain pending, arm its drain lease and wake it (``on_wake``).
-        The drain claims the entries. Without ``on_wake`` nothing is armed (nobody would send
-        the drain job): the groups that need one are only reported. Consumers idle that many
-        seconds with nothing pending are forgotten (each worker process is one)."""
+        claimable entries and no drain holding its drain flag, arm the flag and wake it
+        (``on_wake``). The drain claims the entries. Without ``on_wake`` no flag is armed
+        (nobody would send the drain job): the groups that need one are only reported.
+        Consumers idle that many seconds with nothing pending are forgotten (each worker
+        process is one)."""
         woken, due, forgotten = [], [], 0
         forget_ms = int(seconds("forget_consumers_after", forget_consumers_after) * 1000)
         for group in self._known_groups() if groups is None else groups:

@@ -44,5 +44,5 @@ def test_a_send_that_can_never_succeed_raises_and_releases_the_flag(app, redqueu
         record.apply_async((1,), serializer="no-such-serializer")  # the drain job's serializer
     assert type(raised.value.__cause__).__name__ == "SerializerNotInstalled"
     stats = record.pool.stats()
-    assert (stats.depth, stats.drains_pending) == (1, 0)
+    assert (stats.depth, stats.drains) == (1, 0)
     assert not redqueue_redis.exists(record.pool.keys("drains"))

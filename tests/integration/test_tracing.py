@@ -394,7 +394,7 @@ def test_with_the_celery_instrumentation_spans_nest_without_orphans(
     with running_worker(traced_app):
         requests = _requests(tracer, 3, record.delay)
         wait_for(lambda: len(_process_spans(spans, record.name)) == 3, message="3 spans")
-        wait_for(lambda: record.pool.stats().drains_pending == 0, message="drain ended")
+        wait_for(lambda: record.pool.stats().drains == 0, message="drain ended")
     finished = spans.get_finished_spans()
     processed = _process_spans(spans, record.name)
     assert sorted(done) == [0, 1, 2]

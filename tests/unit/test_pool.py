@@ -143,7 +143,7 @@ def test_drain_flag_is_armed_once_and_cleared_only_by_an_empty_pop(make_pool):
     assert [i.payload for i in late.items] == ["late"]
     pool.ack(late)
     assert not pool.pop(100)
-    assert pool.stats().drains_pending == 0
+    assert pool.stats().drains == 0
     assert pool.add("next").drain_needed
 
 
@@ -229,7 +229,7 @@ def test_fan_out_is_bounded_by_max_drains(make_pool):
         batch = pool.pop(10)
         fan_outs += batch.fan_out
     assert fan_outs == 2  # the first drain plus two more make three
-    assert pool.stats().drains_pending == 3
+    assert pool.stats().drains == 3
 
 
 def test_reaper_counts_a_dead_drains_batch_as_lost(make_pool, assert_identities):

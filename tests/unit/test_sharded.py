@@ -160,7 +160,7 @@ def test_dead_letters_reap_and_heartbeat_per_shard(redqueue_redis, redqueue_pref
     assert pool.purge_dead() == 45
     assert pool.stats().depth == 15 and pool.stats().purged == 45
 
-    # A held batch is renewed on its own shard; the drain lease on every shard.
+    # A held batch is renewed on its own shard; the drain flag on every shard.
     batch = pool.pop(5)
     beat = Heartbeat()
     beat.hold(pool)

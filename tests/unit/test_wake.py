@@ -83,7 +83,7 @@ def test_a_live_listener_counts_as_a_drain_until_it_stops_listening(make_pool):
     receipts = [pool.add(i) for i in range(3)] + pool.add_many(range(3, 6))
     receipts.append(pool.add(6, dedupe_id="x"))
     assert not any(r.drain_needed for r in receipts)  # the listener takes them
-    assert pool.stats().drains_pending == 0
+    assert pool.stats().drains == 0
     batch = pool.pop(100, listener="consumer")
     pool.ack(batch)
     assert not pool.pop(10, listen=0, listener="consumer")  # it stops listening
