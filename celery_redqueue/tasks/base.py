@@ -268,7 +268,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         """Run stored calls until the structure has none ready or the time budget is spent (the
         kind's `_drain`); returns what it did.
 
-        While it runs, the process's heartbeat renews the drain lease and the work in flight,
+        While it runs, the process's heartbeat renews the drain flag and the work in flight,
         so neither expires under a long body. A drain that raised is watched after
         (`_watch_after_failure`).
         """
@@ -284,7 +284,7 @@ class RedQueueTask(Task):  # type: ignore[misc]
         raise NotImplementedError
 
     def _held_while_draining(self) -> AbstractContextManager[None]:
-        """What the heartbeat renews while a drain runs: the structure's drain lease."""
+        """What the heartbeat renews while a drain runs: the structure's drain flag."""
         return heartbeat().holding(self.structure)
 
     def retry(self, *args: object, **options: object) -> Retry:

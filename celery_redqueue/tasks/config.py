@@ -61,7 +61,7 @@ class RedQueueConfig:
     consumer: bool | tuple[str, ...] = False
     #: ``redqueue_watchdog_interval``: seconds between the passes of every worker's watchdog
     #: (`watchdog`), which takes back what dead workers held and sends the drain job that work
-    #: under no live drain lease needs (a drain killed while it held the lease, a send that
+    #: under no live drain flag needs (a drain killed while it held the flag, a send that
     #: failed while the broker was down), with or without beat; 0 turns it off.
     watchdog_interval: float = 2.0
     #: ``redqueue_drain_yield``: a drain in a ``celery worker`` ends after the batch at hand

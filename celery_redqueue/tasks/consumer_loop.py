@@ -334,7 +334,7 @@ class Dispatcher:
 
     def _reap(self) -> None:
         """The watchdog: take back expired holds of every served structure, and run the drain
-        a structure needs (work under an expired drain lease, or work taken back) here."""
+        a structure needs (work under an expired drain flag, or work taken back) here."""
         for served in list(self.served.values()):
             try:
                 with capturing(served.name) as handover:

@@ -2,7 +2,7 @@
 failed renewal does: docs/failure-modes.md, "Drain lease and heartbeat").
 
 One daemon thread per process renews everything the process holds: per structure, one script
-call that pushes every held id's deadline and renews the drain lease, every third of the
+call that pushes every held id's deadline and renews the drain flag, every third of the
 structure's shortest timeout (so two renewals can fail before anything expires); the calls due
 together on one client go in one pipelined round trip. A second thread watches a structure
 whose drain failed (`Heartbeat.watch()`): a thread of its own because a check against a Redis
@@ -78,7 +78,7 @@ def _running(
 
 
 class Heartbeat:
-    """Renews held reservations, batches and drain leases from one background thread."""
+    """Renews held reservations, batches and drain flags from one background thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -93,7 +93,7 @@ class Heartbeat:
 
     @contextmanager
     def holding(self, structure: Drained, item_id: str | None = None) -> Iterator[None]:
-        """Renew ``item_id`` (or, with None, the structure's drain lease) while inside."""
+        """Renew ``item_id`` (or, with None, the structure's drain flag) while inside."""
         self.hold(structure, item_id)
         try:
             yield
@@ -116,9 +116,9 @@ class Heartbeat:
 
     def watch(self, structure: Drained, check: Callable[[], object], window: float) -> None:
         """After a drain of ``structure`` failed, run ``check`` (the task's reap: it takes back
-        expired work and sends the drain that due work under no live lease needs) every
+        expired work and sends the drain that due work under no live drain flag needs) every
         `WATCH_INTERVAL` seconds, until ``window`` seconds after the first check that
-        succeeded: long enough for the dead drain's lease and its in-flight work to expire.
+        succeeded: long enough for the dead drain's flag and its in-flight work to expire.
         A check that fails (Redis still down) is retried; watching again restarts the window."""
         with self._lock:
             self._watches[id(structure)] = _Watch(check, window, time.monotonic() + WATCH_INTERVAL)

@@ -243,7 +243,7 @@ class StreamTask(RedQueueTask):
 
     @contextmanager
     def _heartbeat(self, stream: EventStream, consumer: str) -> Iterator[list[str]]:
-        """Renew the drain lease and the entries at work (the yielded list) until the drain
+        """Renew the drain flag and the entries at work (the yielded list) until the drain
         ends, so a short lease and visibility timeout still let a long body run once."""
         working: list[str] = []
         stop = threading.Event()

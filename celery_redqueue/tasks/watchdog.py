@@ -2,7 +2,7 @@
 seconds, for work no drain job will serve, and sends that drain itself, with or without beat.
 
 Why it exists: a stored call waits for a drain job, and three faults leave it with none. A drain
-SIGKILLed while it held the drain lease (lingering, or mid-batch) leaves its lease to run out
+SIGKILLed while it held the drain flag (lingering, or mid-batch) leaves the flag to expire
 over calls stored meanwhile, which sent no job; a worker SIGKILLed while it held a gathering
 drain's countdown message (``pool_batch_wait``) leaves that message to wait out the broker's
 visibility timeout (an hour); a drain whose send failed (broker down) released the flag, and
@@ -13,7 +13,7 @@ had nobody: the call waited for the next call.
 Each pass runs the reaper's own step for every pooled, bucket and stream task routed to this
 worker's queues: ``task.reap()``, one bounded script per structure (and shard). It takes back
 what expired (at-most-once batches counted ``lost``, with their waiters told: `results`), and
-arms the drain lease with ``SET NX`` when work is due and no drain holds it: of many workers
+arms the drain flag with ``SET NX`` when work is due and no drain holds it: of many workers
 looking at once, only the one whose ``SET NX`` won sends a drain job (`rearm_drain.lua`,
 ``stream_wake.lua``). So a stranded call is served within its drain lease plus about one
 interval (``redqueue_watchdog_interval``, 2 s) after the drain that held the flag died, or about
