@@ -58,7 +58,7 @@ ENV_BATCH = "POOL_BENCH_BATCH_SIZE"
 ENV_FLOOR_BATCH = "POOL_BENCH_FLOOR_BATCH"
 
 POOLED = "pool_bench.pooled"
-POOLED_SIDE = "pooled .delay() (pool_add_plain)"
+POOLED_SIDE = "pooled .delay() (pool_add, lean case)"
 PLAIN_SIDE = "plain Celery .delay()"
 PLAIN = "pool_bench.plain"
 FLOOR_CALLS = "pool_bench.floor_calls"
@@ -67,9 +67,9 @@ FLOOR_BATCH = "pool_bench.floor_batch"
 #: with pop as many per step (their pool_batch_size), so both sides move the same batches.
 DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
-#: The same plain call through pool_add (the general script, dedupe ids and delays): what one
-#: script per operation would cost a plain call, beside the lean twin in the same run.
-GENERAL_SIDE = "the same call via pool_add (the general script)"
+#: The same plain call through pool_add's general path (dedupe ids and delays): what the lean
+#: case buys a plain call, in the same run.
+GENERAL_SIDE = "the same call via pool_add's general path"
 #: Pooled drain jobs use Celery's default queue; the plain task has its own, so one worker
 #: can be pointed at either backlog while both wait in the broker.
 QUEUE = "celery"
@@ -493,33 +493,30 @@ class Bench:
         payload = pooled.pool.encode([[0, "page_view"], {}])
         # The bare script writes into a twin pool, so the task's pool holds exactly n calls.
         twin = CappedPool(client, f"{POOLED}.twin", POOL_SIZE, prefix=pooled.pool.keys.prefix)
-        # A call with no dedupe id and no delay runs pool_add_plain (pool.py's _add_plain),
+        # A call with no dedupe id and no delay runs pool_add's lean case (pool.py's _add_plain),
         # through the package's call path (redis/call.py) as the task's calls do; beside it the
         # same script with the same keys and arguments through redis-py's own path
         # (register_script: EVALSHA through the client's command path, which may retry it).
-        plain_lua = script("pool_add_plain")
+        plain_lua = script("pool_add")
         keys = [twin.keys(part) for part in plain_lua.parts or ()]
         head = twin._script_head()
         registered = client.register_script(plain_lua.source)
 
         # Its keys and head packed once, as the pool does (redis/call.py's Front).
-        front = pack_front(client, plain_lua, keys, head)
+        front = pack_front(client, plain_lua, keys, [*head, "plain"])
 
         def same_script(i: int) -> Any:
             return plain_lua(client, keys, [repr(random.random()), payload], front)
 
         def through_redis_py(chunk: range) -> None:
             for _ in chunk:
-                registered(keys, [*head, repr(random.random()), payload])
+                registered(keys, [*head, "plain", repr(random.random()), payload])
 
-        general_lua = script("pool_add")
-        general_keys = [twin.keys(part) for part in general_lua.parts or ()]
-        general_front = pack_front(client, general_lua, general_keys, head)
+        general_front = pack_front(client, plain_lua, keys, [*head, 0])  # no dedupe window
 
         def through_pool_add(chunk: range) -> None:
             for _ in chunk:
-                args = [0, repr(random.random()), payload, "", 0]
-                general_lua(client, general_keys, args, general_front)
+                plain_lua(client, keys, [repr(random.random()), payload, "", 0], general_front)
 
         sides = measure_sides(
             client,

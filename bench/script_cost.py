@@ -2,7 +2,7 @@
 """Benchmark: what a change to one script costs, its version at a git revision beside the
 working tree's, in the same run.
 
-    .venv/bin/python bench/script_cost.py pool_add_plain --against main
+    .venv/bin/python bench/script_cost.py pool_add --against main
     .venv/bin/python bench/script_cost.py stream_publish --against main~1 --calls 40000
 
 It starts its own throwaway Redis (EmbeddedRedis, loopback only) and runs one public operation
@@ -129,7 +129,7 @@ def _bucket_cycle(client: Any, prefix: str) -> Callable[[int], Any]:
 
 #: script -> how to build a structure and run one operation that sends it.
 OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
-    "pool_add_plain": _pool,
+    "pool_add": _pool,
     "pool_pop": _pool_pop,
     "pool_ack": _pool_pop,
     "pool_pop_mixed": _pool_pop_mixed,

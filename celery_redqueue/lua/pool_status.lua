@@ -1,5 +1,5 @@
 -- What became of a call offered to a pool (spliced in at "--#include pool_status"): the status
--- pool_admit returns and pool_add / pool_add_plain reply per call; pool.py names the same
+-- pool_admit returns and pool_add replies per call; pool.py names the same
 -- values (a test checks they agree). Refused (full, or the policy kept the others); kept; kept,
 -- and an older entry evicted to make room; merged into an equal entry (coalescing); refused as
 -- a duplicate (its dedupe id was seen within the window); held until due (delayed).

@@ -430,8 +430,8 @@ def merge_pop(
 #: The keys every pool script receives, in this order (see lua/pool_keys.lua).
 # fmt: off
 PARTS = (
-    # pool_add and pool_add_plain receive only the parts their headers name (fewer arguments
-    # on the hot path); the other scripts receive them all.
+    # pool_add receives only the parts its header names (fewer keys on the hot path); the
+    # other scripts receive them all.
     "items", "counts", "stats", "drains", "receives", "ages", "arrivals", "flow", "scheduled",
     "dedupe", "wake", "signal", "listening", "inflight", "inflight_calls", "inflight_items",
     "dead", "done", "calls", "calls_at", "debounce",
@@ -636,15 +636,15 @@ class CappedPool(Sharded):
 
     def _add_plain(self, encoded: Sequence[bytes]) -> list[Receipt]:
         """Calls with no dedupe id and no delay (a single .delay(), add_many, a buffer's
-        flush): the smaller script, two arguments per call, sent as one script call."""
+        flush): pool_add's lean case, two arguments per call, sent as one script call."""
         score = random.random
         if len(encoded) == 1:
-            reply = self._run("pool_add_plain", [repr(score()), encoded[0]])
+            reply = self._run("pool_add", ["plain", repr(score()), encoded[0]])
         else:
-            tail: list[KeyOrArg] = []
+            tail: list[KeyOrArg] = ["plain"]
             for data in encoded:
                 tail += (repr(score()), data)
-            reply = self._run("pool_add_plain", tail)
+            reply = self._run("pool_add", tail)
         statuses = reply[2:]
         results = [_QUIET_RESULTS[status] for status in statuses]
         if reply[0] == 1:

@@ -124,10 +124,10 @@ def test_a_lost_store_reply_raises_and_is_never_sent_again(
     direct = CappedPool(redqueue_redis, "s", 100, prefix=redqueue_prefix)
     pool = CappedPool(retrying_client, "s", 100, prefix=redqueue_prefix)
     assert pool.add("warm").kept  # the thread's connection is open
-    reply_proxy.drop(sha("pool_add_plain"))
+    reply_proxy.drop(sha("pool_add"))
     with pytest.raises(ReplyLostError, match="may have been applied"):
         pool.add("once")  # on main: re-sent, stored twice, and delay() returned normally
-    reply_proxy.drop(sha("pool_add_plain"))
+    reply_proxy.drop(sha("pool_add"))
     with pytest.raises(ReplyLostError):
         pool.add_many(["a", "b"])
     assert pool.add("later", delay=30).delayed
@@ -268,7 +268,6 @@ def test_every_script_says_what_a_lost_reply_does():
     stores = {n for n, resend in kinds.items() if not resend}
     assert stores >= {
         "pool_add",
-        "pool_add_plain",
         "bucket_enqueue",
         "bucket_enqueue_plain",
         "stream_publish",

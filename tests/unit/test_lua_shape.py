@@ -171,11 +171,12 @@ def _values(text):
 
 
 def test_the_common_store_defines_no_helper_it_does_not_call():
-    """pool_add_plain keeps a call in a pool with room and returns before the helpers of a full
-    or coalescing pool are defined: defining them cost that path about 1 us of server CPU per
-    call (6 %). Lua defines a local function where the chunk reaches it."""
-    shipped = script("pool_add_plain").source
-    common = shipped[: shipped.index("\n  return result\nend\n")]
+    """pool_add keeps a plain call in a pool with room and returns before the helpers of a full
+    or coalescing pool, dedupe ids and delays are defined: defining them cost that path about
+    1 us of server CPU per call (6 %). Lua defines a local function where the chunk reaches it."""
+    shipped = script("pool_add").source
+    common = shipped[: shipped.index("\n    return result\n  end\nend\n")]
+    assert "'SET', K_DRAINS, 1, 'NX'" in common  # the whole common path
     assert "local function pool_admit(" not in common
     assert "local function pool_admit(" in shipped
 

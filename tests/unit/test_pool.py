@@ -376,8 +376,8 @@ def test_keys_share_one_hash_tag(make_pool, redqueue_redis, redqueue_prefix):
 @pytest.mark.parametrize("policy", ["reject", "newest", "sample"])
 @pytest.mark.parametrize("coalesce", [False, True])
 def test_single_calls_count_as_a_batch_does(make_pool, assert_identities, policy, coalesce):
-    # Calls with no dedupe id and no delay run pool_add_plain, one by one or as a batch; a
-    # call with a dedupe id runs pool_add. All must keep, evict, merge, refuse and count alike,
+    # Calls with no dedupe id and no delay run pool_add's lean case, one by one or as a batch;
+    # a call with a dedupe id its general path. All must keep, evict, merge, refuse and count alike,
     # and ask for one drain job.
     single = make_pool("single", capacity=3, policy=policy, coalesce=coalesce)
     batch = make_pool("batch", capacity=3, policy=policy, coalesce=coalesce)
