@@ -55,8 +55,7 @@ if TYPE_CHECKING:
     from .structures.pool import CappedPool, PoolBatch, PoolItem, PoolStats
     from .structures.receipts import ReapResult, Receipt
     from .structures.sets import ScheduledSet, SortedSet, TimeSortedSet
-    from .structures.stream_types import AckResult, GroupFigures, StreamEvent, StreamRead
-    from .structures.streams import EventStream
+    from .structures.streams import AckResult, EventStream, GroupFigures, StreamEvent, StreamRead
     from .structures.unique import UniqueLocks, UniqueStats
     from .tasks import (
         BucketTask,
@@ -102,10 +101,10 @@ _LAZY: dict[str, str] = {
     "ScheduledSet": ".structures.sets",
     "SortedSet": ".structures.sets",
     "TimeSortedSet": ".structures.sets",
-    "AckResult": ".structures.stream_types",
-    "GroupFigures": ".structures.stream_types",
-    "StreamEvent": ".structures.stream_types",
-    "StreamRead": ".structures.stream_types",
+    "AckResult": ".structures.streams",
+    "GroupFigures": ".structures.streams",
+    "StreamEvent": ".structures.streams",
+    "StreamRead": ".structures.streams",
     "EventStream": ".structures.streams",
     "BucketTask": ".tasks",
     "PoolCall": ".tasks",

@@ -30,8 +30,7 @@ from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
 from ..structures.leases import LeasedResources
 from ..structures.pool import CappedPool
-from ..structures.stream_types import GroupFigures
-from ..structures.streams import EventStream
+from ..structures.streams import EventStream, GroupFigures
 from ..structures.unique import UniqueLocks
 from ..tasks.config import get_config
 from ..tasks.stream_app import stream_tasks

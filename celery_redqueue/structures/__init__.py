@@ -9,7 +9,7 @@
 - `sharding`: a pool or bucket with ``shards=N``, one logical structure over N hash tags (so over
   the nodes of a cluster), and the routing verbs its methods carry
 - `streams`: [`EventStream`][celery_redqueue.EventStream], a capped log each consumer group reads at
-  its own position, with replay (`stream_types`)
+  its own position, with replay (with what it hands back and the checks of what it is given)
 - `leases`: [`LeasedResources`][celery_redqueue.LeasedResources], named resources leased to one
   holder at a time (`lease_types`, `lease_keeper`)
 - `sets`: sorted, time-sorted and scheduled sets

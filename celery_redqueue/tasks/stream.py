@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 from ..errors import ConfigurationError, RedQueueError
 from ..structures.base import DRAIN_LEASE
 from ..structures.receipts import Receipt
-from ..structures.stream_types import StreamEvent, StreamRead, validate_group
-from ..structures.streams import EventStream
+from ..structures.streams import EventStream, StreamEvent, StreamRead, validate_group
 from ..structures.wake import unlist
 from ..validation import positive_int, seconds
 from .base import RedQueueTask, error_text, per_process
