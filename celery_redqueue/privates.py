@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 def active_apps() -> Iterable[Celery]:
     """The Celery apps created so far. ``celery.shared_task`` reads the same list to add a task
     to apps that are already finalized; Celery exposes no public way to iterate them."""
-    from celery._state import _get_active_apps
+    # celery-types' celery._state stub declares none of its private functions.
+    from celery._state import _get_active_apps  # type: ignore[attr-defined]
 
     apps: Iterable[Celery] = _get_active_apps()
     return apps
@@ -47,16 +48,18 @@ def finalize_lock(app: Celery) -> AbstractContextManager[bool]:
     """The lock ``app.finalize()`` holds while it adds shared tasks: ``shared_task`` takes it to
     add a task to a finalized app without racing a finalize in another thread (no public
     equivalent). It is a ``threading.RLock``, whose ``__enter__`` returns True."""
-    lock: AbstractContextManager[bool] = app._finalize_mutex
+    # celery-types declares no private attribute of Celery.
+    lock: AbstractContextManager[bool] = app._finalize_mutex  # type: ignore[attr-defined]
     return lock
 
 
-def exec_options(task: AnyTask) -> dict[str, object]:
+def exec_options(task: AnyTask) -> dict[str, Any]:
     """The routing and delivery options a task's messages are sent with (queue, routing_key,
     exchange, priority, ...), as ``Task.apply_async`` reads them. Celery's
     ``Task._get_exec_options`` is the only accessor; copying its attribute list would drift."""
-    # A copy: Celery returns the dict it keeps on the task.
-    return dict(task._get_exec_options())
+    # A copy: Celery returns the dict it keeps on the task. celery-types declares no private
+    # method of Task.
+    return dict(task._get_exec_options())  # type: ignore[attr-defined]
 
 
 def check_arguments(
@@ -65,7 +68,8 @@ def check_arguments(
     """Raise TypeError when the body cannot take ``args``/``kwargs``: Celery's own check for
     ``Task.typing`` (``Task.__header__``, a function with the body's signature that
     ``apply_async`` calls); there is no public one."""
-    task.__header__(*(args or ()), **(kwargs or {}))
+    # celery-types does not declare __header__, which Celery sets on each task class it builds.
+    task.__header__(*(args or ()), **(kwargs or {}))  # type: ignore[attr-defined]
 
 
 def undecorated_body(task: AnyTask) -> Callable[..., object]:

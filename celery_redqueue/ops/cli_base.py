@@ -28,7 +28,8 @@ def app_of(ctx: click.Context) -> Celery:
             "say where the structures live",
             ctx,
         )
-    return ctx.obj.app
+    app: Celery = ctx.obj.app  # Celery's CLIContext
+    return app
 
 
 def open_ops(ctx: click.Context) -> Operations:

@@ -14,10 +14,10 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
-from celery import Celery, Task
+from celery import Celery
 from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError, RedQueueError
@@ -36,6 +36,10 @@ from ..tasks.config import get_config
 from ..tasks.stream_app import stream_tasks
 from ..tasks.wire import DRAIN_HEADER
 from . import bucket_views
+
+if TYPE_CHECKING:
+    from ..privates import AnyTask
+    from ..tasks.stream import StreamTask
 
 #: Most resources of one LeasedResources listed (the least recently freed and soonest to expire).
 RESOURCE_WINDOW = 200
@@ -543,7 +547,7 @@ class Operations:
         """Delete dead letters (counted as purged): the ``refs`` given, or the oldest ``limit``."""
         return f"purged {int(target.structure.purge_dead(self._letters(refs), limit=limit))}"
 
-    def drain_tasks(self, target: Target, groups: Sequence[str] | None = None) -> list[Task]:
+    def drain_tasks(self, target: Target, groups: Sequence[str] | None = None) -> list[AnyTask]:
         """The app's tasks that drain ``target``: the task of a pool's or bucket's name, a
         stream's task per group (only those of ``groups`` if given); empty without an app."""
         app = self.celery_app
@@ -558,7 +562,7 @@ class Operations:
         task = app.tasks.get(target.name)
         return [] if task is None else [task]
 
-    def drain_task(self, target: Target) -> Task | None:
+    def drain_task(self, target: Target) -> AnyTask | None:
         """The app's (first) task that drains ``target``, or None."""
         return next(iter(self.drain_tasks(target)), None)
 
@@ -577,7 +581,8 @@ class Operations:
                     task.name, (), {}, headers={DRAIN_HEADER: 1}
                 )
         if target.kind == EventStream.kind:
-            return f"drain jobs sent ({', '.join(t.group for t in tasks)})"
+            groups_sent = ", ".join(cast("StreamTask", t).group for t in tasks)
+            return f"drain jobs sent ({groups_sent})"
         return "drain job sent"
 
     def set_rate(self, target: Target, key: str, rate: str, burst: float | None = None) -> str:

@@ -12,7 +12,8 @@ import json.encoder as json_encoder
 import warnings
 from typing import Any, Protocol, runtime_checkable
 
-from kombu.serialization import registry
+# kombu-stubs (from celery-types) omit the module's public registry.
+from kombu.serialization import registry  # type: ignore[attr-defined]
 from kombu.utils import json as kombu_json
 
 from ..errors import ConfigurationError, PickleWarning, SerializationError

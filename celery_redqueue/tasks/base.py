@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast, overload
 
 from celery import Task
 
@@ -135,7 +135,9 @@ def ends_at_task_call(cls: type) -> bool:
     return known
 
 
-class RedQueueTask(Task):  # type: ignore[misc]
+# Task is generic in celery-types' stubs only: not subscriptable at run time on every supported
+# Celery, so its type arguments stay implicit (Any) here.
+class RedQueueTask(Task):  # type: ignore[type-arg]
     """Shared plumbing of tasks backed by a redqueue structure.
 
     It composes with other task bases (a Flask app's ``task_cls``, Django's ``DjangoTask``, a
@@ -176,8 +178,9 @@ class RedQueueTask(Task):  # type: ignore[misc]
         check_option_names(cls)
         cls.read_drain_settings()  # refuses a bad value at the declaration
         if not getattr(cls.__call__, "_redqueue_entry", False):
-            # Another base's __call__ (or the class's own) would win: wrap it.
-            cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))
+            # Another base's __call__ (or the class's own) would win: wrap it (replacing the
+            # method is the point).
+            cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
 
     # --- the __call__ dispatch (see the module: whichever base's __call__ wins) ----------
 
@@ -296,7 +299,9 @@ class RedQueueTask(Task):  # type: ignore[misc]
             given = inspect.signature(Task.retry).bind(self, *args, **options).arguments
             when = given["countdown"] if given.get("countdown") is not None else given.get("eta")
             raise StoredRetry(given.get("exc"), when, given.get("max_retries"))
-        return super().retry(*args, **options)
+        # Passed on as given: they are Celery's own arguments (checked by Celery's retry).
+        celery_retry = cast("Callable[..., Retry]", super().retry)
+        return celery_retry(*args, **options)
 
     @classmethod
     def bind(cls, app: Celery) -> Celery:
@@ -466,4 +471,5 @@ class RedQueueTask(Task):  # type: ignore[misc]
         return undecorated_body(self)
 
 
-RedQueueTask.__call__ = entry_point(RedQueueTask, None)
+# Replaced on purpose: the class's __call__ is the entry point (see the module).
+RedQueueTask.__call__ = entry_point(RedQueueTask, None)  # type: ignore[method-assign]

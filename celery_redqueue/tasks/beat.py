@@ -82,7 +82,7 @@ def reaped_count(result: ReapResult | int) -> int:
     return int(result.returned + result.dead_lettered + result.lost + len(result.groups))
 
 
-@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
+@shared_task(name=REAPER_TASK, ignore_result=True, bind=True)
 def reap(self: AnyTask) -> dict[str, int]:
     """Beat-run: take back expired reservations of every redqueue structure.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from celery.exceptions import Ignore, Reject
 
@@ -49,7 +49,7 @@ def store_by_name(
 ) -> dict[str, object]:
     """Store the call a message carries; what the message's task returns (see module)."""
     request = task.request
-    call_id = request.id
+    call_id = cast("str", request.id)  # a message's request has its id
     options: dict[str, object] = {}
     if request.eta:  # the worker held the message until then; a skewed clock still waits
         options["eta"] = request.eta

@@ -27,7 +27,9 @@ def compose_base(base: type[AnyTask], app: Celery, label: str) -> type[AnyTask]:
     if task_cls is Task or issubclass(base, task_cls):
         return base
     try:
-        composed: type[AnyTask] = type(
+        # celery-types declares Task.__name__ as an instance property: mypy reads a Task
+        # class's __name__ as that property, not a str.
+        composed: type[AnyTask] = type(  # type: ignore[call-overload]
             base.__name__,
             (base, app_task),
             {"__module__": base.__module__, "__qualname__": base.__qualname__, "abstract": True},
@@ -57,19 +59,21 @@ def _check_declaration(
 
 def _shared(
     fun: Callable[..., object], base: type[AnyTask], options: dict[str, object], label: str
-) -> Proxy:
+) -> AnyTask:
     """What Celery's ``shared_task`` does, with the base built on each app's ``task_cls``."""
 
     options = {k: v for k, v in options.items() if k not in ("shared", "lazy")}
 
     def create(app: Celery) -> AnyTask:
-        return app.task(
+        # celery-types' Celery.task takes no function together with options; Celery does.
+        task: AnyTask = app.task(  # type: ignore[call-overload]
             fun, base=compose_base(base, app, label), shared=False, lazy=False, **options
         )
+        return task
 
     on_app_finalize(create)
     for app in active_apps():
-        if app.finalized:
+        if app.finalized:  # type: ignore[attr-defined]  # celery-types omits Celery.finalized
             with finalize_lock(app):
                 try:
                     create(app)
@@ -84,7 +88,9 @@ def _shared(
         name = cast("str", options.get("name") or app.gen_task_name(fun.__name__, fun.__module__))
         return app.tasks[name]
 
-    return Proxy(task_by_app)
+    # The Proxy forwards every attribute to the current app's task (celery-types types
+    # shared_task's result as the task, too).
+    return cast("AnyTask", Proxy(task_by_app))
 
 
 def decorate_task(
@@ -103,7 +109,11 @@ def decorate_task(
     def register(fun: Callable[..., object]) -> AnyTask:
         _check_declaration(base, options, fun)
         if app is not None:
-            return app.task(fun, base=compose_base(base, app, name), **options)
+            # celery-types' Celery.task takes no function together with options; Celery does.
+            task: AnyTask = app.task(  # type: ignore[call-overload]
+                fun, base=compose_base(base, app, name), **options
+            )
+            return task
         return _shared(fun, base, options, name)
 
     if len(args) == 1 and callable(args[0]) and not options:

@@ -89,7 +89,9 @@ def leased_resources(
     return structure
 
 
-class LeaseTask(Task):  # type: ignore[misc]
+# Task is generic in celery-types' stubs only: not subscriptable at run time on every supported
+# Celery, so its type arguments stay implicit (Any) here.
+class LeaseTask(Task):  # type: ignore[type-arg]
     """Base class of tasks that hold one resource of a
     [`LeasedResources`][celery_redqueue.LeasedResources] while they run.
 

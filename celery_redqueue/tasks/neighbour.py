@@ -66,7 +66,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 from celery.signals import task_received, worker_shutting_down
 
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from celery import Celery
     from celery.worker import WorkController
     from celery.worker.request import Request
+    from kombu.connection import ConnectionPool
 
     from ..privates import AnyTask
 
@@ -297,7 +298,8 @@ def broker_waiting(app: Celery) -> bool:
     from kombu.exceptions import ChannelError
 
     queues = app.amqp.queues.consume_from or app.amqp.queues
-    with app.pool.acquire(block=True, timeout=1) as conn:
+    # celery-types types app.pool as a ProducerPool: Celery's is kombu's ConnectionPool.
+    with cast("ConnectionPool", app.pool).acquire(block=True, timeout=1) as conn:
         channel = conn.default_channel
         for queue in queues.values():
             passive = bool(queue.exclusive or queue.auto_delete)
@@ -305,7 +307,9 @@ def broker_waiting(app: Celery) -> bool:
                 declared = queue.bind(channel).queue_declare(passive=passive)
             except ChannelError:  # no such queue: nothing waits in it
                 continue
-            if declared.message_count:
+            # kombu-stubs type queue_declare's reply as str | None: it is the channel's
+            # (name, message_count, consumer_count) tuple.
+            if declared.message_count:  # type: ignore[union-attr]
                 return True
     return False
 

@@ -316,7 +316,7 @@ class PoolTask(ProducerTask):
 
     def add_many(
         self, calls: Sequence[tuple[Sequence[object], Mapping[str, object]]]
-    ) -> list[Receipt] | list[EagerResult]:
+    ) -> list[Receipt] | list[EagerResult[object]]:
         """Offer many ``(args, kwargs)`` calls in one round trip per thousand; sends one drain.
 
         Every call is checked as ``delay()`` checks it before any is stored. In eager mode the

@@ -125,7 +125,8 @@ class ProducerTask(RedQueueTask):
         def structure(self) -> Stored[Any]:
             """The structure the calls go into: the task's ``pool`` or ``bucket``."""
 
-    def apply_async(
+    # A stored call's receipt, not Celery's AsyncResult: a deliberate override.
+    def apply_async(  # type: ignore[override]
         self,
         args: Sequence[object] | None = None,
         kwargs: Mapping[str, object] | None = None,
@@ -135,7 +136,7 @@ class ProducerTask(RedQueueTask):
         link_error: object = None,
         shadow: str | None = None,
         **options: Any,
-    ) -> Receipt | BufferedReceipt | AsyncResult | None:
+    ) -> Receipt | BufferedReceipt | AsyncResult[object] | None:
         """Store the call in the task's structure; returns its receipt, not an AsyncResult.
 
         Drain jobs (marked by their header, e.g. sent by beat) go to the broker as usual, and so
@@ -260,11 +261,13 @@ class ProducerTask(RedQueueTask):
         ids = None if dedupe_id is None else [dedupe_id]
         return self.structure.store_encoded([prepared], delay=delay, dedupe_ids=ids)[0]
 
-    def _run_eagerly(self, prepared: object, **options: object) -> EagerResult:
+    def _run_eagerly(self, prepared: object, **options: object) -> EagerResult[object]:
         """Run the body now, on the call as a worker would see it (after the serializer)."""
         encoded = prepared[1] if isinstance(prepared, tuple) else prepared
         stored_args, stored_kwargs = self._unpack(self.structure.serializer.loads(encoded))
-        return self.apply(stored_args, stored_kwargs, **options)
+        # celery-types wants a tuple of args where Celery takes any sequence; ``options`` are
+        # apply's own, of as many types as there are options.
+        return self.apply(stored_args, stored_kwargs, **options)  # type: ignore[arg-type]
 
     def _delay_of(self, options: dict[str, object]) -> float:
         """Seconds to hold a call before it enters its structure (``countdown=`` or ``eta=``).

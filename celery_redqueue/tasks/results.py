@@ -144,7 +144,12 @@ def store_success(task: ResultTask, call_id: str | None, value: object) -> None:
 def store_failure(task: ResultTask, call_id: str | None, exc: BaseException) -> None:
     """Store the exception a call ended with (it will not be tried again)."""
     if call_id is not None:
-        _storing(task, call_id, lambda: task.backend.mark_as_failure(call_id, exc))
+        _storing(
+            task,
+            call_id,
+            # celery-types narrows ``exc`` to Exception; Celery stores any BaseException.
+            lambda: task.backend.mark_as_failure(call_id, exc),  # type: ignore[arg-type]
+        )
 
 
 def store_lost(task: ResultTask, payloads: Iterable[object], why: str) -> None:

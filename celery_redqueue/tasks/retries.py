@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..privates import AnyTask
 
 
-class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyped
+class StoredRetry(Retry):
     """What ``self.retry()`` raises inside a stored call: Celery's `Retry` plus the call's own
     ``max_retries`` override, for the drain to apply (`judge`)."""
 
@@ -47,7 +47,8 @@ class StoredRetry(Retry):  # type: ignore[misc]  # Celery's exceptions are untyp
         when: float | datetime | None = None,
         max_retries: int | None = None,
     ) -> None:
-        super().__init__(exc=exc, when=when)
+        # celery-types types ``when`` as numbers.Real, which mypy does not take a float for.
+        super().__init__(exc=exc, when=when)  # type: ignore[arg-type]
         self.max_retries = max_retries
 
 

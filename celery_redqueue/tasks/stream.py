@@ -142,12 +142,14 @@ class StreamTask(RedQueueTask):
 
     # Producing: events are published to the stream, never sent as calls.
 
-    def apply_async(  # only drain jobs: the rest rides in options
+    # A deliberate override: it takes only drain jobs (the rest rides in options), which a
+    # handed-over drain does not send (None).
+    def apply_async(  # type: ignore[override]
         self,
         args: Sequence[object] | None = None,
         kwargs: Mapping[str, object] | None = None,
         **options: Any,
-    ) -> AsyncResult | None:
+    ) -> AsyncResult[object] | None:
         """Drain jobs go to the broker; a call with arguments is refused: a stream task is fed
         by publishing (``task.stream.publish(event)``), so that every group receives it."""
         if (options.get("headers") or {}).get(DRAIN_HEADER):

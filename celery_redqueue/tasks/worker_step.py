@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from celery.worker import WorkController
 
 
-class RedQueueStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class RedQueueStep(bootsteps.StartStopStep):
     """Base of the package's worker steps: subclasses set ``enabled`` in ``__init__`` (True:
     decided in ``start``) and implement ``start`` and ``stop``."""
 
