@@ -70,7 +70,7 @@ class PickleWarning(UserWarning):
 
 
 class NoFreeResourceError(RedQueueError):
-    """Every resource of the pool is leased (or the pool has none)."""
+    """Every resource of the LeasedResources is leased (or it has none)."""
 
 
 class UndecodableItemsError(SerializationError):

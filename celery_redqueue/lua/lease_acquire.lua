@@ -1,5 +1,5 @@
 -- Reclaim expired leases, then lease the least recently used free resource.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- ARGV[1] lease time to live, ms
 -- ARGV[2] token of the new holder (unique, chosen by the caller)
 -- ARGV[3] most expired leases this call reclaims

@@ -1,6 +1,6 @@
--- Add resources to a pool; new ones are free at once (score 0: the never-used go first) and
+-- Add leased resources; new ones are free at once (score 0: the never-used go first) and
 -- wake waiting clients.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- ARGV[1..n] resource names
 -- Reply: how many were new. A name removed while leased and added again stays with its
 -- holder and becomes free on release. Bounded: O(n log N).

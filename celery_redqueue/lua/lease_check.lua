@@ -1,4 +1,4 @@
--- Check a lease pool's keys (a lease_keys table) before a script's first write (spliced in at
+-- Check leased resources' keys (a lease_keys table) before a script's first write (spliced in at
 -- "--#include lease_check"): a key of another type, or a stats counter that is not an integer,
 -- stops the script with "CORRUPT <key> ..." (check_keys.lua), nothing written. Ten TYPEs and
 -- the few counters: a lease call is not a producer's hot path.

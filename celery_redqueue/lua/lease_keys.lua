@@ -1,7 +1,7 @@
--- A lease pool's keys by name, as one table the lease helpers take (spliced in at
+-- Leased resources' keys by name, as one table the lease helpers take (spliced in at
 -- "--#include lease_keys"); `keys` is a script's KEYS.
 -- Every lease script receives the same KEYS (see leases.PARTS in leases.py):
--- KEYS[1] resources  set: every resource of the pool
+-- KEYS[1] resources  set: every resource of the structure
 -- KEYS[2] free       zset: free resource -> when it became free (ms); lowest is leased first,
 --                    new resources score 0 so the never-used go first
 -- KEYS[3] leased     zset: leased resource -> lease expiry (ms, server clock)

@@ -1,5 +1,5 @@
 -- Return expired leases to the free set and wake as many waiting clients.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- ARGV[1] most leases reclaimed by this call
 -- Reply: how many leases were reclaimed. Bounded: O(limit * log N).
 -- Lost reply: safe to run twice (a second run reclaims only what expired since)

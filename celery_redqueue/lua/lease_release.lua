@@ -1,5 +1,5 @@
 -- Release a lease if the caller still holds it, and wake one waiting client.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
 -- Reply: 1 when released; 0 when the token does not hold the resource (another holder has it,

@@ -1,5 +1,5 @@
 -- Extend a lease the caller still holds.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- ARGV[1] resource
 -- ARGV[2] token of the caller's lease
 -- ARGV[3] new time to live, ms from now

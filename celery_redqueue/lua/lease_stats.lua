@@ -1,5 +1,5 @@
--- Read a pool's figures in one consistent step.
--- KEYS[1..10]: the pool's keys (lease_keys.lua names each).
+-- Read the leased resources' figures in one consistent step.
+-- KEYS[1..10]: the structure's keys (lease_keys.lua names each).
 -- No ARGV.
 -- Reply: {resources, free, leased and valid, leased but expired, counter, value, ...}.
 -- Read-only. Bounded: O(log N + number of counters).

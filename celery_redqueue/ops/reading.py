@@ -452,17 +452,17 @@ class Operations:
 
     def resources(self, target: Target) -> list[ResourceView]:
         """A LeasedResources' resources: held ones by expiry, then free ones by when freed."""
-        pool = target.structure
-        if not isinstance(pool, LeasedResources):
+        resources = target.structure
+        if not isinstance(resources, LeasedResources):
             raise ConfigurationError(f"{target.id} is not a LeasedResources")
-        with redis_errors(f"reading {pool.keys.base}"):
+        with redis_errors(f"reading {resources.keys.base}"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.zrange(pool.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
-            pipe.zrange(pool.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
+            pipe.zrange(resources.keys("leased"), 0, RESOURCE_WINDOW - 1, withscores=True)
+            pipe.zrange(resources.keys("free"), 0, RESOURCE_WINDOW - 1, withscores=True)
             leased, free = pipe.execute()
             now = server_time(self.client)  # apart: a cluster pipeline refuses TIME
             names = [name for name, _ in leased] + [name for name, _ in free]
-            uses = self.client.hmget(pool.keys("uses"), names) if names else []
+            uses = self.client.hmget(resources.keys("uses"), names) if names else []
         rows: list[ResourceView] = [
             {
                 "resource": name.decode(),

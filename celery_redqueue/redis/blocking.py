@@ -3,8 +3,8 @@
 A blocking command holds its connection until an element arrives or its timeout ends, so the
 connection's socket timeout must exceed the block time or redis-py reports a timeout that is
 none. `block_pop` caps the block at `SOCKET_MARGIN` below the connection's socket
-timeout, and uses a connection of its own from the client's pool (never a thread's kept
-script connection: a script call made meanwhile on that thread would read BLPOP's reply).
+timeout, and uses a connection of its own from the client's connection pool (never a thread's
+kept script connection: a script call made meanwhile on that thread would read BLPOP's reply).
 
 It never retries (redis-py 6+ would re-send a command after a timeout, so a stalled Redis
 would hold a waiter for several socket timeouts), and a failure is not an error to the
@@ -73,14 +73,14 @@ def block_pop(client: Client, keys: Sequence[str], timeout: float) -> str | None
     target = slot_master(client, keys[0]) if is_cluster(client) else client
     if target is None:
         return None
-    pool = target.connection_pool
+    connection_pool = target.connection_pool
     try:
-        conn = pool.get_connection()
+        conn = connection_pool.get_connection()
     except redis.exceptions.RedisError as exc:
         logger.debug("wake signal: no connection (%s)", exc)
         return None
     try:
-        reply = _exchange(pool, conn, keys, timeout, backstop)
+        reply = _exchange(connection_pool, conn, keys, timeout, backstop)
     except redis.exceptions.ResponseError as exc:  # an error reply (MOVED...): in step
         logger.debug("wake signal: BLPOP refused (%s)", exc)
         return None
@@ -92,7 +92,7 @@ def block_pop(client: Client, keys: Sequence[str], timeout: float) -> str | None
         conn.disconnect()
         raise
     finally:
-        pool.release(conn)
+        connection_pool.release(conn)
     if not reply:
         return None
     key = reply[0]
@@ -100,7 +100,7 @@ def block_pop(client: Client, keys: Sequence[str], timeout: float) -> str | None
 
 
 def _exchange(
-    pool: redis.connection.ConnectionPool,
+    connection_pool: redis.connection.ConnectionPool,
     conn: redis.connection.Connection,
     keys: Sequence[str],
     timeout: float,
@@ -112,7 +112,7 @@ def _exchange(
     conn.send_command("BLPOP", *keys, f"{backstop:.3f}")
     if not conn.can_read(timeout=max(timeout - (time.monotonic() - started), 0.0)):
         # Nothing woke it: end it now (its reply is then nil, or a token that just came).
-        other = pool.get_connection()
+        other = connection_pool.get_connection()
         try:
             other.send_command("CLIENT", "UNBLOCK", client_id)
             other.read_response()
@@ -120,7 +120,7 @@ def _exchange(
             other.disconnect()
             raise
         finally:
-            pool.release(other)
+            connection_pool.release(other)
     # redis-py leaves read_response unannotated; BLPOP replies a [key, element] pair or nil.
     reply: list[bytes | str] | None = conn.read_response()
     return reply

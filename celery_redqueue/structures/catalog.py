@@ -39,7 +39,7 @@ def register(client: Client, keys: StructureKeys, settings: dict[str, object]) -
 
 
 class Registered:
-    """The one registration path of every structure (pools, buckets, streams, lease pools):
+    """The one registration path of every structure (pools, buckets, streams, leased resources):
     the first script call of a process records the structure and its settings,
     so the reaper and the operators' tools find it without importing user code.
 

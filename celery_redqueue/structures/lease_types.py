@@ -95,8 +95,8 @@ def _names(resources: Iterable[str]) -> list[str]:
 
 def _socket_timeout(client: Client) -> float | None:
     """The client's socket timeout in seconds, where redis-py tells it (not on a cluster)."""
-    pool = getattr(client, "connection_pool", None)
-    value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    connection_pool = getattr(client, "connection_pool", None)
+    value = getattr(connection_pool, "connection_kwargs", {}).get("socket_timeout")
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 

@@ -430,7 +430,7 @@ class RedQueueTask(Task):  # type: ignore[type-arg]
                     self.name,
                     error_text(exc),
                 )
-            # Pools and buckets hold a drain flag; a stream's group lease frees itself.
+            # Pools and buckets release their drain flag; a stream group's expires by itself.
             if isinstance(producer := self.structure, Producer):
                 try:
                     producer.release_drain(flag=countdown is None, wake=countdown is not None)

@@ -108,18 +108,19 @@ class ConsumerStep(RedQueueStep):
         self.names = setting if isinstance(setting, tuple) else None
         self.dispatcher: Dispatcher | None = None
         if self.enabled:
-            # Before the pool starts, so that prefork's children inherit it.
+            # Before the execution pool starts, so that prefork's children inherit it.
             consumer_loop._APP = parent.app
         super().__init__(parent, **kwargs)
 
     def start(self, parent: WorkController) -> None:
-        # celery-types types WorkController.pool as the Pool bootstep: it is the pool it built.
-        pool = cast("BasePool", parent.pool)
-        if getattr(pool, "is_green", False):
+        # celery-types types WorkController.pool as the Pool bootstep: it is the execution pool
+        # the bootstep built.
+        execution_pool = cast("BasePool", parent.pool)
+        if getattr(execution_pool, "is_green", False):
             logger.warning(
-                "redqueue consumer: not available with the %s pool (it dispatches from a thread "
-                "of its own); drain jobs serve the structures",
-                type(pool).__module__,
+                "redqueue consumer: not available with the %s execution pool (it dispatches from a "
+                "thread of its own); drain jobs serve the structures",
+                type(execution_pool).__module__,
             )
             return
         queues = set(parent.app.amqp.queues.consume_from or {}) or None
@@ -130,7 +131,7 @@ class ConsumerStep(RedQueueStep):
         hub = getattr(parent, "hub", None) if getattr(parent, "use_eventloop", False) else None
         self.dispatcher = Dispatcher(
             parent.app,
-            pool,
+            execution_pool,
             served,
             concurrency=int(getattr(parent, "concurrency", 1) or 1),
             hub=hub,

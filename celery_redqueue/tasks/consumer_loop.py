@@ -1,12 +1,12 @@
 """The continuous consumer's dispatcher: one thread in the worker's main process that waits for
-work on the structures it serves and runs their drains in the worker's own pool.
+work on the structures it serves and runs their drains in the worker's own execution pool.
 
 What it serves, its listing on the wake signals, shutdown and costs: docs/consumer.md. A drain
 it runs is a drain job's drain (``task.drain()``); only the follow-up drain jobs it asks for are
-handed back here (`handover`). The pool is asked through its public ``apply_async(target, args,
-callback=...)`` with `run_drain`, a module-level function (prefork pickles it); under prefork
-with the event loop the call is made from the loop's own thread (woken through a pipe),
-elsewhere from the dispatcher's thread.
+handed back here (`handover`). The execution pool is asked through its public
+``apply_async(target, args, callback=...)`` with `run_drain`, a module-level function (prefork
+pickles it); under prefork with the event loop the call is made from the loop's own thread
+(woken through a pipe), elsewhere from the dispatcher's thread.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: The app whose tasks `run_drain` looks up: set in the worker's main process before the
-#: pool starts, so prefork children inherit it.
+#: execution pool starts, so prefork children inherit it.
 _APP: Celery | None = None
 
 #: Seconds a structure whose drain failed (Redis unreachable) waits before the next try.
@@ -80,8 +80,9 @@ class DrainReply(TypedDict, total=False):
 
 
 def run_drain(task_name: str) -> DrainReply:
-    """Run one drain of ``task_name`` in this pool process or thread; never raises (the threads
-    pool gives a raised error to no callback). Returns what it asked for (or the error)."""
+    """Run one drain of ``task_name`` in this execution pool's process or thread; never raises
+    (the threads execution pool gives a raised error to no callback). Returns what it asked
+    for (or the error)."""
     app = _APP if _APP is not None else current_app
     try:
         task = cast("RedQueueTask", app.tasks[task_name])  # the consumer serves only those
@@ -116,19 +117,19 @@ class Served:
 
 
 class Dispatcher:
-    """Waits for work and hands drains to the pool; see the module's docstring."""
+    """Waits for work and hands drains to the execution pool; see the module's docstring."""
 
     def __init__(
         self,
         app: Celery,
-        pool: BasePool,
+        execution_pool: BasePool,
         served: list[Served],
         concurrency: int,
         hub: Hub | None = None,
         reap_interval: float = 5.0,
     ) -> None:
         self.app = app
-        self.pool = pool
+        self.execution_pool = execution_pool
         self.served = {s.name: s for s in served}
         self.concurrency = max(1, int(concurrency))
         self.hub = hub
@@ -182,8 +183,8 @@ class Dispatcher:
         stored from then on ask for drain jobs), and hand the structures with work to drain
         jobs (one per structure with a drain running or due, or calls waiting: those stored
         while it was listed asked for none), so that another worker (or this one's next start)
-        carries on. Running drains finish in the pool: they ack their batches; the pool's own
-        shutdown waits for them (warm) or ends them (cold)."""
+        carries on. Running drains finish in the execution pool: they ack their batches; its
+        own shutdown waits for them (warm) or ends them (cold)."""
         self._stopping.set()
         self._changed.set()
         self._idle.set()
@@ -219,7 +220,7 @@ class Dispatcher:
             self._pipe = None
 
     def running_drains(self) -> int:
-        """Drains this consumer runs in the pool now (they are not requests: `neighbour`)."""
+        """Drains this consumer runs in the execution pool now (no requests: `neighbour`)."""
         with self._lock:
             return sum(s.running for s in self.served.values())
 
@@ -370,18 +371,20 @@ class Dispatcher:
     def _apply(self, name: str) -> None:
         done: Callable[[DrainReply | ExceptionInfo], None] = lambda result: self._done(name, result)  # noqa: E731
         try:
-            self.pool.apply_async(
+            self.execution_pool.apply_async(
                 run_drain,
                 args=(name,),
                 callback=done,
                 error_callback=done,
             )
         except Exception as exc:
-            logger.warning("redqueue consumer: the pool refused a drain of %s: %s", name, exc)
+            logger.warning(
+                "redqueue consumer: the execution pool refused a drain of %s: %s", name, exc
+            )
             self._done(name, {"error": repr(exc)})
 
     def _done(self, name: str, result: DrainReply | ExceptionInfo) -> None:
-        """A drain ended (in the pool's result thread or the event loop)."""
+        """A drain ended (in the execution pool's result thread or the event loop)."""
         served = self.served[name]
         if not isinstance(result, dict):  # an error callback's ExceptionInfo
             result = {"error": repr(result)}

@@ -2,9 +2,9 @@
 
 A drain run by the continuous consumer (`consumer`) hands its follow-up work (the hand-over
 at the end of its time budget, a fan-out, the wake-up for delayed calls or the next eligible
-key) back to the consumer, which runs it in the worker's own pool: the broker carries nothing.
-`base.RedQueueTask.send_drain` asks `handed_over` first. A leaf module (it imports
-nothing of the package), so the task base and the consumer can both use it.
+key) back to the consumer, which runs it in the worker's own execution pool: the broker
+carries nothing. `base.RedQueueTask.send_drain` asks `handed_over` first. A leaf module (it
+imports nothing of the package), so the task base and the consumer can both use it.
 """
 
 from __future__ import annotations

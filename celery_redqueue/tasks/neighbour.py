@@ -6,7 +6,7 @@ its worker process (or thread) for its whole budget while the worker's other mes
 With it, a drain that finds other work waiting stops lingering and ends after the batch at
 hand: an empty structure clears its drain flag as usual, one with calls left hands over to a
 fresh drain job sent behind the waiting messages (or, under the continuous consumer, handed
-back to it, which queues the drain behind them in the pool).
+back to it, which queues the drain behind them in the execution pool).
 
 What waits, looked at every `LOOK` seconds while a drain works or lingers (a lingering drain
 waits on its wake signal in slices of that length):
@@ -30,7 +30,7 @@ gevent, solo), and published by the main process in a shared page for prefork's 
 waits), which cannot see the main process's state. Drains the continuous consumer runs are not
 requests: the consumer reports how many run (`set_busy_source`).
 
-**Green pools** (gevent, eventlet): a drain job's message is acknowledged when the worker
+**Green execution pools** (gevent, eventlet): a drain job's message is acknowledged when the worker
 receives it (``task_received``), not when the drain ends (the kinds are ``acks_late``). The
 worker's consumer asks the broker for messages only while fewer than its prefetch (concurrency
 times the multiplier) are unacknowledged, and it decides that on entering each poll of the
@@ -38,7 +38,7 @@ broker: once lingering drains hold the slots, it sleeps out the poll's timeout (
 after a slot frees, so plain tasks waited seconds (gevent ``-c 2``, a pool and a bucket beside a
 plain task at 50 calls/s each: plain p50 3 to 15 s, yield on or off), and the drains could not
 see them to yield. Acknowledged at receipt, a drain holds no slot: the next message is
-reserved (the green pool's spawn waits for a free greenlet) and a drain sees it within `LOOK`.
+reserved (the green execution pool's spawn waits for a greenlet) and a drain sees it within `LOOK`.
 Nothing is lost by the early ack: a drain message carries no call, and a drain that dies lets
 its drain flag's lease run out, so the next call or beat sends another (the fault model).
 Prefork and threads keep the late ack (measured: they yield without it).
@@ -119,7 +119,7 @@ class Waiting:
 
 @dataclass
 class _Worker:
-    """The worker's main process, as the step found it (set before the pool forks)."""
+    """The worker's main process, as the step found it (set before the execution pool forks)."""
 
     pid: int
     concurrency: int
@@ -130,7 +130,7 @@ class _Worker:
     yields: bool = True
     #: Drains the continuous consumer runs now (it sets this: `set_busy_source`).
     busy: Callable[[], int] = lambda: 0
-    #: The worker's pool is green (gevent, eventlet): drain jobs are acknowledged on receipt.
+    #: The worker's execution pool is green (gevent, eventlet): drain jobs are acked on receipt.
     green: bool = False
 
 
@@ -328,7 +328,7 @@ class NeighbourStep(RedQueueStep):
         self.enabled = bool(structures)  # the shutdown mark, whether drains yield or not
         self.yields = self.enabled and bool(get_config(parent.app).drain_yield)
         if self.enabled and _worker is None:
-            # Here, before the pool forks its children: they share the page.
+            # Here, before the execution pool forks its children: they share the page.
             _worker = _Worker(
                 pid=os.getpid(),
                 concurrency=max(int(getattr(parent, "concurrency", 1) or 1), 1),
@@ -354,7 +354,7 @@ class NeighbourStep(RedQueueStep):
     ) -> None:
         self.received.set()
         if _is_green_drain(request):
-            request.acknowledge()  # a drain job under a green pool: at once (see the module)
+            request.acknowledge()  # a drain job under a green execution pool: at once
 
     def _run(self) -> None:
         worker = _worker
@@ -385,7 +385,7 @@ class NeighbourStep(RedQueueStep):
 
 
 def _is_green_drain(request: Request | None) -> TypeGuard[Request]:
-    """``request`` is a drain job (a structure's task, no arguments) and the pool is green."""
+    """``request`` is a drain job (a structure's task, no arguments), the execution pool green."""
     if _worker is None or not _worker.green or request is None:
         return False
     return bool(bit_of(str(request.name))) and not request.args and not request.kwargs

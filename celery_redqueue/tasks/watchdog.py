@@ -77,8 +77,8 @@ class WatchdogStep(RedQueueStep):
     """The worker bootstep that runs the watchdog's thread (see the module)."""
 
     label = "redqueue watchdog"
-    # After the pool (prefork's children are forked before the thread starts) and after the
-    # continuous consumer (the first pass must know what the consumer serves).
+    # After the execution pool (prefork's children are forked before the thread starts) and
+    # after the continuous consumer (the first pass must know what the consumer serves).
     requires = ("celery.worker.components:Pool", ConsumerStep)
 
     def __init__(self, parent: WorkController, **kwargs: object) -> None:
