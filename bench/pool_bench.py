@@ -67,6 +67,9 @@ FLOOR_BATCH = "pool_bench.floor_batch"
 #: with pop as many per step (their pool_batch_size), so both sides move the same batches.
 DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
+#: The bare script call with every argument packed on every call (redis-py's send_command on a
+#: connection of the pool), not its keys and head once (redis/call.py's Front).
+UNPACKED_SIDE = "the same script, all arguments packed per call"
 #: The same plain call through pool_add's general path (dedupe ids and delays): what the lean
 #: case buys a plain call, in the same run.
 GENERAL_SIDE = "the same call via pool_add's general path"
@@ -512,6 +515,16 @@ class Bench:
             for _ in chunk:
                 registered(keys, [*head, "plain", repr(random.random()), payload])
 
+        def unpacked(chunk: range) -> None:  # every argument packed by redis-py's send_command
+            for _ in chunk:
+                conn = client.connection_pool.get_connection()
+                try:
+                    args = [*head, "plain", repr(random.random()), payload]
+                    conn.send_command("EVALSHA", plain_lua.sha, len(keys), *keys, *args)
+                    conn.read_response()
+                finally:
+                    client.connection_pool.release(conn)
+
         general_front = pack_front(client, plain_lua, keys, [*head, 0])  # no dedupe window
 
         def through_pool_add(chunk: range) -> None:
@@ -526,6 +539,7 @@ class Bench:
                 POOLED_SIDE: pooled_calls,
                 PLAIN_SIDE: plain_calls,
                 **raw_sides(client, raw_key, payload, same_script),
+                UNPACKED_SIDE: unpacked,
                 REDIS_PY_SIDE: through_redis_py,
                 GENERAL_SIDE: through_pool_add,
             },

@@ -1,7 +1,9 @@
 -- Offer calls to a capped pool (or hold them until due), and plan the drain job they need.
 -- One script for every store. The common call (no dedupe id, no delay, a pool with room that
--- does not coalesce) runs first and returns in eight commands, before the helpers only the
--- other cases need are defined: Lua runs a script top to bottom, so that path never defines
+-- does not coalesce) runs first and returns in eleven commands (TIME; ZCARD, HMGET of the
+-- stats, the last listener and the ages type, read and checked before the first write; the
+-- arrival slot's HINCRBY, the id's HINCRBY, ZADD, the folded counter's HINCRBY, the flow
+-- tick; SET NX of the drain flag), before the helpers only the other cases need are defined: Lua runs a script top to bottom, so that path never defines
 -- them (defining them costs it about 1 us of server CPU per call, 6 %). It replaced a twin
 -- script for the common call; docs/performance.md ("One pooled call") has the figure.
 -- KEYS: the first thirteen of pool_keys.lua's, as this line names them:
