@@ -68,7 +68,7 @@ for _, reservation in ipairs(expired) do
 end
 if returned > 0 then redis.call('HINCRBY', b.stats, 'reaped', returned) end
 -- Items that may go need a drain job even if the dead drain's lease has not run out yet; work
--- under no lease needs one too (rearm_drain.lua): a key or delayed item due now,
+-- under no drain flag needs one too (rearm_drain.lua): a key or delayed item due now,
 -- or later with no drain job scheduled for it (the sent drain schedules one).
 local due = false
 for _, zset in ipairs({b.ready, b.scheduled}) do

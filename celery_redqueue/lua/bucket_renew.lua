@@ -1,5 +1,5 @@
 -- The worker's heartbeat for one bucket: push the deadline of reservations still held and
--- renew the drain lease (renew_inflight.lua).
+-- renew the drain flag (renew_inflight.lua).
 -- KEYS, ARGV[1..7]: the bucket's keys and settings (bucket_keys.lua).
 -- ARGV[8] reservation timeout ms,
 -- ARGV[9], ... reservation ids held by the worker's process.

@@ -2,7 +2,7 @@
 -- lease, and asks for one more job while there is work for more jobs than are running
 -- (`work` counts units of work, such as batches or eligible keys), up to `max_drains`.
 -- Returns 1 when the caller should send one more drain job, else 0.
--- (The drain lease: see plan_drain.lua.)
+-- (The drain flag and its lease: see plan_drain.lua.)
 local function claim_drain(drains, ttl, max_drains, work)
   local running = tonumber(redis.call('GET', drains) or '0') or 0
   if running <= 0 then

@@ -1,7 +1,7 @@
--- The drain lease and the wake-up of drain jobs (spliced in at "--#include plan_drain"), shared
--- by pools, buckets and their workers' heartbeats.
--- The drain flag (`drains`: how many drain jobs are pending or running) is a lease, not a
--- long time-to-live: a job that is sent or running holds it for `lease` ms, and a running job
+-- The drain flag, its lease and the wake-up of drain jobs (spliced in at
+-- "--#include plan_drain"), shared by pools, buckets and their workers' heartbeats.
+-- The drain flag (`drains`: how many drain jobs are sent or running) is held on a lease, not
+-- a long time-to-live: a job that is sent or running holds it for `lease` ms, and a running job
 -- renews it (every pop, and the worker's heartbeat while a body runs), so a job that dies, or
 -- whose message was never sent, frees it within `lease`. The `wake` key says "a drain job is
 -- scheduled for <ms>" and vanishes at that moment, so a lost scheduled job strands nothing.

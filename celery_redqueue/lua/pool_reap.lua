@@ -104,7 +104,7 @@ if returned - pushed_out ~= 0 then redis.call('HINCRBY', pool.stats, 'depth', re
 if returned > 0 then redis.call('HINCRBY', pool.stats, 'redelivered', returned) end
 if evicted > 0 then redis.call('HINCRBY', pool.stats, 'evicted', evicted) end
 -- Returned calls need a drain job even if the dead drain's lease has not run out yet; calls
--- under no lease need one too (rearm_drain.lua), and delayed calls due now, or
+-- under no drain flag need one too (rearm_drain.lua), and delayed calls due now, or
 -- later with no drain job scheduled for them (the sent drain schedules one).
 local first = redis.call('ZRANGE', pool.scheduled, 0, 0, 'WITHSCORES')
 local due = redis.call('ZCARD', pool.items) > 0 or (#first > 0

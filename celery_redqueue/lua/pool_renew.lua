@@ -1,5 +1,5 @@
 -- The worker's heartbeat for one pool: push the deadline of batches still in flight and renew
--- the drain lease (renew_inflight.lua).
+-- the drain flag (renew_inflight.lua).
 -- KEYS[1..21]: the pool's keys (pool_keys.lua names each).
 -- ARGV[1..4]: the pool's settings (capacity, policy, coalesce, drain lease ms).
 -- ARGV[5] batch timeout ms, ARGV[6], ... batch ids held by the worker's process.

@@ -1,7 +1,7 @@
 -- The heartbeat of a worker: push the deadline of each id still in the in-flight zset to
--- now + `timeout` (XX: an id the reaper took back stays gone) and renew the drain lease if a
+-- now + `timeout` (XX: an id the reaper took back stays gone) and renew the drain flag if a
 -- job holds it. Returns the ids that were no longer in flight.
--- (The drain lease: see plan_drain.lua.)
+-- (The drain flag and its lease: see plan_drain.lua.)
 local function renew_inflight(inflight, drains, lease, ids, timeout, now)
   local missing = {}
   for _, id in ipairs(ids) do
