@@ -14,7 +14,7 @@ app.conf.redqueue_reaper_interval = 1.0
     shared=False,
     pool_size=1000,
     pool_drain_interval=None,
-    pool_drain_linger=120,  # the drain keeps its lease while it waits for more calls
+    pool_drain_linger=120,  # the drain keeps its flag while it waits for more calls
 )
 def lingering(i):
     """Records each call."""

@@ -149,13 +149,13 @@ def test_a_lost_again_reply_of_a_guarded_pop_counts_each_skip_once(
 
 def test_a_drain_that_dies_after_pool_due_strands_nothing(redqueue_redis, make_pool):
     """A drain killed between pool_due and its next pop: the due calls wait in the pool under
-    the dead drain's lease; when it runs out, the reaper asks for a drain job."""
+    the dead drain's flag; when its lease runs out, the reaper asks for a drain job."""
     pool = make_pool(capacity=100, delivery="at_least_once")
     due_soon(pool, ["due 0", "due 1"])
-    redqueue_redis.set(pool.keys("drains"), 1, px=60_000)  # the drain's lease, as it ran
+    redqueue_redis.set(pool.keys("drains"), 1, px=60_000)  # the drain's flag, as it ran
     assert pool._run("pool_due", [10]) == 0  # ... and died here
     assert pool.stats().depth == 2
-    assert not pool.reap().drain_needed  # its lease still holds: a drain may be at work
+    assert not pool.reap().drain_needed  # its flag still holds: a drain may be at work
     redqueue_redis.pexpire(pool.keys("drains"), 1)
     time.sleep(0.01)
     assert pool.reap().drain_needed
@@ -430,10 +430,10 @@ def test_a_drain_that_dies_after_bucket_upkeep_strands_nothing(redqueue_redis, m
     bucket = make_bucket(default_rate="1000/s")
     bucket.enqueue_many([("k1", 1), ("k2", 2)], delay=0.001)
     time.sleep(0.01)
-    redqueue_redis.set(bucket.keys("drains"), 1, px=60_000)  # the drain's lease, as it ran
+    redqueue_redis.set(bucket.keys("drains"), 1, px=60_000)  # the drain's flag, as it ran
     assert bucket._run("bucket_upkeep", []) == 0  # ... and died here
     assert (bucket.stats().depth, bucket.stats().delayed) == (2, 0)
-    assert not bucket.reap().drain_needed  # its lease still holds
+    assert not bucket.reap().drain_needed  # its flag still holds
     redqueue_redis.pexpire(bucket.keys("drains"), 1)
     time.sleep(0.01)
     assert bucket.reap().drain_needed

@@ -1,4 +1,4 @@
-"""Issue 18, problem 3: stranded calls. Whoever finds an expired drain lease over due work (the
+"""Issue 18, problem 3: stranded calls. Whoever finds an expired drain flag over due work (the
 reaper, a worker's heartbeat) sends the drain; a stored call is served within its drain lease
 plus a few seconds, with no further calls."""
 
@@ -18,13 +18,13 @@ def ran(client, key):
     return [x.decode() for x in client.lrange(key, 0, -1)]
 
 
-def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reaper(
+def test_a_call_made_under_a_killed_lingering_drains_flag_is_served_by_the_reaper(
     celery_procs, recovery_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
 ):
-    """A drain lingers (its lease held, nothing in flight) and is SIGKILLed; a call made then
-    finds the lease held and sends no drain. No beat drains (pool_drain_interval=None), beat's
-    reaper on: when the lease runs out, the reaper sends the drain. Main's reaper only sent one
-    when it took work back, so the call waited for the next call."""
+    """A drain lingers (its drain flag held, nothing in flight) and is SIGKILLed; a call made
+    then finds the flag held and sends no drain. No beat drains (pool_drain_interval=None),
+    beat's reaper on: when the flag's lease runs out, the reaper sends the drain. Main's reaper
+    only sent one when it took work back, so the call waited for the next call."""
     ran_key = f"{redqueue_prefix}:ran"
     first = celery_procs("tests.faults.recovery_app", "worker", "--pool=prefork", "--concurrency=1")
     lingering = recovery_app.lingering
@@ -35,7 +35,7 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_by_the_reap
         first.wait()
         assert lingering.pool.stats().drains  # the lingering drain holds the drain flag
         receipt = lingering.delay(1)
-        assert not receipt.drain_needed  # the lease is held: this call sends nothing
+        assert not receipt.drain_needed  # the flag is held: this call sends nothing
         killed = time.monotonic()
         celery_procs("tests.faults.recovery_app", "worker", "-B", "--pool=solo")
         wait_for(

@@ -1,5 +1,5 @@
 """Issue 29: no stranding without beat. Every `celery worker` runs the watchdog
-(celery_redqueue/tasks/watchdog.py), which sends the drain that work under no live drain lease
+(celery_redqueue/tasks/watchdog.py), which sends the drain that work under no live drain flag
 needs and takes back what dead workers held. Beat is off everywhere, no beat drains: the calls
 below waited for the next call (or an hour) before it."""
 
@@ -42,12 +42,13 @@ def kill(proc):
 
 
 @pytest.mark.parametrize("pool", ["prefork", "threads", "gevent"])
-def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_without_beat(
+def test_a_call_made_under_a_killed_lingering_drains_flag_is_served_without_beat(
     pool, celery_procs, watchdog_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
 ):
-    """A drain lingers (its lease held) and is SIGKILLed; a call made then finds the lease held
-    and sends no drain. The next worker (of each pool kind) runs no beat: its watchdog sends the
-    drain once the dead drain's lease (10 s) ran out. Before, the call was not served in 40 s."""
+    """A drain lingers (its drain flag held) and is SIGKILLed; a call made then finds the flag
+    held and sends no drain. The next worker (of each execution pool) runs no beat: its watchdog
+    sends the drain once the dead drain's lease (10 s) ran out. Before, the call was not served
+    in 40 s."""
     ran_key = f"{redqueue_prefix}:ran"
     lingering = watchdog_app.lingering
     first = celery_procs(APP, "worker", "--pool=prefork", "--concurrency=1")
@@ -56,7 +57,7 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_without_bea
         wait_for(lambda: ran(redqueue_redis, ran_key) == ["0"], timeout=60, message="call 0")
         kill(first)
         assert lingering.pool.stats().drains  # the lingering drain holds the drain flag
-        assert not lingering.delay(1).drain_needed  # the lease is held: this call sends nothing
+        assert not lingering.delay(1).drain_needed  # the flag is held: this call sends nothing
         called = time.monotonic()
         celery_procs(APP, "worker", f"--pool={pool}", "--concurrency=2")
         wait_for(
@@ -71,7 +72,7 @@ def test_a_call_made_under_a_killed_lingering_drains_lease_is_served_without_bea
 
 
 def _caller(module, kind):
-    """Make call ``i`` of ``kind``, and the key of the structure's drain flag (or lease)."""
+    """Make call ``i`` of ``kind``, and the key of the structure's drain flag."""
     if kind == "pool":
         task = module.plain
         return (lambda i: task.delay(i)), task.pool.keys("drains")

@@ -170,7 +170,7 @@ def test_heartbeat_renews_the_batch_and_drain_lease_on_their_shard(app, redqueue
         time.sleep(2.2)  # past both timeouts: only the heartbeat keeps them
         assert pool.reap().returned == 0
         (home,) = [s for s in pool.shards if s.stats().in_flight == 1]
-        assert redqueue_redis.exists(home.keys("drains"))  # the drain lease, renewed
+        assert redqueue_redis.exists(home.keys("drains"))  # the drain flag, renewed
         wait_for(lambda: pool.stats().processed == 1, timeout=60, message="the call done")
     stats = pool.stats()
     assert runs == [1] and (stats.redelivered, stats.late, stats.in_flight) == (0, 0, 0)

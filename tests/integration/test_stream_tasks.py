@@ -472,9 +472,9 @@ def test_cli_lists_seeks_and_tends_dead_letters_of_streams(
     assert re.search(r"stream:parcels\s+\d", frame) and re.search(r"group label\s+\d", frame)
 
 
-def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, caplog):
+def test_a_drain_job_that_cannot_be_sent_releases_the_flag(app, redqueue_redis, caplog):
     """The broker is down (a closed loopback port): the event is stored, the send failure is
-    logged, and the group's lease is released so the next publish tries again."""
+    logged, and the group's drain flag is released so the next publish tries again."""
     app.conf.update(
         broker_url="redis://127.0.0.1:1/0",
         broker_connection_retry=False,
@@ -488,7 +488,7 @@ def test_a_drain_job_that_cannot_be_sent_disarms_the_lease(app, redqueue_redis, 
         pass
 
     first = consume.stream.publish({"order": 1})
-    assert first.woken == ("g",)  # the lease was armed and a send attempted ...
+    assert first.woken == ("g",)  # the flag was armed and a send attempted ...
     assert not redqueue_redis.exists(consume.stream.keys("group:g:drain"))  # ... and released
     assert "sending the drain job" in caplog.text
     assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for the 10 s lease

@@ -20,7 +20,7 @@ def test_of_many_watchdogs_looking_at_once_only_one_sends_the_drain(
         pass
 
     assert t.delay(0).drain_sent
-    # The worker that took the drain job died with it: the job is gone, its lease runs out.
+    # The worker that took the drain job died with it: the job is gone, its flag expires.
     redqueue_redis.delete(f"{redqueue_prefix}:broker:celery")
     time.sleep(0.5)
     assert not t.pool.stats().drains and len(t.pool) == 1
@@ -37,7 +37,7 @@ def test_of_many_watchdogs_looking_at_once_only_one_sends_the_drain(
         thread.join(timeout=30)
     assert broker_depth(redqueue_redis, redqueue_prefix) == 1
     assert t.pool.stats().drains == 1
-    # The lease the winner armed is live: later passes send nothing more.
+    # The flag the winner armed is live: later passes send nothing more.
     watch_once([t])
     assert broker_depth(redqueue_redis, redqueue_prefix) == 1
 

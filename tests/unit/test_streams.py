@@ -44,11 +44,11 @@ def test_every_group_reads_every_event_once(make_stream):
     assert stream.stats()["published"] == 25
 
 
-def test_publish_arms_each_groups_drain_lease_once(make_stream, redqueue_redis):
+def test_publish_arms_each_groups_drain_flag_once(make_stream, redqueue_redis):
     stream = make_stream(groups=["a", "b"])
     assert set(stream.publish(1).woken) == {"a", "b"}
-    assert stream.publish(2).woken == ()  # leases held: no second drain job
-    assert drain(stream, "a") == [1, 2]  # the empty read released a's lease
+    assert stream.publish(2).woken == ()  # flags held: no second drain job
+    assert drain(stream, "a") == [1, 2]  # the empty read released a's flag
     assert stream.publish(3).woken == ("a",)
     ttl = redqueue_redis.pttl(stream.keys("group:b:drain"))
     assert 0 < ttl <= 15_000  # a short lease, not a flag that outlives a dead drain
@@ -192,7 +192,7 @@ def test_processed_guard_skips_replayed_entries(make_stream):
     assert stream.group_figures("points").guard_skipped == 2
 
 
-def test_a_read_that_only_skipped_says_read_again_and_keeps_the_lease(make_stream):
+def test_a_read_that_only_skipped_says_read_again_and_keeps_the_flag(make_stream):
     stream = make_stream(groups=["points"], processed_guard=60)
     stream.publish_many(range(50))
     assert drain(stream, "points", count=5) == list(range(50))
@@ -200,7 +200,7 @@ def test_a_read_that_only_skipped_says_read_again_and_keeps_the_lease(make_strea
     stream.seek("points", "start")
     skipped = stream.read("points", "c", 2)  # 10 passes of 2 skipped entries, 31 wait
     assert (len(skipped), skipped.read_again) == (0, True)
-    assert stream.publish(51).woken == ()  # the drain still holds the lease
+    assert stream.publish(51).woken == ()  # the drain still holds the flag
     assert drain(stream, "points", count=2) == [50, 51]
 
 
@@ -217,9 +217,9 @@ def test_ordered_group_holds_later_events_of_a_busy_key(make_stream):
     assert result.retried == 1
     again = stream.read("g", "c2", 10)
     assert [(e.payload["step"], e.receives) for e in again.events] == [(1, 2)]  # A/1, not A/2
-    stream.release_drain("g")  # as if the drain had ended: the ack must arm the lease itself
+    stream.release_drain("g")  # as if the drain had ended: the ack must arm the flag itself
     result = stream.ack(again)
-    assert result.drain_needed  # A/2 came free and the lease was armed for it
+    assert result.drain_needed  # A/2 came free and the flag was armed for it
     last = stream.read("g", "c2", 10)
     assert [(e.payload["step"], e.receives) for e in last.events] == [(2, 1)]
     stream.ack(last)
@@ -294,7 +294,7 @@ def test_reap_wakes_groups_with_claimable_or_unread_entries(make_stream, redqueu
     stream.publish("x")
     assert woken == ["g"]
     stream.read("g", "dies")
-    assert stream.reap().woken == 0  # its lease is still held by the (dead) drain
+    assert stream.reap().woken == 0  # its flag is still held by the (dead) drain
     redqueue_redis.delete(stream.keys("group:g:drain"))  # ... until it runs out
     time.sleep(0.05)
     result = stream.reap()
@@ -361,16 +361,16 @@ def test_streams_work_on_a_cluster(cluster_url, redqueue_prefix):
             stream.seek("a", "start")
             assert drain(stream, "a") == list(range(10))
             assert stream.group_figures("b").lag == 10
-            assert stream.reap().woken == 0  # b's lease is still held
+            assert stream.reap().woken == 0  # b's flag is still held
             stream.clear()
     finally:
         client.close()
 
 
-def test_a_heartbeat_after_the_last_read_does_not_rearm_the_lease(make_stream, redqueue_redis):
+def test_a_heartbeat_after_the_last_read_does_not_rearm_the_flag(make_stream, redqueue_redis):
     stream = make_stream(groups=["g"])
     stream.publish("x")
-    drain(stream, "g")  # the empty read released the lease
+    drain(stream, "g")  # the empty read released the flag
     assert stream.renew("g", "c1", []) == 0
     assert not redqueue_redis.exists(stream.keys("group:g:drain"))
     assert stream.publish("y").woken == ("g",)
