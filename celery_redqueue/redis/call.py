@@ -3,19 +3,19 @@
 redis-py (6+) re-sends a command after a ``ConnectionError`` on read, and a user's
 ``redqueue_redis_options`` may configure any ``Retry``. For a script that is a second run after
 a lost reply: a store kept twice, a pop that overwrote its own batch. So a script is sent on a
-connection of the client's own pool through redis-py's connection API (``get_connection``,
-``send_command``, ``read_response``: no command path, no ``Retry``), and what a lost reply means
-is decided here from the script's header (``-- Lost reply:``, see `lua`): a script that is safe
-to run twice is sent again on a fresh connection; any other raises
-[`ReplyLostError`][celery_redqueue.ReplyLostError] ("may have been applied"). A send that fails
-ran nothing (Redis runs no incomplete command) and is sent again.
+connection of the client's own connection pool through redis-py's connection API
+(``get_connection``, ``send_packed_command``, ``read_response``: no command path, no
+``Retry``), and what a lost reply means is decided here from the script's header (``-- Lost
+reply:``, see `lua`): a script that is safe to run twice is sent again on a fresh connection;
+any other raises [`ReplyLostError`][celery_redqueue.ReplyLostError] ("may have been applied").
+A send that fails ran nothing (Redis runs no incomplete command) and is sent again.
 
-The pool is the client's, so forks, Sentinel rediscovery and a connection the server closed
-while idle (redis-py's pool checks one before lending it) are handled as for every other
-command; errors come back translated (`client.translate_error()`). On Redis Cluster the call
-goes to the master serving the keys' slot, through that node's own client (the cluster client's
-command path would retry it); MOVED and ASK are followed here, TRYAGAIN and CLUSTERDOWN waited
-out (none of them ran the script).
+The connection pool is the client's, so forks, Sentinel rediscovery and a connection the
+server closed while idle (redis-py's connection pool checks one before lending it) are handled
+as for every other command; errors come back translated (`client.translate_error()`). On
+Redis Cluster the call goes to the master serving the keys' slot, through that node's own
+client (the cluster client's command path would retry it); MOVED and ASK are followed here,
+TRYAGAIN and CLUSTERDOWN waited out (none of them ran the script).
 """
 
 from __future__ import annotations
@@ -81,10 +81,11 @@ class Front:
 
     Why packed here, not by redis-py's ``send_command``: its packer encodes every argument on
     every call, and a structure's keys and settings (its script head) never change. A pooled
-    ``.delay()`` sends 10 keys and 4 settings before its own 2 arguments; packing those 14
-    once took its script call from 284 to 188 us (1,000 calls x 10 interleaved rounds, the same
-    run, a connection of the client's pool either way; the packing alone was 29 us). The bytes
-    are what redis-py's packer makes (its client's `Encoder`), sent with its public
+    ``.delay()`` sends 13 keys and 5 settings before its own 2 arguments; packing those 18 once
+    took its script call from 195.6 to 147.1 us (1,000 calls x 20 interleaved rounds, the same
+    run, a connection of the client's connection pool either way; bench/pool_bench.py's rows
+    "raw EVALSHA of the same script" and "the same script, all arguments packed per call").
+    The bytes are what redis-py's packer makes (its client's `Encoder`), sent with its public
     ``send_packed_command``; only the RESP framing is written here.
     """
 
@@ -228,20 +229,21 @@ def _send_once(target: redis.Redis, script: LuaScript, command: Packed, ask: boo
         with getattr(target, "single_connection_lock", contextlib.nullcontext()):
             _ready(single)
             return _exchange(single, script, command, ask)
-    pool = target.connection_pool
-    # Lent connected (redis-py's pool reconnects one the server closed while idle): a failure
-    # here sent nothing, and is an outage the caller reports.
-    conn = pool.get_connection()
+    connection_pool = target.connection_pool
+    # Lent connected (redis-py's connection pool reconnects one the server closed while idle):
+    # a failure here sent nothing, and is an outage the caller reports.
+    conn = connection_pool.get_connection()
     try:
         return _exchange(conn, script, command, ask)
     finally:
-        pool.release(conn)
+        connection_pool.release(conn)
 
 
 def _ready(conn: redis.connection.ConnectionInterface) -> None:
-    """Make a single-connection client's connection ready for a command, as redis-py's pool
-    does for the connections it lends: one the server closed while idle (readable: EOF, or
-    stray bytes) is reconnected first, or its send would look like a lost reply."""
+    """Make a single-connection client's connection ready for a command, as redis-py's
+    connection pool does for the connections it lends: one the server closed while idle
+    (readable: EOF, or stray bytes) is reconnected first, or its send would look like a lost
+    reply."""
     try:
         stale = conn.can_read()  # connects one that is not connected yet
     except redis.exceptions.ConnectionError:

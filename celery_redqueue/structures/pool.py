@@ -756,7 +756,7 @@ class CappedPool(Sharded):
     @sharding.on_owners
     def renew(self, batch_ids: Sequence[str]) -> list[str]:
         """Push the deadline of batches still in flight to now + ``visibility_timeout`` and renew
-        the drain lease, in one round trip (the worker's heartbeat). Returns the ids that were
+        the drain flag, in one round trip (the worker's heartbeat). Returns the ids that were
         no longer in flight: the reaper had taken them back."""
         name, _, args = self.renew_call(batch_ids)
         reply = self._run(name, args)
@@ -767,7 +767,7 @@ class CappedPool(Sharded):
         return "pool_renew", self._keys, [self.visibility_timeout_ms, *batch_ids]
 
     def heartbeat_interval(self) -> float:
-        """Seconds between renewals while a worker holds batches or the drain lease: a third
+        """Seconds between renewals while a worker holds batches or the drain flag: a third
         of the shorter of the two, so two renewals can fail before anything expires."""
         return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 
