@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
 
 
 @contextlib.contextmanager
@@ -16,6 +17,10 @@ def running_worker(app, **options):
     options.setdefault("pool", "solo")
     options.setdefault("perform_ping_check", False)
     options.setdefault("loglevel", "WARNING")
+    # kombu before 5.6.1 (celery/kombu#2404) leaves a stopped worker's closed hub as the
+    # process's event loop, and the next worker adopts it: that hub runs the old worker's timer,
+    # so the new worker's countdown and ETA messages (retries) would never run.
+    set_event_loop(None)
     with start_worker(app, **options) as worker:
         yield worker
 

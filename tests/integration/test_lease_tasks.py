@@ -158,6 +158,46 @@ def test_retries_give_up_with_no_free_resource_error(app, signals, wait_for):
     assert isinstance(signals["failures"][0][1], NoFreeResourceError)
 
 
+def test_body_retries_itself_with_its_own_request(app, signals, wait_for):
+    # The body sees the request of the call that runs it, on every supported Celery: before 5.5,
+    # Task.__call__ pushed a bare one (no id, retries 0, "called directly"), and the body's own
+    # autoretry_for re-raised at once instead of retrying.
+    pool = leased_resources(app, "own", ["one"])
+    runs = []
+
+    @app.task(
+        base=LeaseTask,
+        lease_resources="own",
+        bind=True,
+        autoretry_for=(ValueError,),
+        max_retries=2,
+        retry_kwargs={"countdown": 0.1},
+    )
+    def flaky(self):
+        runs.append((self.request.id, self.request.retries))
+        raise ValueError("always")
+
+    with running_worker(app):
+        result = flaky.delay()
+        wait_for(lambda: signals["failures"], message="task gave up")
+        wait_for(lambda: pool.stats().released == 3, message="every lease released")
+    assert runs == [(result.id, 0), (result.id, 1), (result.id, 2)]
+    assert isinstance(signals["failures"][0][1], ValueError)
+    assert pool.stats().free == 1
+
+
+def test_eager_body_sees_its_request(app):
+    leased_resources(app, "eager-request", ["e1"])
+
+    @app.task(base=LeaseTask, lease_resources="eager-request", bind=True)
+    def which(self):
+        return self.request.id, self.request.is_eager
+
+    app.conf.task_always_eager = True
+    result = which.delay()
+    assert tuple(result.get()) == (result.id, True)
+
+
 def test_pool_without_resources_is_a_configuration_error(app):
     @app.task(base=LeaseTask, lease_resources="undeclared")
     def orphan():
