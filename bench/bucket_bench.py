@@ -52,10 +52,10 @@ which leaves out the network and the Python client.
 
 Part 3, producer cost (``--producer-calls`` calls per side, no worker): a bucket task's
 ``.delay()`` (keys cycling over 100 users) beside plain Celery ``.delay()``, a raw PING round trip,
-a raw one-command EVALSHA and a bare ``bucket_enqueue_plain`` call (the script a call with no
-dedupe id and no delay runs), with each script's server time per call (see ``producer_cost.py``);
-and a bare call of the batch script ``bucket_enqueue`` with one item, which every call ran
-before ``bucket_enqueue_plain``: its server time beside the plain script's, from the same run.
+a raw one-command EVALSHA and a bare ``bucket_enqueue`` plain call (the path a call with no
+dedupe id and no delay takes), with each script's server time per call (see ``producer_cost.py``);
+and a bare call of ``bucket_enqueue`` in its general form with one item, which every call took
+before the plain path: its server time beside the plain path's, from the same run.
 """
 
 from __future__ import annotations
@@ -577,8 +577,8 @@ def run_cost(server: EmbeddedRedis, n: int, large: int, block: int) -> dict[str,
     return {"cost": ratio <= TARGET_COST_RATIO}
 
 
-BUCKET_SIDE = "bucket .delay() (bucket_enqueue_plain)"
-BATCH_SIDE = "raw EVALSHA of bucket_enqueue (the batch script, one item)"
+BUCKET_SIDE = "bucket .delay() (bucket_enqueue, plain path)"
+BATCH_SIDE = "raw EVALSHA of bucket_enqueue (the general form, one item)"
 PLAIN_SIDE = "plain Celery .delay()"
 
 
@@ -603,12 +603,12 @@ def run_producer_cost(server: EmbeddedRedis, n: int) -> dict[str, bool]:
     client = bucket.client
     payload = bucket.encode([["user-0", "page_view"], {}])
     # The bare scripts write into twin buckets, so the task's bucket holds exactly its calls.
-    # A call with no dedupe id and no delay runs bucket_enqueue_plain, as bucket.py's
+    # A call with no dedupe id and no delay sends bucket_enqueue its plain form, as bucket.py's
     # _enqueue_plain does (so the bare call differs from .delay() by redqueue's Python only);
-    # the batch script, which every call ran before (through redis-py's evalsha), beside it.
+    # the general form, which every call sent before (through redis-py's evalsha), beside it.
     twin = LeakyBucket(client, "bench.bucketed.twin", prefix=bucket.keys.prefix)
     batch_twin = LeakyBucket(client, "bench.bucketed.batch", prefix=bucket.keys.prefix)
-    plain_lua = script("bucket_enqueue_plain")
+    plain_lua = script("bucket_enqueue")
 
     def plain_script(key: str, data: bytes) -> Any:
         return plain_lua(client, twin._keys, [*twin._script_head(), key, data])

@@ -4,11 +4,15 @@ working tree's, in the same run.
 
     .venv/bin/python bench/script_cost.py pool_add --against main
     .venv/bin/python bench/script_cost.py stream_publish --against main~1 --calls 40000
+    .venv/bin/python bench/script_cost.py bucket_enqueue --against 9bf815e:bucket_enqueue_plain
 
 It starts its own throwaway Redis (EmbeddedRedis, loopback only) and runs one public operation
 that sends the script (``OPERATIONS`` below) on two structures of the same settings: one runs
 the script as the revision had it (the older text substituted where the script is sent), the
-other as the working tree has it. The sides are interleaved in chunks, the order swapped every
+other as the working tree has it (``--against REV:NAME``: script NAME as REV had it plays the
+part, for a script that replaced another taking the same arguments, as bucket_enqueue's plain
+call replaced bucket_enqueue_plain). An operation named ``script/variant`` sends ``script``
+another way. The sides are interleaved in chunks, the order swapped every
 chunk, so machine load weighs on both alike; around each chunk ``INFO commandstats`` is read,
 so each side gets its own server time per script call (the time Redis spent inside the script,
 without the network and the Python client). Reports; never asserts.
@@ -110,7 +114,7 @@ def _bucket_plain(client: Any, prefix: str) -> Callable[[int], Any]:
 
 
 def _bucket_general(client: Any, prefix: str) -> Callable[[int], Any]:
-    # A dedupe id takes the general script (bucket_enqueue).
+    # A dedupe id takes bucket_enqueue's general path.
     bucket = _bucket(client, prefix, drain_lease=3600, dedupe_window=1)
     return lambda i: bucket.enqueue(f"k{i % 100}", i, dedupe_id=str(i))
 
@@ -137,8 +141,8 @@ OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
     "lease_acquire": _lease,
     "lease_release": _lease,
     "set_add_now": _set,
-    "bucket_enqueue_plain": _bucket_plain,
-    "bucket_enqueue": _bucket_general,
+    "bucket_enqueue": _bucket_plain,
+    "bucket_enqueue/dedupe": _bucket_general,
     "bucket_dequeue": _bucket_cycle,
     "bucket_settle": _bucket_cycle,
 }
@@ -147,15 +151,19 @@ OPERATIONS: dict[str, Callable[[Any, str], Callable[[int], Any]]] = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("script", choices=sorted(OPERATIONS))
-    parser.add_argument("--against", required=True, help="the git revision to compare with")
+    parser.add_argument(
+        "--against", required=True, help="the git revision to compare with (REV or REV:NAME)"
+    )
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args(argv)
-    old = _at(args.against, args.script)
-    new = lua.script(args.script)
+    script_name = args.script.split("/")[0]
+    rev, _, old_name = args.against.partition(":")
+    old = _at(rev, old_name or script_name)
+    new = lua.script(script_name)
     if old.source == new.source:
         # Both sides would run the same text: a comparison of a script with itself.
-        parser.error(f"{args.script} is the same at {args.against} and in the working tree")
+        parser.error(f"{script_name} is the same at {args.against} and in the working tree")
     server = EmbeddedRedis().start()
     try:
         client = redis.Redis.from_url(server.url)
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         using_old = [False]
 
         def run(client: Any, script: lua.LuaScript, keys: Any, argv: Any) -> Any:
-            if using_old[0] and script.name == args.script:
+            if using_old[0] and script.name == script_name:
                 script = old
             return real(client, script, keys, argv)
 

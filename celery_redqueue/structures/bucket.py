@@ -116,7 +116,6 @@ if TYPE_CHECKING:
 _DEBOUNCED = re.compile(rb"\A[^ ]* [^\0]*\0\0debounced:(\d+):([0-9a-f]*)\0")
 #: Items one enqueue_many round trip carries.
 ENQUEUE_CHUNK = 1000
-FULL = 3  # bucket_enqueue_plain: the item's key is full, nothing stored (lua/bucket_statuses.lua)
 #: Undecodable items one poll dead-letters before it gives up for this call.
 MAX_UNDECODABLE_PER_POLL = 100
 
@@ -343,15 +342,14 @@ class LeakyBucket(Sharded):
                 self._debounce(call, dedupe_id) if dedupe_id else self.store_encoded([call])[0]
                 for call, dedupe_id in zip(encoded, dedupe_ids, strict=True)
             ]
-        # The plain script answers None for a full key under drop_oldest (the general script's).
+        # One item, no dedupe id, no delay: the plain call, its fewer arguments (bucket_enqueue).
         if (
             len(encoded) == 1
             and delay_ms == 0
             and (dedupe_ids is None or not dedupe_ids[0] or not self.dedupe_window_ms)
-            and not self.limits.priority_bound_ms  # its calls go to their tiers' queues
-            and (plain := self._enqueue_plain(encoded[0])) is not None
+            and len(encoded[0]) < 4  # a priority tier takes the general form
         ):
-            return [plain]
+            return [self._enqueue_plain(encoded[0])]
         args: list[KeyOrArg] = [self.dedupe_window_ms]
         ids = dedupe_ids if dedupe_ids is not None else [None] * len(encoded)
         for call, dedupe_id in zip(encoded, ids, strict=True):
@@ -382,14 +380,13 @@ class LeakyBucket(Sharded):
         send, wake_ms, status, _ = self._run("bucket_debounce", [*args, *tail])
         return _enqueue_result(int(status), send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
 
-    def _enqueue_plain(self, call: EncodedCall) -> Receipt | None:
-        """One item, no dedupe id, no delay: the smaller script (None: full, drop_oldest)."""
+    def _enqueue_plain(self, call: EncodedCall) -> Receipt:
+        """One item, no dedupe id, no delay: the key, payload and cost only (bucket_enqueue
+        stores it on its plain path, or as its general path's one item)."""
         args: list[KeyOrArg] = (
             [call[0], call[1], _cost_arg(call)] if len(call) > 2 else [call[0], call[1]]
         )
-        send, wake_ms, status = self._run("bucket_enqueue_plain", args)
-        if status == FULL:
-            return None
+        send, wake_ms, status = self._run("bucket_enqueue", args)
         if send == 1 or wake_ms >= 0:
             return _enqueue_result(status, send == 1, wake_ms / 1000.0 if wake_ms >= 0 else None)
         return _QUIET_RESULTS[int(status)]

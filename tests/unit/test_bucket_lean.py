@@ -1,5 +1,5 @@
-"""A bucket's single-item enqueue (``bucket_enqueue_plain``, the path of a task's ``.delay()``)
-does what the batch script ``bucket_enqueue`` does for one item: the same statuses, drain
+"""A bucket's single-item enqueue (``bucket_enqueue``'s plain path, the path of a task's
+``.delay()``) does what the script's general path does for one item: the same statuses, drain
 plans, stored items, ids, ready keys, ages and flow, with enqueued and depth counted in one
 folded field that every reader adds back."""
 
@@ -8,6 +8,7 @@ import time
 import pytest
 
 from celery_redqueue import RedQueueError
+from celery_redqueue.redis.lua import script
 
 
 def identity_holds(stats):
@@ -30,7 +31,7 @@ def flow_in(client, bucket):
 
 
 def batch_enqueue(bucket, key, payload):
-    """One item through the batch script, as ``enqueue`` sent it before the plain script."""
+    """One item in the general form (as ``enqueue`` sent it before the plain path)."""
     reply = bucket._run(
         "bucket_enqueue", [bucket.dedupe_window_ms, key, bucket.encode(payload), "", 0, "", 0]
     )
@@ -115,7 +116,7 @@ def test_plain_enqueue_does_what_the_batch_script_does(make_bucket, redqueue_red
     assert plain_replies == batch_replies
     assert state(redqueue_redis, plain) == state(redqueue_redis, batch)
     assert identity_holds(plain.stats())
-    # The plain script bumped the folded field, the batch script the named counters.
+    # The plain path bumped the folded field, the general path the named counters.
     assert "enqueued+depth" in raw_counters(redqueue_redis, plain)
     assert "enqueued+depth" not in raw_counters(redqueue_redis, batch)
 
@@ -235,17 +236,45 @@ def test_a_sharded_bucket_takes_the_plain_path_on_each_shard(make_bucket, redque
     assert (stats.enqueued, stats.depth) == (30, 30)
 
 
-def test_a_full_key_refuses_in_one_script_call(make_bucket, redqueue_redis):
-    """Shedding load is what a capped key is for: a refused call costs one round trip, not two."""
-    bucket = make_bucket("full", default_rate="1/m", max_depth=2)
+def evalshas(client):
+    return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+@pytest.mark.parametrize("overflow", ["reject", "drop_oldest"])
+def test_a_full_key_refuses_in_one_script_call(make_bucket, redqueue_redis, overflow):
+    """Shedding load is what a capped key is for: a refused call costs one round trip, not two
+    (and a call that drops the oldest item too: the general path takes it in the same call)."""
+    bucket = make_bucket("full", default_rate="1/m", max_depth=2, overflow=overflow)
     bucket.enqueue("k", 1)
     bucket.enqueue("k", 2)
-
-    def evalshas():
-        return redqueue_redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-
-    before = evalshas()
+    before = evalshas(redqueue_redis)
     receipt = bucket.enqueue("k", 3)
-    assert evalshas() - before == 1
-    assert not receipt and bucket.stats().rejected == 1
+    assert evalshas(redqueue_redis) - before == 1
+    if overflow == "reject":
+        assert not receipt and bucket.stats().rejected == 1
+    else:
+        assert receipt.evicted_oldest and bucket.stats().evicted == 1
     assert identity_holds(bucket.stats())
+
+
+def test_a_call_without_a_tier_on_a_bucket_with_tiers_takes_the_general_path(
+    make_bucket, redqueue_redis
+):
+    """Its tier-0 item joins the key's tier queues there (and in the same script call)."""
+    bucket = make_bucket("tiers", default_rate="1000000/s", priority_bound=1)
+    before = evalshas(redqueue_redis)
+    assert bucket.enqueue("k", "plain").kept
+    assert bucket.enqueue("k", "urgent", priority=5).kept
+    assert evalshas(redqueue_redis) - before == 2
+    assert "enqueued+depth" not in raw_counters(redqueue_redis, bucket)  # not the plain path
+    assert [bucket.dequeue().reservation.payload for _ in range(2)] == ["urgent", "plain"]
+
+
+def test_the_plain_path_returns_before_the_general_helpers_are_defined():
+    """Lua defines a local function where the chunk reaches it: the plain path, which runs on
+    every ``.delay()``, returns first, so it never defines bucket_append's helpers."""
+    shipped = script("bucket_enqueue").source
+    plain = shipped[: shipped.index("\n  return {send, wait, QUEUED}\nend\n")]
+    assert "local function bucket_append(" not in plain
+    assert "local function bucket_tier_heads(" not in plain
+    assert "local function bucket_append(" in shipped
