@@ -21,6 +21,7 @@ without the network and the Python client). Reports; never asserts.
 from __future__ import annotations
 
 import argparse
+import copy
 import subprocess
 import sys
 import uuid
@@ -33,6 +34,7 @@ import redis
 from celery_redqueue import CappedPool, EventStream, LeakyBucket, LeasedResources
 from celery_redqueue.embedded import EmbeddedRedis
 from celery_redqueue.redis import lua
+from celery_redqueue.redis.call import Front
 from celery_redqueue.structures.sets import ScheduledSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -170,10 +172,22 @@ def main(argv: list[str] | None = None) -> None:
         real = lua.run_script
         using_old = [False]
 
-        def run(client: Any, script: lua.LuaScript, keys: Any, argv: Any) -> Any:
+        swapped: dict[int, Front] = {}
+
+        def run(
+            client: Any, script: lua.LuaScript, keys: Any, argv: Any, front: Front | None = None
+        ) -> Any:
             if using_old[0] and script.name == script_name:
+                if front is not None:
+                    # The packed front names the tree's SHA: the old side's names the old one.
+                    if id(front) not in swapped:
+                        swapped[id(front)] = copy.copy(front)
+                        swapped[id(front)].data = front.data.replace(
+                            script.sha.encode(), old.sha.encode(), 1
+                        )
+                    front = swapped[id(front)]
                 script = old
-            return real(client, script, keys, argv)
+            return real(client, script, keys, argv, front)
 
         lua.run_script = run  # type: ignore[assignment]
         ops = {
