@@ -17,15 +17,15 @@
 -- function where the chunk reaches it); any other plain call (a full key, refused or dropping
 -- its oldest; a bucket with tiers) is the general path's one item, in the same call.
 -- Why one script, not the twin bucket_enqueue_plain it replaced (issue 31 keeps a twin only
--- where it buys more than 10 % on the producer): a .delay()-shaped call took 288.4 us here
--- against the twin's 295.2 (-2.1 %; the five runs from -4.4 to +9.3 %), 71.1 against 65.4 us
--- inside Redis (+8.8 %), medians of five runs on the shared 2-core machine, each side in the
+-- where it buys more than 10 % on the producer): a .delay()-shaped call took 152.4 us here
+-- against the twin's 145.9 (+4.4 %; the five runs from +1.7 to +8.6 %), 52.3 against 46.9 us
+-- inside Redis (+11.3 %), medians of five runs on the shared 2-core machine, each side in the
 -- same run (.venv/bin/python bench/script_cost.py bucket_enqueue --against
--- 9bf815e:bucket_enqueue_plain --rounds 40); the twin bought 23.5 % over the general form it
--- stood in for (bench/bucket_twin.py at 9bf815e, the same rounds), and the general form's own
--- time is unchanged (+0.3 % inside Redis, bucket_enqueue/dedupe --against 9bf815e). What the
--- plain call pays is the general checks: checks of its own, as the twin's, took it to 1.02
--- times the twin's server time (1.10 this way) but would send 352 lines, over the line cap.
+-- 9bf815e:bucket_enqueue_plain --rounds 40); the general form's own time is unchanged (-0.2 %
+-- inside Redis, bucket_enqueue/dedupe --against 9bf815e). At 9bf815e the twin bought 23.5 %
+-- over the general form it stood in for (bench/bucket_twin.py there, five runs). What the plain
+-- call pays is the general checks: checks of its own, as the twin's, took it to 1.02 times the
+-- twin's server time in a trial (1.10 this way) but would send 352 lines, over the line cap.
 -- Lost reply: raises (a store: a second run would queue the items twice; pass dedupe ids to make
 -- calling again safe)
 --#include bucket_keys
