@@ -14,6 +14,7 @@ import pytest
 import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
 
 from celery_redqueue.embedded import die_with_parent, find_server_binary
 from celery_redqueue.testing import celery_test_config
@@ -39,6 +40,10 @@ def worker():
         options.setdefault("pool", "solo")
         options.setdefault("perform_ping_check", False)
         options.setdefault("loglevel", "WARNING")
+        # kombu before 5.6.1 (celery/kombu#2404) leaves a stopped worker's closed hub as the
+        # process's event loop, and the next worker adopts it: that hub runs the old worker's
+        # timer, so the new worker's countdown and ETA messages would never run.
+        set_event_loop(None)
         with start_worker(app, **options) as started:
             yield started
 
