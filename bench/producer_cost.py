@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 #: The raw one-command EVALSHA baseline: one ZADD, like the smallest pool would do.
@@ -43,6 +44,8 @@ class Side:
     seconds: float = 0.0
     scripts: int = 0
     script_usec: int = 0
+    #: Seconds per call of each round, in order (the rounds of every side run side by side).
+    rounds: list[float] = field(default_factory=list)
 
     @property
     def usec_per_call(self) -> float:
@@ -121,6 +124,7 @@ def measure(
             side = out[name]
             side.calls += len(chunk)
             side.seconds += elapsed
+            side.rounds.append(elapsed / len(chunk))
             side.scripts += calls_after - calls_before
             side.script_usec += usec_after - usec_before
     return out
@@ -162,6 +166,17 @@ def print_table(title: str, redqueue: str, plain: str, sides: dict[str, Side]) -
         f"{'yes' if vs_ping >= 0.75 else 'NO'} (against a PING on a held connection, the "
         f"limit without redis-py's command path: {mine.rate / sides[CONN_PING].rate:.2f}x)"
     )
+    # The same ratio round by round: a burst of load on the machine weighs on one round of one
+    # side, so the spread says how far the whole-run ratio above can be trusted.
+    per_round = [
+        theirs / ours for ours, theirs in zip(mine.rounds, sides[plain].rounds, strict=True)
+    ]
+    if per_round:
+        print(
+            f"the same ratio round by round ({len(per_round)} rounds): median "
+            f"{median(per_round):.2f}x, {min(per_round):.2f}x-{max(per_round):.2f}x; "
+            f"{sum(r >= 3 for r in per_round)} of {len(per_round)} at 3x or more"
+        )
     server = mine.server_usec or 0.0
     trip = sides[CONN_PING]
     line = (
