@@ -13,7 +13,7 @@ A dequeued item is *reserved* until committed. If its consumer dies, the reaper 
 the head of its key's queue once the reservation times out; past ``max_receives`` receives it goes
 to the dead-letter list instead. A worker renews what it holds (`LeakyBucket.renew()`) while
 the body runs, so the timeout bounds recovery after a crash, not the length of a body. The
-drain flag is a short lease (``drain_lease``) that a running drain renews. An item that
+drain flag is held on a short lease (``drain_lease``) that a running drain renews. An item that
 cannot be parsed or decoded is dead-lettered with the reason; the rest carries on.
 ``shards=N`` spreads the keys over N hash tags (cluster nodes): see `sharding`.
 
@@ -719,7 +719,7 @@ class LeakyBucket(Sharded):
     @sharding.on_owners
     def renew(self, reservation_ids: Sequence[str]) -> list[str]:
         """Push the deadline of reservations still held to now + ``visibility_timeout`` and
-        renew the drain lease, in one round trip (the worker's heartbeat). Returns the ids that
+        renew the drain flag, in one round trip (the worker's heartbeat). Returns the ids that
         were no longer held: the reaper had taken them back."""
         name, _, args = self.renew_call(reservation_ids)
         reply = self._run(name, args)
@@ -730,7 +730,7 @@ class LeakyBucket(Sharded):
         return "bucket_renew", self._keys, [self.visibility_timeout_ms, *reservation_ids]
 
     def heartbeat_interval(self) -> float:
-        """Seconds between renewals while a worker holds reservations or the drain lease: a
+        """Seconds between renewals while a worker holds reservations or the drain flag: a
         third of the shorter of the two, so two renewals can fail before anything expires."""
         return min(self.visibility_timeout_ms, self.drain_lease_ms) / 3000.0
 

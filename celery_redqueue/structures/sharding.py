@@ -28,7 +28,7 @@ shard (a hash of the key), so its rate, burst, order and in-flight limit are exa
 Drains sweep the shards round-robin, starting after the shard that last gave work, so no shard
 starves. The drain flag is one per shard: it must live in the slot of the items it guards, or
 "clear the flag only if still empty" could not be one atomic step. A running drain holds every
-shard's lease (the heartbeat renews each) and an empty sweep clears each shard's flag in that
+shard's flag (the heartbeat renews each) and an empty sweep clears each shard's flag in that
 shard's own pop, so nothing that arrives on any shard is stranded. The registry lists the
 logical structure once (``shards`` in its settings), never its shards.
 
