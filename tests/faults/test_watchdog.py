@@ -41,9 +41,15 @@ def kill(proc):
     proc.wait()
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads", "gevent"])
+@pytest.mark.parametrize("execution_pool", ["prefork", "threads", "gevent"])
 def test_a_call_made_under_a_killed_lingering_drains_flag_is_served_without_beat(
-    pool, celery_procs, watchdog_app, redqueue_redis, redqueue_prefix, wait_for, worker_logs
+    execution_pool,
+    celery_procs,
+    watchdog_app,
+    redqueue_redis,
+    redqueue_prefix,
+    wait_for,
+    worker_logs,
 ):
     """A drain lingers (its drain flag held) and is SIGKILLed; a call made then finds the flag
     held and sends no drain. The next worker (of each execution pool) runs no beat: its watchdog
@@ -59,7 +65,7 @@ def test_a_call_made_under_a_killed_lingering_drains_flag_is_served_without_beat
         assert lingering.pool.stats().drains  # the lingering drain holds the drain flag
         assert not lingering.delay(1).drain_needed  # the flag is held: this call sends nothing
         called = time.monotonic()
-        celery_procs(APP, "worker", f"--pool={pool}", "--concurrency=2")
+        celery_procs(APP, "worker", f"--pool={execution_pool}", "--concurrency=2")
         wait_for(
             lambda: ran(redqueue_redis, ran_key) == ["0", "1"],
             timeout=90,
@@ -68,7 +74,7 @@ def test_a_call_made_under_a_killed_lingering_drains_flag_is_served_without_beat
     except AssertionError:
         print(worker_logs())
         raise
-    print(f"{pool}: served {time.monotonic() - called:.2f}s after the call (lease 10 s)")
+    print(f"{execution_pool}: served {time.monotonic() - called:.2f}s after the call (lease 10 s)")
 
 
 def _caller(module, kind):

@@ -22,7 +22,7 @@ app = make_app("consumer_app")
 app.conf.redqueue_beat = False  # no beat here: every drain message comes from a call or a drain
 
 
-#: Who sends: the test process ("producer") or a worker (its main process or pool children).
+#: Who sends: the test process ("producer") or a worker (its main process or its execution pool).
 _role = "producer"
 
 

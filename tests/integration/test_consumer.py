@@ -1,7 +1,7 @@
 """The continuous consumer (`celery worker --redqueue-consumer`) in real worker subprocesses:
-it serves structures in the worker's own pool without drain messages, loses nothing when its
-worker is killed, finishes its batches on a warm shutdown, and runs beside plain drain jobs
-without running a call twice."""
+it serves structures in the worker's own execution pool without drain messages, loses nothing
+when its worker is killed, finishes its batches on a warm shutdown, and runs beside plain drain
+jobs without running a call twice."""
 
 import os
 import signal
@@ -76,32 +76,32 @@ def listed(redis, app):
     }
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("execution_pool", ["prefork", "threads"])
 def test_consumer_serves_stored_calls_without_drain_messages(
-    redqueue_redis, redqueue_prefix, start_worker, wait_for, tmp_path, pool
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, tmp_path, execution_pool
 ):
     """Calls stored straight into the pool (no drain job announced, none sent) are run by the
-    consumer in the worker's pool processes/threads; its drains hand over (a short time budget)
-    and fan out to the consumer itself: no drain message goes through the broker."""
-    pool_ = CappedPool(redqueue_redis, RECORD, 100_000, prefix=redqueue_prefix)
-    worker = start_worker(f"--pool={pool}", "--concurrency=2", "--redqueue-consumer")
+    consumer in the worker's execution pool (processes or threads); its drains hand over (a short
+    time budget) and fan out to the consumer itself: no drain message goes through the broker."""
+    pool = CappedPool(redqueue_redis, RECORD, 100_000, prefix=redqueue_prefix)
+    worker = start_worker(f"--pool={execution_pool}", "--concurrency=2", "--redqueue-consumer")
     try:
         for start in range(0, 3000, 500):
-            pool_.add_many([[[i], {}] for i in range(start, start + 500)])
-        wait_for(lambda: pool_.stats().processed == 3000, timeout=120, message="the calls")
+            pool.add_many([[[i], {}] for i in range(start, start + 500)])
+        wait_for(lambda: pool.stats().processed == 3000, timeout=120, message="the calls")
     except AssertionError:
         print(worker.log_path.read_text()[-4000:])
         raise
     runs = ran(redqueue_redis, redqueue_prefix)
     assert sorted(int(r.split(":")[1]) for r in runs) == list(range(3000))
     pids = {r.split(":")[0] for r in runs}
-    if pool == "prefork":
-        assert str(worker.pid) not in pids  # in the pool's children, not the main process
+    if execution_pool == "prefork":
+        assert str(worker.pid) not in pids  # in the execution pool's children, not the main process
     else:
         assert pids == {str(worker.pid)}
     assert drain_messages(redqueue_redis, redqueue_prefix) == {}
     assert redqueue_redis.llen(f"{redqueue_prefix}:broker:celery") == 0
-    stats = pool_.stats()
+    stats = pool.stats()
     assert (stats.depth, stats.in_flight, stats.failed) == (0, 0, 0)
 
 
@@ -167,9 +167,9 @@ def test_calls_after_a_consumer_was_killed_all_run(
     assert runs == list(range(150))
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("execution_pool", ["prefork", "threads"])
 def test_warm_shutdown_finishes_the_running_batch(
-    redqueue_redis, redqueue_prefix, start_worker, wait_for, show_logs, pool
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, show_logs, execution_pool
 ):
     """SIGTERM to a consumer worker while its batch runs: the batch finishes and is acked,
     nothing is left in flight, and what the pool still holds has a drain job waiting for the
@@ -178,7 +178,7 @@ def test_warm_shutdown_finishes_the_running_batch(
     store = CappedPool(
         redqueue_redis, DURABLE, 100_000, prefix=redqueue_prefix, delivery="at_least_once"
     )
-    worker = start_worker(f"--pool={pool}", "--concurrency=1", "--redqueue-consumer")
+    worker = start_worker(f"--pool={execution_pool}", "--concurrency=1", "--redqueue-consumer")
     store.add_many([[[i], {}] for i in range(100, 130)])
     wait_for(lambda: redqueue_redis.llen(f"{redqueue_prefix}:durable-started"), timeout=60)
     os.kill(worker.pid, signal.SIGTERM)  # the main process only: a warm shutdown
@@ -218,16 +218,16 @@ def test_consumer_beside_drain_jobs_runs_each_call_once(
     assert (stats.depth, stats.in_flight, stats.lost, stats.redelivered) == (0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("execution_pool", ["prefork", "threads"])
 def test_steady_state_calls_send_no_broker_message(
-    redqueue_redis, redqueue_prefix, start_worker, wait_for, consumer_app, show_logs, pool
+    redqueue_redis, redqueue_prefix, start_worker, wait_for, consumer_app, show_logs, execution_pool
 ):
     """Calls made with delay() (and events published) to a pool, a bucket and a stream that a
     consumer serves, in bursts, each burst made once the consumer has run the last one (so
     every burst finds it idle, waiting on the wake signals): no drain job goes through the
     broker, from the producer or the worker. The bound is logical: the consumer lists itself
     on every structure before its first drain, and stays listed while it lives."""
-    start_worker(f"--pool={pool}", "--concurrency=2", "--redqueue-consumer")
+    start_worker(f"--pool={execution_pool}", "--concurrency=2", "--redqueue-consumer")
     wait_for(lambda: all(listed(redqueue_redis, consumer_app).values()), timeout=30)
     for burst in range(20):
         calls = range(burst * 5, burst * 5 + 5)
