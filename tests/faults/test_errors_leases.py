@@ -16,10 +16,10 @@ def test_keeper_reports_the_loss_at_the_deadline_while_redis_is_stalled(
     fault_server, stopped, wait_for
 ):
     server = fault_server()
-    pool = LeasedResources(make_client(server.url, {"socket_timeout": 0.5}), "gpus", ["gpu-1"])
-    lease = pool.acquire(ttl=1.0)
+    resources = LeasedResources(make_client(server.url, {"socket_timeout": 0.5}), "gpus", ["gpu-1"])
+    lease = resources.acquire(ttl=1.0)
     reports = []
-    keeper = LeaseKeeper(pool, lease, 1.0)
+    keeper = LeaseKeeper(resources, lease, 1.0)
     keeper.on_lost = lambda lost, why: reports.append((time.monotonic(), why))
     keeper.start()
     with stopped(server):
@@ -37,18 +37,18 @@ def test_keeper_reports_the_loss_at_the_deadline_while_redis_is_stalled(
     # Redis is back: the lease ran out there too; the release says so and reports nothing new.
     assert keeper.release() is False
     assert len(reports) == 1
-    successor = pool.acquire(ttl=5)
+    successor = resources.acquire(ttl=5)
     assert successor is not None and successor.fence > lease.fence
 
 
 @pytest.mark.timeout(60)
 def test_every_release_that_finds_the_lease_gone_is_a_reported_loss(make):
-    pool = make(resources=["r1", "r2"])
+    resources = make(resources=["r1", "r2"])
     reports = []
     falses = 0
     for _ in range(15):
-        lease = pool.acquire(ttl=0.05)
-        keeper = LeaseKeeper(pool, lease, 0.05, on_lost=lambda lost, why: reports.append(why))
+        lease = resources.acquire(ttl=0.05)
+        keeper = LeaseKeeper(resources, lease, 0.05, on_lost=lambda lost, why: reports.append(why))
         time.sleep(0.1)  # the holder overran its lease (no renewing thread)
         if not keeper.release():
             falses += 1
@@ -57,17 +57,17 @@ def test_every_release_that_finds_the_lease_gone_is_a_reported_loss(make):
     assert len(reports) == 15
 
     lost_in_block = []
-    with pool.lease(ttl=0.05, on_lost=lambda lost, why: lost_in_block.append(lost.resource)):
+    with resources.lease(ttl=0.05, on_lost=lambda lost, why: lost_in_block.append(lost.resource)):
         time.sleep(0.1)
     assert len(lost_in_block) == 1
 
 
 @pytest.mark.timeout(60)
 def test_a_held_lease_released_in_time_is_not_a_loss(make):
-    pool = make(resources=["r1"])
+    resources = make(resources=["r1"])
     reports = []
-    lease = pool.acquire(ttl=0.3)
-    keeper = LeaseKeeper(pool, lease, 0.3, on_lost=lambda lost, why: reports.append(why))
+    lease = resources.acquire(ttl=0.3)
+    keeper = LeaseKeeper(resources, lease, 0.3, on_lost=lambda lost, why: reports.append(why))
     keeper.start()
     time.sleep(0.5)  # renewed past its first ttl
     assert not keeper.lost
@@ -80,19 +80,19 @@ def test_a_held_lease_released_in_time_is_not_a_loss(make):
 @pytest.mark.timeout(60)
 def test_fencing_tokens_increase_per_resource_even_after_redis_lost_its_data(fault_server):
     server = fault_server()
-    pool = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
+    resources = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
     fences = {"a": [], "b": []}
     for _ in range(5):
-        for lease in (pool.acquire(ttl=5), pool.acquire(ttl=5)):
+        for lease in (resources.acquire(ttl=5), resources.acquire(ttl=5)):
             fences[lease.resource].append(lease.fence)
-            pool.release(lease)
+            resources.release(lease)
     for seen in fences.values():
         assert seen == sorted(seen) and len(set(seen)) == len(seen)
     last = max(fences["a"])
 
     server.restart()  # no persistence: every key is gone
-    pool = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
-    after = [pool.acquire(ttl=5), pool.acquire(ttl=5)]
+    resources = LeasedResources(make_client(server.url), "accounts", ["a", "b"])
+    after = [resources.acquire(ttl=5), resources.acquire(ttl=5)]
     assert {lease.resource for lease in after} == {"a", "b"}
     assert all(lease.fence > last for lease in after if lease.resource == "a")
 
@@ -103,17 +103,17 @@ def test_fencing_tokens_keep_growing_after_a_restart_with_many_acquires_per_ms(f
     time ran ahead of the clock (last + 1 per acquire), so after a restart without persistence
     the first token (the clock) was smaller than the last one before it."""
     server = fault_server()
-    pool = LeasedResources(make_client(server.url), "hot", ["only"])
+    resources = LeasedResources(make_client(server.url), "hot", ["only"])
     from celery_redqueue.redis.lua import script
 
-    pool.release(pool.acquire(ttl=5))  # loads the scripts
+    resources.release(resources.acquire(ttl=5))  # loads the scripts
     # Acquire and release pipelined, as many clients of one hot resource would do together.
     acquire, release = script("lease_acquire"), script("lease_release")
-    keys = pool._keys
+    keys = resources._keys
     fences = []
     started = time.monotonic()
     for round_ in range(20):
-        pipe = pool.client.pipeline(transaction=False)
+        pipe = resources.client.pipeline(transaction=False)
         for i in range(500):
             # Queued by SHA on the pipeline (as the heartbeat's renewals are): calling a script
             # object runs it at once through the package's own call path.
@@ -123,8 +123,8 @@ def test_fencing_tokens_keep_growing_after_a_restart_with_many_acquires_per_ms(f
     per_ms = len(fences) / ((time.monotonic() - started) * 1000)
     assert fences == sorted(fences) and len(set(fences)) == len(fences)
     server.restart()  # no persistence: the fences hash is gone
-    pool = LeasedResources(make_client(server.url), "hot", ["only"])
-    first = pool.acquire(ttl=5)
+    resources = LeasedResources(make_client(server.url), "hot", ["only"])
+    first = resources.acquire(ttl=5)
     print(f"\n{per_ms:.1f} acquires per ms; last token {fences[-1]}, after restart {first.fence}")
     assert first.fence > fences[-1]
 

@@ -31,19 +31,19 @@ def signals():
 
 
 def test_body_sees_its_resource_and_releases_it(app, wait_for):
-    pool = leased_resources(app, "keys", ["key-1"])
+    resources = leased_resources(app, "keys", ["key-1"])
     seen = []
 
     @app.task(base=LeaseTask, lease_resources="keys", lease_ttl=30, bind=True)
     def use_key(self, x):
-        seen.append((x, self.resource, pool.stats().leased))
+        seen.append((x, self.resource, resources.stats().leased))
 
     with running_worker(app):
         use_key.delay(1)
         wait_for(lambda: seen, message="body ran")
-        wait_for(lambda: pool.stats().released == 1, message="lease released")
+        wait_for(lambda: resources.stats().released == 1, message="lease released")
     assert seen == [(1, "key-1", 1)]
-    stats = pool.stats()
+    stats = resources.stats()
     assert (stats.free, stats.leased, stats.acquired) == (1, 0, 1)
     assert use_key.lease is None  # nothing is held outside a call
 
@@ -63,8 +63,8 @@ def test_unbound_body_reads_the_resource_from_the_task(app, wait_for):
 
 
 def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals, wait_for):
-    pool = leased_resources(app, "accounts", ["acct"])
-    held = pool.acquire(ttl=60)
+    resources = leased_resources(app, "accounts", ["acct"])
+    held = resources.acquire(ttl=60)
     seen = []
 
     @app.task(
@@ -90,16 +90,16 @@ def test_call_without_a_free_resource_is_retried_until_one_frees_up(app, signals
         other_work.delay()  # the waiting call does not occupy the worker
         wait_for(lambda: others, message="other work ran meanwhile")
         assert seen == []
-        assert pool.release(held)
+        assert resources.release(held)
         wait_for(lambda: seen, message="body ran after the release")
     assert seen[0][:2] == (5, "acct") and seen[0][2] >= 2
     assert all(isinstance(reason.exc, NoFreeResourceError) for _, reason in signals["retries"])
-    assert pool.stats().missed >= 2
-    assert pool.stats().free == 1
+    assert resources.stats().missed >= 2
+    assert resources.stats().free == 1
 
 
 def test_lease_is_released_after_the_body_fails(app, signals, wait_for):
-    pool = leased_resources(app, "keys", ["key-1"])
+    resources = leased_resources(app, "keys", ["key-1"])
 
     @app.task(base=LeaseTask, lease_resources="keys")
     def explode():
@@ -108,14 +108,14 @@ def test_lease_is_released_after_the_body_fails(app, signals, wait_for):
     with running_worker(app):
         explode.delay()
         wait_for(lambda: signals["failures"], message="task failed")
-        wait_for(lambda: pool.stats().released == 1, message="lease released")
+        wait_for(lambda: resources.stats().released == 1, message="lease released")
     assert isinstance(signals["failures"][0][1], ValueError)
-    stats = pool.stats()
+    stats = resources.stats()
     assert (stats.free, stats.leased, stats.reclaimed) == (1, 0, 0)
 
 
 def test_long_body_keeps_its_lease_by_renewing_it(app, wait_for):
-    pool = leased_resources(app, "slow", ["only"])
+    resources = leased_resources(app, "slow", ["only"])
     done = threading.Event()
     probes = []
 
@@ -123,23 +123,23 @@ def test_long_body_keeps_its_lease_by_renewing_it(app, wait_for):
     def slow():
         deadline = time.monotonic() + 2.0  # more than three TTLs
         while time.monotonic() < deadline:
-            probes.append(pool.acquire(ttl=30))  # somebody else tries to take it meanwhile
+            probes.append(resources.acquire(ttl=30))  # somebody else tries to take it meanwhile
             time.sleep(0.2)
         done.set()
 
     with running_worker(app):
         slow.delay()
         wait_for(done.is_set, message="slow body finished")
-        wait_for(lambda: pool.stats().released == 1, message="lease released")
+        wait_for(lambda: resources.stats().released == 1, message="lease released")
     assert probes and all(p is None for p in probes)
-    stats = pool.stats()
+    stats = resources.stats()
     assert stats.renewed >= 2
     assert (stats.reclaimed, stats.free) == (0, 1)
 
 
 def test_retries_give_up_with_no_free_resource_error(app, signals, wait_for):
-    pool = leased_resources(app, "scarce", ["one"])
-    pool.acquire(ttl=60)
+    resources = leased_resources(app, "scarce", ["one"])
+    resources.acquire(ttl=60)
 
     @app.task(
         base=LeaseTask,
@@ -162,7 +162,7 @@ def test_body_retries_itself_with_its_own_request(app, signals, wait_for):
     # The body sees the request of the call that runs it, on every supported Celery: before 5.5,
     # Task.__call__ pushed a bare one (no id, retries 0, "called directly"), and the body's own
     # autoretry_for re-raised at once instead of retrying.
-    pool = leased_resources(app, "own", ["one"])
+    resources = leased_resources(app, "own", ["one"])
     runs = []
 
     @app.task(
@@ -180,10 +180,10 @@ def test_body_retries_itself_with_its_own_request(app, signals, wait_for):
     with running_worker(app):
         result = flaky.delay()
         wait_for(lambda: signals["failures"], message="task gave up")
-        wait_for(lambda: pool.stats().released == 3, message="every lease released")
+        wait_for(lambda: resources.stats().released == 3, message="every lease released")
     assert runs == [(result.id, 0), (result.id, 1), (result.id, 2)]
     assert isinstance(signals["failures"][0][1], ValueError)
-    assert pool.stats().free == 1
+    assert resources.stats().free == 1
 
 
 def test_eager_body_sees_its_request(app):
@@ -208,7 +208,7 @@ def test_pool_without_resources_is_a_configuration_error(app):
 
 
 def test_direct_and_eager_calls(app):
-    pool = leased_resources(app, "eager", ["e1"])
+    resources = leased_resources(app, "eager", ["e1"])
 
     @app.task(base=LeaseTask, lease_resources="eager", bind=True)
     def which(self):
@@ -217,13 +217,13 @@ def test_direct_and_eager_calls(app):
     assert which() == "e1"
     app.conf.task_always_eager = True
     assert which.delay().get() == "e1"
-    held = pool.acquire(ttl=60)
+    held = resources.acquire(ttl=60)
     with pytest.raises(NoFreeResourceError):
         which()
     with pytest.raises(NoFreeResourceError):
         which.delay().get()  # no eager retry loop
-    pool.release(held)
-    assert pool.stats().free == 1
+    resources.release(held)
+    assert resources.stats().free == 1
 
 
 def test_pool_name_defaults_to_the_task_name(app):
@@ -286,8 +286,8 @@ def test_leased_resources_helper_is_one_object_per_process_and_merges_declaratio
 
 
 def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals, wait_for):
-    pool = leased_resources(app, "limits", ["one"])
-    held = pool.acquire(ttl=60)
+    resources = leased_resources(app, "limits", ["one"])
+    held = resources.acquire(ttl=60)
     runs = []
 
     @app.task(
@@ -306,7 +306,7 @@ def test_lease_retries_do_not_change_the_bodys_own_retry_limit(app, signals, wai
     with running_worker(app):
         flaky.delay()
         wait_for(lambda: signals["retries"], message="a retry for want of a resource")
-        pool.release(held)
+        resources.release(held)
         wait_for(lambda: signals["failures"], message="task gave up")
     assert isinstance(signals["failures"][0][1], ValueError)
     # The body's own limit (max_retries=1) still applies, not lease_max_retries=10; the retry

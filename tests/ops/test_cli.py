@@ -99,8 +99,8 @@ def test_keys_and_set_rate(proc_env, redqueue_redis, redqueue_prefix):
 
 
 def test_leases_lists_each_resource(proc_env, redqueue_redis, redqueue_prefix):
-    pool = LeasedResources(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix)
-    lease = pool.acquire(ttl=60)
+    resources = LeasedResources(redqueue_redis, "creds", ["a", "b", "c"], prefix=redqueue_prefix)
+    lease = resources.acquire(ttl=60)
     out = redqueue(proc_env, "leases", "creds").stdout
     assert "2 free, 1 held, 0 expired of 3" in out
     assert re.search(rf"{lease.resource}\s+1 held expires in \d+\.\ds", out)
