@@ -112,8 +112,8 @@ SAME_WAKE = 0.01
 
 
 def validate_shards(option: str, shards: int, capacity: object = None) -> int:
-    """``shards`` is a positive integer, and no more than ``capacity`` (a pool's shard holds at
-    least one entry)."""
+    """``shards`` is a positive integer, and no more than ``capacity``: a pool's capacity splits
+    as evenly as it divides (`split_capacity`), so each shard holds at least one entry."""
     positive_int(option, shards)
     if capacity is not None and isinstance(capacity, int) and shards > capacity:
         raise ConfigurationError(

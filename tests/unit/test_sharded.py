@@ -11,7 +11,13 @@ from celery_redqueue.ops.reading import Operations
 from celery_redqueue.structures.bucket import LeakyBucket
 from celery_redqueue.structures.catalog import open_structure, registered
 from celery_redqueue.structures.pool import CappedPool
-from celery_redqueue.structures.sharding import SAME_WAKE, SLOTS, key_shard, shard_names
+from celery_redqueue.structures.sharding import (
+    SAME_WAKE,
+    SLOTS,
+    key_shard,
+    shard_names,
+    validate_shards,
+)
 from celery_redqueue.tasks.heartbeat import Heartbeat
 
 
@@ -34,6 +40,23 @@ def test_shards_are_checked():
         LeakyBucket(None, "crawl", shards=0)
     with pytest.raises(ConfigurationError):
         CappedPool(None, "ev{x}", 10, shards=2)
+
+
+def test_as_many_shards_as_the_capacity_each_hold_one_call(redqueue_redis, redqueue_prefix):
+    # The capacity splits as evenly as it divides, so shards == capacity leaves each shard one
+    # entry, and one shard more would leave one with none (nothing could ever be stored there).
+    assert validate_shards("pool_shards", 3, 3) == 3
+    with pytest.raises(ConfigurationError, match=r"pool_shards=4 is more than the capacity 3"):
+        validate_shards("pool_shards", 4, 3)
+    with pytest.raises(ConfigurationError, match=r"shards=4 is more than the capacity 3"):
+        make_pool(redqueue_redis, redqueue_prefix, capacity=3, shards=4)
+    pool = make_pool(redqueue_redis, redqueue_prefix, capacity=3, shards=3)
+    assert [s.capacity for s in pool.shards] == [1, 1, 1]
+    pool.add_many(range(300))
+    assert [s.stats().entries for s in pool.shards] == [1, 1, 1]
+    stats = pool.stats()
+    assert (stats.offered, stats.entries) == (300, 3)
+    assert stats.offered == stats.accepted + stats.rejected
 
 
 def test_capacity_splits_and_each_shard_keeps_a_bottom_k_sample(redqueue_redis, redqueue_prefix):
