@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Final
+from typing import Final
 
 import click
 from celery.bin.worker import worker
@@ -24,7 +24,7 @@ from .cli_base import (
     seconds_text,
     structure_command,
 )
-from .reading import WORK_KINDS, Operations, Target
+from .reading import WORK_KINDS, Operations, Target, json_default
 
 # This module is the package's `celery.commands` plugin, loaded before Celery parses the command
 # line: the place to give `celery worker` its --redqueue-consumer flag.
@@ -44,15 +44,14 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"data lost: {loss.describe()}", err=True)
     views = ops.overview()["structures"]
     if as_json:
-        # Untyped: a stream's figures are unpacked below where they are not None, which
-        # mypy cannot follow through an index.
-        figures: dict[str, Any] = {
-            v["id"]: v.get("figures", v.get("leases", v.get("unique"))) for v in views
-        }
-        for view in views:  # a stream's groups go with its figures
-            if "groups" in view and figures[view["id"]] is not None:
-                figures[view["id"]] = {**figures[view["id"]], "groups": view["groups"]}
-        click.echo(json.dumps(figures, indent=2))
+        figures: dict[str, object] = {}
+        for view in views:
+            if "figures" in view:  # a stream's groups go with its figures
+                groups = {"groups": view["groups"]} if "groups" in view else {}
+                figures[view["id"]] = {**view["figures"].as_dict(), **groups}
+            else:
+                figures[view["id"]] = view.get("leases", view.get("unique"))
+        click.echo(json.dumps(figures, indent=2, default=json_default))
         return
     if not views:
         click.echo("no structures registered under this prefix yet")
@@ -62,7 +61,7 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
         [
             40,
             *(len(v["id"]) for v in views),
-            *(len(g["group"]) + 8 for v in views for g in v.get("groups", ())),
+            *(len(g.group) + 8 for v in views for g in v.get("groups", ())),
         ]
     )
     header = f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'delayed':>7} "
@@ -78,19 +77,19 @@ def list_structures(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"{view['id']:{w}} {unique_summary(view['unique'])}")
         else:
             f = view["figures"]
-            workers = "-" if f["workers_needed"] is None else f"{f['workers_needed']:.2f}"
+            workers = "-" if f.workers_needed is None else f"{f.workers_needed:.2f}"
             click.echo(
-                f"{view['id']:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} "
-                f"{f['delayed']:7} {f['rate_in']:8.2f} {f['rate_out']:8.2f} "
-                f"{seconds_text(f['oldest_age']):>8} {seconds_text(f['drain_eta']):>8} {workers:>7}"
+                f"{view['id']:{w}} {f.depth:8} {f.in_flight:7} {f.dead:6} "
+                f"{f.delayed:7} {f.rate_in:8.2f} {f.rate_out:8.2f} "
+                f"{seconds_text(f.oldest_age):>8} {seconds_text(f.drain_eta):>8} {workers:>7}"
             )
             for g in view.get("groups", ()):
                 # A stream's groups: depth is the group's lag, in flight its pending entries,
                 # dead what it dead-lettered, oldest the age of its oldest pending entry.
                 click.echo(
-                    f"{'  group ' + g['group']:{w}} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
-                    f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
-                    f"{seconds_text(g['oldest_pending_age']):>8}"
+                    f"{'  group ' + g.group:{w}} {g.lag:8} {g.pending:7} {g.dead:6} "
+                    f"{'':7} {g.rate_in:8.2f} {g.rate_out:8.2f} "
+                    f"{seconds_text(g.oldest_pending_age):>8}"
                 )
     if any("groups" in view for view in views):
         click.echo("(a stream's group: depth is its lag, flight its pending entries)")

@@ -27,7 +27,7 @@ from celery import Celery
 
 from ..errors import ConfigurationError, RedQueueError
 from .metrics import render
-from .reading import WORK_KINDS, Operations, View
+from .reading import WORK_KINDS, Operations, View, json_default
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -166,7 +166,7 @@ class Dashboard:
     def _json(
         self, start_response: StartResponse, data: object, status: str = "200 OK"
     ) -> list[bytes]:
-        body = json.dumps(data, default=str).encode()
+        body = json.dumps(data, default=json_default).encode()
         return self._send(start_response, status, "application/json", body)
 
     def _page(self, start_response: StartResponse) -> list[bytes]:

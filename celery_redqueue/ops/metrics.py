@@ -132,19 +132,19 @@ class RedQueueCollector:
                 continue
             figures, counters = view["figures"], view["counters"]
             for figure in FIGURES:
-                if figures[figure] is not None:
-                    f[figure].add_metric(ids, figures[figure])
-            f["offered"].add_metric(ids, figures["offered"])
-            f["processed"].add_metric(ids, figures["processed"])
+                if (value := getattr(figures, figure)) is not None:
+                    f[figure].add_metric(ids, value)
+            f["offered"].add_metric(ids, figures.offered)
+            f["processed"].add_metric(ids, figures.processed)
             for reason in SHED_REASONS.get(target.kind, ()):
                 f["shed"].add_metric([*ids, reason], counters.get(reason, 0))
             for group in view.get("groups", ()):
-                ids_group = [*ids, group["group"]]
-                f["group_lag"].add_metric(ids_group, group["lag"])
-                f["group_pending"].add_metric(ids_group, group["pending"])
-                if group["oldest_pending_age"] is not None:
-                    f["group_age"].add_metric(ids_group, group["oldest_pending_age"])
-                f["group_processed"].add_metric(ids_group, group["processed"])
+                ids_group = [*ids, group.group]
+                f["group_lag"].add_metric(ids_group, group.lag)
+                f["group_pending"].add_metric(ids_group, group.pending)
+                if group.oldest_pending_age is not None:
+                    f["group_age"].add_metric(ids_group, group.oldest_pending_age)
+                f["group_processed"].add_metric(ids_group, group.processed)
             if target.kind == "bucket":
                 f["backoffs"].add_metric(ids, counters.get("backoffs", 0))
                 with contextlib.suppress(RedQueueError, redis.exceptions.RedisError):

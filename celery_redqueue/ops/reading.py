@@ -13,7 +13,7 @@ import base64
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
@@ -28,8 +28,10 @@ from ..structures.base import Structure
 from ..structures.bucket import LeakyBucket
 from ..structures.catalog import open_structure, registered
 from ..structures.deadletters import DeadLetter, parse_dead_letter
+from ..structures.figures import Figures, History
 from ..structures.leases import LeasedResources
 from ..structures.pool import CappedPool
+from ..structures.receipts import Record
 from ..structures.streams import EventStream, GroupFigures
 from ..structures.unique import UniqueLocks
 from ..tasks.config import get_config
@@ -61,6 +63,8 @@ WORK_KINDS = ("pool", "bucket", "stream")
 KINDS = (*WORK_KINDS, "lease", "unique")
 #: Most held keys of one unique-lock table listed (the soonest to run out first).
 UNIQUE_WINDOW = 100
+#: The figures in seconds a view rounds to the millisecond.
+ROUNDED = ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed")
 
 
 #: What a registered structure opens as: a pool, bucket or stream (a `Structure`), a
@@ -82,6 +86,14 @@ class Target:
     structure: Any
     #: Why the structure could not be opened from its recorded settings (then it is None).
     problem: str | None = None
+
+
+def json_default(value: object) -> object:
+    """``json.dumps``'s ``default`` for views: the structures' figure records (`Figures`,
+    `History`, `GroupFigures`) as their ``as_dict()``, anything else as its ``str``."""
+    if isinstance(value, Figures | Record):
+        return value.as_dict()
+    return str(value)
 
 
 def payload_text(payload: object) -> str:
@@ -111,58 +123,6 @@ class DeadPage(TypedDict):
     total: int
     start: int
     letters: list[LetterView]
-
-
-class FigureValues(TypedDict):
-    """`Figures.as_dict()` by name, the seconds rounded to the millisecond."""
-
-    depth: int
-    in_flight: int
-    dead: int
-    delayed: int
-    offered: int
-    processed: int
-    shed: int
-    rate_in: float
-    rate_out: float
-    oldest_age: float | None
-    drain_eta: float | None
-    seconds_per_item: float | None
-    workers_needed: float | None
-    warnings: tuple[str, ...]
-
-
-class HistoryView(TypedDict):
-    """`History.as_dict()` by name."""
-
-    second_starts: list[int]
-    seconds_in: list[float]
-    seconds_out: list[float]
-    minute_starts: list[int]
-    minutes_in: list[float]
-    minutes_out: list[float]
-    minutes_depth: list[float | None]
-
-
-class GroupView(TypedDict):
-    """`GroupFigures.as_dict()` by name: one stream group's figures."""
-
-    group: str
-    exists: bool
-    lag: int
-    pending: int
-    oldest_pending_age: float | None
-    rate_in: float
-    rate_out: float
-    seconds_per_event: float | None
-    delivered: int
-    redelivered: int
-    processed: int
-    retried: int
-    dead: int
-    missed: int
-    lost: int
-    guard_skipped: int
 
 
 class HeldView(TypedDict):
@@ -211,16 +171,17 @@ class View(_ViewBase, total=False):
     """One structure's view (`Operations.view`): ``error`` when it could not be read, else
     ``leases`` (a LeasedResources), ``unique`` and ``held`` (a unique-lock table) or the
     figures (a pool, bucket or stream; a stream's groups too). The dashboard's detail adds the
-    rest."""
+    rest. The figures, history and groups are the structures' own records: `json_default`
+    turns them into JSON, so a field added to a record shows up with no list here to edit."""
 
     error: str | None
     leases: dict[str, int]
     unique: dict[str, int]
     held: list[HeldView]
-    groups: list[GroupView]
-    figures: FigureValues
+    groups: list[GroupFigures]
+    figures: Figures
     counters: dict[str, int]
-    history: HistoryView | None
+    history: History | None
     settings: dict[str, object]
     # The dashboard's detail (`Dashboard._detail`):
     resources: list[ResourceView]
@@ -360,8 +321,7 @@ class Operations:
                 return base
             if target.kind == EventStream.kind:
                 groups = self.groups(target)
-                # as_dict() is the record's fields by name: the TypedDicts name them.
-                base["groups"] = [cast(GroupView, group.as_dict()) for group in groups]
+                base["groups"] = groups
                 figures = target.structure.figures(groups)
             else:
                 figures = target.structure.figures()
@@ -369,16 +329,15 @@ class Operations:
             # One broken structure (a key of the wrong type, say) must not hide the others.
             base["error"] = f"{type(exc).__name__}: {exc}"
             return base
-        values = figures.as_dict()
-        for name in ("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"):
-            values[name] = None if values[name] is None else round(values[name], 3)
+        seconds = {name: getattr(figures, name) for name in ROUNDED}
+        figures = replace(
+            figures, **{name: round(v, 3) for name, v in seconds.items() if v is not None}
+        )
         base.update(
             {
-                "figures": cast(FigureValues, values),
+                "figures": figures,
                 "counters": dict(figures.counters),
-                "history": cast(HistoryView, figures.history.as_dict())
-                if history and figures.history
-                else None,
+                "history": figures.history if history else None,
                 "settings": target.structure.settings(),
             }
         )

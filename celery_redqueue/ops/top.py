@@ -37,7 +37,7 @@ def frame(overview: Overview, width: int = 120) -> list[str]:
     # The name column is as wide as the longest name (at most 40): with the usual short names a
     # row and its sparkline fit in 120 columns beside the shed column.
     named = [v["id"] for v in overview["structures"]]
-    named += ["  group " + g["group"] for v in overview["structures"] for g in v.get("groups", ())]
+    named += ["  group " + g.group for v in overview["structures"] for g in v.get("groups", ())]
     w = min(40, max([len("structure"), *map(len, named)]))
     header = (
         f"{'structure':{w}} {'depth':>8} {'flight':>7} {'dead':>6} {'shed':>7} {'in/s':>8} "
@@ -63,19 +63,19 @@ def frame(overview: Overview, width: int = 120) -> list[str]:
         else:
             f = view["figures"]
             history = view.get("history")
-            spark = _spark(history["seconds_in"]) if history else ""
+            spark = _spark(history.seconds_in) if history else ""
             # shed: a pool's rejected + evicted + lost, a bucket's rejected + evicted
             # + duplicates, a stream's trimmed); `stats NAME` has the split.
             lines.append(
-                f"{name:{w}} {f['depth']:8} {f['in_flight']:7} {f['dead']:6} {f['shed']:7} "
-                f"{f['rate_in']:8.2f} {f['rate_out']:8.2f} {_secs(f['oldest_age']):>8} "
-                f"{_secs(f['drain_eta']):>8} {_num(f['workers_needed']):>7}  {spark}"
+                f"{name:{w}} {f.depth:8} {f.in_flight:7} {f.dead:6} {f.shed:7} "
+                f"{f.rate_in:8.2f} {f.rate_out:8.2f} {_secs(f.oldest_age):>8} "
+                f"{_secs(f.drain_eta):>8} {_num(f.workers_needed):>7}  {spark}"
             )
             for g in view.get("groups", ()):  # a stream: its groups' lag and pending entries
                 lines.append(
-                    f"{'  group ' + g['group']:{w}} {g['lag']:8} {g['pending']:7} {g['dead']:6} "
-                    f"{'':7} {g['rate_in']:8.2f} {g['rate_out']:8.2f} "
-                    f"{_secs(g['oldest_pending_age']):>8}"
+                    f"{'  group ' + g.group:{w}} {g.lag:8} {g.pending:7} {g.dead:6} "
+                    f"{'':7} {g.rate_in:8.2f} {g.rate_out:8.2f} "
+                    f"{_secs(g.oldest_pending_age):>8}"
                 )
     if not overview["structures"]:
         lines.append("no structures registered under this prefix yet")

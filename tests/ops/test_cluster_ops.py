@@ -32,7 +32,7 @@ def test_overview_keys_resources_and_requeue_on_a_cluster(cluster_url, redqueue_
         ops = Operations(client, redqueue_prefix)
         views = {v["id"]: v for v in ops.overview()["structures"]}
         assert all("error" not in v for v in views.values()), views
-        assert [views[f"pool:jobs-{i}"]["figures"]["dead"] for i in range(4)] == [1, 1, 1, 1]
+        assert [views[f"pool:jobs-{i}"]["figures"].dead for i in range(4)] == [1, 1, 1, 1]
         assert views["lease:creds"]["leases"]["leased"] == 1
 
         keys = ops.keys(ops.find("crawl"), top=5)

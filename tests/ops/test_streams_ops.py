@@ -1,9 +1,12 @@
 """Streams in the operator tools: the dashboard's JSON and page, its actions, and metrics."""
 
 import urllib.request
+from dataclasses import fields
 
 from celery_redqueue import EventStream, StreamTask
 from celery_redqueue.ops.reading import GROUP_WINDOW
+from celery_redqueue.structures.figures import Figures
+from celery_redqueue.structures.streams import GroupFigures
 
 from .test_metrics import samples
 from .test_web import page_headers, request
@@ -40,6 +43,10 @@ def test_dashboard_shows_a_stream_with_its_groups_and_drains_each_group(
     assert groups == [("loyalty", 5, 0, 0), ("sms", 1, 1, 1)]  # the most behind first
     sms_view = view["groups"][1]
     assert sms_view["oldest_pending_age"] >= 0 and sms_view["processed"] == 2
+    # The JSON carries every field of the structures' records, with no list of its own.
+    assert list(sms_view) == [f.name for f in fields(GroupFigures)]
+    extra = ("counters", "history")
+    assert list(view["figures"]) == [f.name for f in fields(Figures) if f.name not in extra]
 
     _, _, detail = request(base + "api/structure?id=stream:orders")
     assert [g["group"] for g in detail["groups"]] == ["loyalty", "sms"]

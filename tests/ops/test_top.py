@@ -5,6 +5,7 @@ from pathlib import Path
 from celery_redqueue import CappedPool
 from celery_redqueue.ops.reading import Operations
 from celery_redqueue.ops.top import frame
+from celery_redqueue.structures.figures import Figures
 
 
 def columns(lines, name):
@@ -34,8 +35,9 @@ def test_the_operations_page_shows_tops_columns():
     kinds = ("pool:", "bucket:", "stream:", "lease:")
     rows = [line.split()[0] for line in sample if line.startswith(kinds)]
     assert len(rows) == 4
-    zeros = dict.fromkeys(("depth", "in_flight", "dead", "shed", "rate_in", "rate_out"), 0)
-    zeros.update(oldest_age=None, drain_eta=None, workers_needed=None)
+    counts = dict.fromkeys(("depth", "in_flight", "dead", "delayed", "offered", "processed"), 0)
+    seconds = dict.fromkeys(("oldest_age", "drain_eta", "seconds_per_item", "workers_needed"))
+    zeros = Figures(**counts, shed=0, rate_in=0.0, rate_out=0.0, **seconds)
     views = [{"id": name, "figures": zeros} for name in rows]
     drawn = frame({"time": 0, "prefix": "redqueue", "warnings": [], "structures": views})
     assert header in drawn

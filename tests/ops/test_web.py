@@ -4,12 +4,14 @@ import json
 import re
 import urllib.error
 import urllib.request
+from dataclasses import fields
 
 import pytest
 
 from celery_redqueue import CappedPool, LeakyBucket, LeasedResources
 from celery_redqueue.ops.dashboard import Dashboard, dashboard_app, mount
 from celery_redqueue.ops.reading import Operations
+from celery_redqueue.structures.figures import History
 
 from .conftest import TOKEN
 
@@ -82,6 +84,7 @@ def test_overview_and_detail_serve_figures(dashboard, failed_pool, redqueue_redi
 
     _, _, pool_detail = request(base + "api/structure?id=pool:jobs&dead_count=2")
     assert sum(pool_detail["history"]["minutes_in"]) == 5
+    assert list(pool_detail["history"]) == [f.name for f in fields(History)]
     letters = pool_detail["dead_letters"]
     assert letters["total"] == 3 and len(letters["letters"]) == 2
     assert letters["letters"][0]["error"] == "ValueError: bad 0"

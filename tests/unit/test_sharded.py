@@ -297,7 +297,7 @@ def test_operations_see_the_logical_structures(redqueue_redis, redqueue_prefix):
     ops = Operations(redqueue_redis, redqueue_prefix)
     assert [t.id for t in ops.targets(fresh=True)] == ["bucket:crawl", "pool:events"]
     view = ops.view(ops.find("pool:events"))
-    assert view["figures"]["offered"] == 9 and view["settings"]["shards"] == 3
+    assert view["figures"].offered == 9 and view["settings"]["shards"] == 3
     page = ops.dead_letters(ops.find("pool:events"))
     assert page["total"] == 1 and page["letters"][0]["error"] == "ValueError: x"
     rows = ops.keys(ops.find("bucket:crawl"), top=3)
