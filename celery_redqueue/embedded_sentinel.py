@@ -168,19 +168,29 @@ class EmbeddedSentinelGroup(_Running):
                 client.close()
 
     def master_address(self) -> tuple[str, int]:
-        """Where the sentinels say the master is now (asked of the first one that answers)."""
+        """Where the sentinels say the master is now (asked of the first one that answers
+        with an address); RedisServerNotFound if none does."""
+        unknown = 0
         for sentinel in self.sentinels:
             client = sentinel.client()
             try:
-                address: tuple[str | bytes, int] = client.sentinel_get_master_addr_by_name(  # type: ignore[assignment]
+                address: tuple[str | bytes, int] | None = client.sentinel_get_master_addr_by_name(  # type: ignore[assignment]
                     self.master_name
                 )
-                host, port = address
-                return host.decode() if isinstance(host, bytes) else str(host), int(port)
             except redis.exceptions.RedisError:
                 continue
             finally:
                 client.close()
+            if address is None:  # a nil reply: this sentinel does not monitor the master
+                unknown += 1
+                continue
+            host, port = address
+            return host.decode() if isinstance(host, bytes) else str(host), int(port)
+        if unknown:
+            raise RedisServerNotFound(
+                f"no sentinel knows master {self.master_name!r} "
+                f"({unknown} of {len(self.sentinels)} answered that it is unknown)"
+            )
         raise RedisServerNotFound("no sentinel answered")
 
     def kill_master(self) -> EmbeddedRedis:

@@ -11,6 +11,7 @@ import pytest
 
 from celery_redqueue import ConfigurationError, PoolTask, RedQueueError
 from celery_redqueue.embedded_sentinel import EmbeddedSentinelGroup
+from celery_redqueue.errors import RedisServerNotFound
 from celery_redqueue.redis.sentinel import parse_sentinel_url
 from celery_redqueue.tasks.config import load_config
 
@@ -121,3 +122,26 @@ def test_failover_mid_burst(app, group, wait_for):
     missing = set(acked_before) - set(processed)
     assert len(missing) <= stats.lost + len(acked_before), (missing, stats)
     assert resumed < 60 and stats.processed >= len(acked_after)
+
+
+def test_master_address_skips_sentinels_that_do_not_know_the_master(group):
+    """A sentinel that no longer monitors the master answers nil: the next one is asked, and
+    when none knows it the error says so (not a TypeError from unpacking None)."""
+    expected = ("127.0.0.1", group.master.port)
+    assert group.master_address() == expected
+    first, *others = group.sentinels
+    client = first.client()
+    try:
+        client.execute_command("SENTINEL", "REMOVE", group.master_name)
+        assert client.sentinel_get_master_addr_by_name(group.master_name) is None
+    finally:
+        client.close()
+    assert group.master_address() == expected  # from the second sentinel
+    for sentinel in others:
+        client = sentinel.client()
+        try:
+            client.execute_command("SENTINEL", "REMOVE", group.master_name)
+        finally:
+            client.close()
+    with pytest.raises(RedisServerNotFound, match=r"no sentinel knows master 'redqueue' \(3 of 3"):
+        group.master_address()
