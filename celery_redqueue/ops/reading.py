@@ -305,8 +305,9 @@ class Operations:
     # Reading
 
     def view(self, target: Target, history: bool = True) -> View:
-        """One structure's live figures (one round trip), as plain JSON-able data; with
-        ``history``, the last minute and hour too (read in the same call)."""
+        """One structure's live figures (one round trip): plain data and the structures'
+        records, for ``json.dumps(view, default=json_default)``; with ``history``, the last
+        minute and hour too (read in the same call)."""
         base: View = {"id": target.id, "kind": target.kind, "name": target.name}
         if target.structure is None:
             base["error"] = target.problem
