@@ -6,6 +6,11 @@ Run it from the repository root::
 
     .venv/bin/python bench/stream_bench.py            # 20,000 events, about a minute
     .venv/bin/python bench/stream_bench.py --quick    # 2,000 events, a few seconds
+    .venv/bin/python bench/stream_bench.py --calls    # script calls only, no worker
+
+``--calls`` times the stream's own script calls (a publish, a group's figures, a heartbeat)
+beside the same scripts with every argument packed on every call (what the stream sent before
+its calls' keys were packed once, redis/call.py's Front), interleaved in rounds in one process.
 
 It starts its own throwaway Redis (EmbeddedRedis, loopback only), which is both the Celery
 broker and the stream store, and prints each figure beside its same-run baseline. It reports
@@ -32,6 +37,9 @@ from celery.signals import worker_ready
 
 from celery_redqueue import StreamTask
 from celery_redqueue.embedded import EmbeddedRedis
+from celery_redqueue.redis.call import pack_front
+from celery_redqueue.redis.lua import script
+from celery_redqueue.structures.streams import GROUP_PARTS, PUBLISH_GROUP_PARTS
 from celery_redqueue.testing import celery_test_config
 
 ENV_URL, ENV_PREFIX, ENV_TARGET = "STREAM_BENCH_URL", "STREAM_BENCH_PREFIX", "STREAM_BENCH_TARGET"
@@ -105,6 +113,87 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
+def interleaved(n: int, rounds: int, runs: dict[str, Any]) -> dict[str, float]:
+    """Seconds each run took over ``range(n)``, in alternating chunks (the order swapped every
+    round), so the machine's ups and downs fall on every side alike."""
+    seconds = dict.fromkeys(runs, 0.0)
+    step = max(1, -(-n // rounds))
+    for number, start in enumerate(range(0, n, step)):
+        chunk = range(start, min(n, start + step))
+        for name in list(runs) if number % 2 == 0 else list(reversed(runs)):
+            began = time.perf_counter()
+            runs[name](chunk)
+            seconds[name] += time.perf_counter() - began
+    return seconds
+
+
+def call_costs(n: int, rounds: int) -> int:
+    """Microseconds per script call: the stream's own calls, beside the same script and
+    arguments sent bare, its keys packed once (redis/call.py's Front) or everything packed per
+    call (`run_script` without a front), interleaved. Only public names: an older commit's
+    stream can be timed with this file (PYTHONPATH=<its worktree>)."""
+    stream = CONSUMERS["sms"][0].stream
+    client = stream.client
+    group = GROUPS[0]
+    payload = stream.encode({"order": 1, "total": 101})
+    publish_keys = [stream.keys(part) for part in stream.parts]
+    for g in GROUPS:
+        publish_keys += [stream.keys(f"group:{g}:{part}") for part in PUBLISH_GROUP_PARTS]
+    group_keys = [stream.keys(part) for part in stream.parts]
+    group_keys += [stream.keys(f"group:{group}:{part}") for part in GROUP_PARTS]
+    publish_args = [stream.maxlen or 0, stream.drain_lease_ms, len(GROUPS), *GROUPS]
+    calls: dict[str, tuple[Any, str, list[str], list[Any]]] = {
+        "publish() per event": (
+            lambda: stream.publish({"order": 1, "total": 101}),
+            "stream_publish",
+            publish_keys,
+            [*publish_args, payload, "", ""],
+        ),
+        "group_figures()": (
+            lambda: stream.group_figures(group),
+            "stream_figures",
+            group_keys,
+            [group],
+        ),
+        "renew() (a heartbeat, no ids)": (
+            lambda: stream.renew(group, "bench"),
+            "stream_renew",
+            group_keys,
+            [group, "bench", stream.drain_lease_ms],
+        ),
+    }
+
+    def repeat(call: Any) -> Any:
+        def run(chunk: range) -> None:
+            for _ in chunk:
+                call()
+
+        return run
+
+    def bare(name: str, keys: list[str], args: list[Any], packed: bool) -> Any:
+        lua = script(name)
+        front = pack_front(client, lua, keys, []) if packed else None
+        return repeat(lambda: lua(client, keys, args, front))
+
+    stream.group_figures(group)  # registers the stream and loads the scripts: not timed
+    print(
+        f"{n:,} calls per side, interleaved in {rounds} rounds. stream: its own call; bare: the "
+        "same script and arguments, keys packed once, or everything packed per call",
+        file=sys.stderr,
+    )
+    print(f"\n{'script call, us per call':32} {'stream':>8} {'bare, once':>11} {'per call':>9}")
+    for label, (own, name, keys, args) in calls.items():
+        sides = {
+            "stream": repeat(own),
+            "once": bare(name, keys, args, packed=True),
+            "per call": bare(name, keys, args, packed=False),
+        }
+        seconds = interleaved(n, rounds, sides)
+        us = [seconds[side] / n * 1e6 for side in sides]
+        print(f"{label:32} {us[0]:8.1f} {us[1]:11.1f} {us[2]:9.1f}")
+    return 0
+
+
 def consume(url: str, prefix: str, client: Any, target: int, queue: str) -> float:
     """Seconds a solo worker on ``queue`` takes (its own clock) to run ``target`` bodies."""
     client.delete(f"{prefix}:bench:ready", f"{prefix}:bench:done")
@@ -152,8 +241,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="--events 2000")
+    parser.add_argument(
+        "--calls", type=int, nargs="?", const=20_000, help="time script calls only (20,000)"
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of --calls' sides")
     args = parser.parse_args()
     n = 2_000 if args.quick else args.events
+    if args.calls:
+        with EmbeddedRedis() as server:
+            configure(server.url, f"bench:{uuid.uuid4().hex[:8]}")
+            return call_costs(args.calls, args.rounds)
     events = [{"order": i, "total": 100 + i} for i in range(n)]
     prefix = f"bench:{uuid.uuid4().hex[:8]}"
     with EmbeddedRedis() as server:

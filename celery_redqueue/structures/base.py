@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 #: body runs, every third of this from the worker's heartbeat.
 DRAIN_LEASE = 10.0
 
+#: Most script calls with keys of their own (a stream group's) whose packed start a structure
+#: keeps (`Structure._run`): a stream's groups are few, but its callers may name any group
+#: (the dashboard reads every group found in Redis), so past this they are packed per call.
+MAX_FRONTS = 256
+
 
 def decode_ids(reply: Iterable[object]) -> list[str]:
     """A script's list of ids, as text."""
@@ -82,8 +87,9 @@ class Structure(catalog.Registered):
         self._registered = not register
         #: Per script with a ``-- Parts:`` line, the keys it names (see redis/lua.py).
         self._keys_of: dict[str, list[str]] = {}
-        #: Per script, its call's start as sent (`_run`).
-        self._fronts: dict[str, Front] = {}
+        #: Per script, its call's start as sent (`_run`); per script and keys of its own, under
+        #: ``(name, *keys)``, at most `MAX_FRONTS` of those.
+        self._fronts: dict[str | tuple[str, ...], Front] = {}
         #: `_script_head()`, taken on the first script call (a shard's, after its settings
         #: are adjusted): the settings it reads do not change once the structure is built.
         self._head: list[KeyOrArg] | None = None
@@ -105,9 +111,15 @@ class Structure(catalog.Registered):
         head = self._head
         if head is None:
             head = self._head = self._script_head()
-        if keys is not None:
-            return lua(self.client, keys, [*head, *args])
         # The script's keys and head, packed once (redis/call.py's Front says why).
+        if keys is not None:
+            own = (name, *keys)
+            front = self._fronts.get(own)
+            if front is None:
+                front = pack_front(self.client, lua, keys, head)
+                if len(self._fronts) < MAX_FRONTS:
+                    self._fronts[own] = front
+            return lua(self.client, keys, args, front)
         front = self._fronts.get(name)
         if front is None:
             keys = self._keys if lua.parts is None else self._named_keys(lua.name, lua.parts)

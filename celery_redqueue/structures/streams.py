@@ -25,7 +25,7 @@ from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import KeyOrArg
 from ..redis.serializers import Serializer
 from ..validation import boolean, positive_int, seconds
-from .base import DRAIN_LEASE, Structure
+from .base import DRAIN_LEASE, MAX_FRONTS, Structure
 from .figures import WINDOW, Figures, compute, parse_counters, ring_sums
 from .protocols import in_chunks
 from .receipts import ReapResult, Receipt, Record
@@ -281,8 +281,12 @@ class EventStream(Structure):
             raise ConfigurationError(f"key must be a callable on the event, got {key!r}")
         self.declared = [validate_group(g) for g in groups]
         self._setup(client, name, prefix, serializer, register)
-        #: stream_publish's keys per set of declared groups (their stats and drain keys too).
-        self._publish_keys: dict[tuple[str, ...], list[str]] = {}
+        #: stream_publish's keys: the stream's, then each declared group's PUBLISH_GROUP_PARTS.
+        self._publish_keys = list(self._keys)
+        for group in self.declared:
+            self._publish_keys += [self.keys(f"group:{group}:{p}") for p in PUBLISH_GROUP_PARTS]
+        #: `_group_keys` per group.
+        self._keys_of_group: dict[str, list[str]] = {}
         self.maxlen = maxlen
         self.key = key
         self.max_receives = max_receives
@@ -308,7 +312,15 @@ class EventStream(Structure):
         }
 
     def _group_keys(self, group: str) -> list[str]:
-        return self._keys + [self.keys(f"group:{group}:{part}") for part in GROUP_PARTS]
+        """What a script that acts for ``group`` receives: the stream's keys, then the group's.
+        Kept per group (the same list each call, so its packed script calls are kept too, see
+        `Structure._run`), for at most `MAX_FRONTS` groups."""
+        keys = self._keys_of_group.get(group)
+        if keys is None:
+            keys = self._keys + [self.keys(f"group:{group}:{part}") for part in GROUP_PARTS]
+            if len(self._keys_of_group) < MAX_FRONTS:
+                self._keys_of_group[group] = keys
+        return keys
 
     def groups(self) -> list[str]:
         """Every group of this stream (created by a publish, read or seek), sorted."""
@@ -350,17 +362,11 @@ class EventStream(Structure):
     def _append(self, prepared: Sequence[tuple[bytes, str]]) -> list[Receipt]:
         # Only declared groups are created and woken here: a group some other app consumes is
         # woken by that app (its publishes and its beat), never given a drain flag nobody serves.
-        groups = tuple(self.declared)
-        keys = self._publish_keys.get(groups)
-        if keys is None:
-            keys = list(self._keys)
-            for group in groups:
-                keys += [self.keys(f"group:{group}:{part}") for part in PUBLISH_GROUP_PARTS]
-            self._publish_keys[groups] = keys
+        groups = self.declared
         args: list[KeyOrArg] = [self.maxlen or 0, self.drain_lease_ms, len(groups), *groups]
         for data, key in prepared:
             args += [data, key, ""]
-        ids, trimmed, armed = self._run("stream_publish", args, keys=keys)
+        ids, trimmed, armed = self._run("stream_publish", args, keys=self._publish_keys)
         woken = [g.decode() for g in armed]
         if woken and self.on_wake is not None:
             self.on_wake(woken)
