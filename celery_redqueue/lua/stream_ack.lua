@@ -67,5 +67,5 @@ tick(s.gflow, 'out', processed + dead, now)
 tick(s.gflow, 'done', processed + dead, now)
 tick(s.gflow, 'busy', busy_seconds, now)
 local send = 0
-if freed > 0 and redis.call('SET', s.drain, 1, 'NX', 'PX', drain_lease_ms) then send = 1 end
+if freed > 0 and redis.call('SET', s.drains, 1, 'NX', 'PX', drain_lease_ms) then send = 1 end
 return {processed, retried, dead, stale, send}

@@ -7,7 +7,7 @@
 local function stream_check(s, more)
   local spec = more or {}
   local kinds = {events = 'stream', flow = 'hash', groups = 'hash', dead = 'list', gstats = 'hash',
-    gflow = 'hash', drain = 'string', done = 'zset', busy = 'hash', held = 'zset', ready = 'list',
+    gflow = 'hash', drains = 'string', done = 'zset', busy = 'hash', held = 'zset', ready = 'list',
     signal = 'list', listening = 'zset'}
   for part, kind in pairs(kinds) do
     if s[part] then spec[#spec + 1], spec[#spec + 2] = s[part], kind end

@@ -12,7 +12,7 @@
 -- KEYS[6] gstats  hash: last_seq (sequence number of the last entry read), delivered,
 --                 redelivered, processed, retried, dead, missed, lost, guard_skipped, cursor
 -- KEYS[7] gflow   hash: flow counters ("out", "busy", "done"; tick.lua)
--- KEYS[8] drain   string: the group's drain flag; present while a drain job is sent or running
+-- KEYS[8] drains  string: the group's drain flag; present while a drain job is sent or running
 -- KEYS[9] done    zset: entry id -> end of its processed-guard window (ms)
 -- KEYS[10] busy   hash: "k:" key -> entry id in flight, "i:" id -> key (ordered groups)
 -- KEYS[11] held   zset (all scores 0): "key NL padded id", entries waiting for their key
@@ -22,7 +22,7 @@
 local function stream_keys(keys, group)
   local s = {events = keys[1], stats = keys[2], flow = keys[3], groups = keys[4], dead = keys[5]}
   if group then
-    s.gstats, s.gflow, s.drain, s.done, s.busy = keys[6], keys[7], keys[8], keys[9], keys[10]
+    s.gstats, s.gflow, s.drains, s.done, s.busy = keys[6], keys[7], keys[8], keys[9], keys[10]
     s.held, s.ready, s.signal, s.listening = keys[11], keys[12], keys[13], keys[14]
   end
   return s

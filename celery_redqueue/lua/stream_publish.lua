@@ -2,7 +2,7 @@
 -- before these events, so they receive them) and arm the drain flag of each group that has
 -- none, unless a consumer of the group waits on its wake signal: then wake it instead
 -- (wake_listener.lua). KEYS[1..5]: see
--- stream_keys.lua; then per known group: gstats, drain, listening, signal.
+-- stream_keys.lua; then per known group: gstats, drains, listening, signal.
 -- ARGV[1] maxlen (0: uncapped), ARGV[2] drain lease ms, ARGV[3] number of known groups G,
 -- ARGV[4 .. 3+G] their names, then per event: payload, partition key ('' none), target group
 -- ('' every group; a requeued dead letter names its group).

@@ -57,9 +57,9 @@ end
 if r.handed == 0 and not more then
   listen_for(s.listening, s.signal, listener, listen, r.now)
   if linger then return {LINGER} end
-  redis.call('DEL', s.drain)
+  redis.call('DEL', s.drains)
   return {EMPTY}
 end
-redis.call('SET', s.drain, 1, 'PX', drain_lease_ms)
+redis.call('SET', s.drains, 1, 'PX', drain_lease_ms)
 if r.handed == 0 then return {AGAIN} end
 return r.out

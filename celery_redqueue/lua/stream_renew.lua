@@ -23,5 +23,5 @@ for i = 4, #ARGV do
 end
 -- Only a flag that is still held is extended: a drain whose last read released it (nothing
 -- left) must not re-arm it, or the next publish would find it held and send no drain job.
-redis.call('SET', s.drain, 1, 'XX', 'PX', drain_lease_ms)
+redis.call('SET', s.drains, 1, 'XX', 'PX', drain_lease_ms)
 return renewed

@@ -31,7 +31,7 @@ if unread < 0 then unread = 0 end
 local ready = redis.call('LLEN', s.ready)
 local armed = 0
 if arm and claimable + unread + ready > 0 then
-  armed = redis.call('SET', s.drain, 1, 'NX', 'PX', drain_lease_ms) and 1 or 0
+  armed = redis.call('SET', s.drains, 1, 'NX', 'PX', drain_lease_ms) and 1 or 0
 end
 local forgotten = 0
 for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', s.events, group)) do

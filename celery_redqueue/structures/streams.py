@@ -39,11 +39,11 @@ if TYPE_CHECKING:
 PARTS = ("events", "stats", "flow", "groups", "dead")
 #: Each group's keys, received after PARTS by scripts that act for one group.
 GROUP_PARTS = (
-    "stats", "flow", "drain", "done", "busy", "held", "ready", "signal", "listening",
+    "stats", "flow", "drains", "done", "busy", "held", "ready", "signal", "listening",
 )  # fmt: skip
 
 #: Each known group's keys that stream_publish receives.
-PUBLISH_GROUP_PARTS = ("stats", "drain", "listening", "signal")
+PUBLISH_GROUP_PARTS = ("stats", "drains", "listening", "signal")
 #: Events per publish script call: keeps every call short (O(chunk)).
 PUBLISH_CHUNK = 1000
 #: Seconds a process trusts its list of the stream's groups before reading it again.
@@ -509,7 +509,7 @@ class EventStream(Structure):
         """Release the group's drain flag (a drain job could not be sent: the next publish or
         the reaper arms it again at once)."""
         with redis_errors(f"releasing the drain flag of {self.keys.base}"):
-            self.client.delete(self.keys(f"group:{validate_group(group)}:drain"))
+            self.client.delete(self.keys(f"group:{validate_group(group)}:drains"))
 
     def seek(self, group: str, position: str | float | datetime) -> str:
         """Move ``group``'s read position; the next read starts at ``position``: ``"start"``

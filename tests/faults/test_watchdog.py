@@ -86,7 +86,7 @@ def _caller(module, kind):
         task = module.metered
         return (lambda i: task.delay("a", i)), task.bucket.keys("drains")
     task = module.tally
-    return (lambda i: publish(module.app, "events", i)), task.stream.keys("group:tally:drain")
+    return (lambda i: publish(module.app, "events", i)), task.stream.keys("group:tally:drains")
 
 
 @pytest.mark.parametrize("kind", ["pool", "bucket", "stream"])

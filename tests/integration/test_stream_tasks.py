@@ -489,7 +489,7 @@ def test_a_drain_job_that_cannot_be_sent_releases_the_flag(app, redqueue_redis, 
 
     first = consume.stream.publish({"order": 1})
     assert first.woken == ("g",)  # the flag was armed and a send attempted ...
-    assert not redqueue_redis.exists(consume.stream.keys("group:g:drain"))  # ... and released
+    assert not redqueue_redis.exists(consume.stream.keys("group:g:drains"))  # ... and released
     assert "sending the drain job" in caplog.text
     assert consume.stream.publish({"order": 2}).woken == ("g",)  # not held off for the 10 s lease
     assert consume.stream.group_figures("g").lag == 2  # both events are safe in Redis

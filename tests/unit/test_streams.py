@@ -50,7 +50,7 @@ def test_publish_arms_each_groups_drain_flag_once(make_stream, redqueue_redis):
     assert stream.publish(2).woken == ()  # flags held: no second drain job
     assert drain(stream, "a") == [1, 2]  # the empty read released a's flag
     assert stream.publish(3).woken == ("a",)
-    ttl = redqueue_redis.pttl(stream.keys("group:b:drain"))
+    ttl = redqueue_redis.pttl(stream.keys("group:b:drains"))
     assert 0 < ttl <= 15_000  # a short lease, not a flag that outlives a dead drain
     stream.release_drain("b")
     assert stream.publish(4).woken == ("b",)
@@ -295,7 +295,7 @@ def test_reap_wakes_groups_with_claimable_or_unread_entries(make_stream, redqueu
     assert woken == ["g"]
     stream.read("g", "dies")
     assert stream.reap().woken == 0  # its flag is still held by the (dead) drain
-    redqueue_redis.delete(stream.keys("group:g:drain"))  # ... until it runs out
+    redqueue_redis.delete(stream.keys("group:g:drains"))  # ... until it runs out
     time.sleep(0.05)
     result = stream.reap()
     assert (result.woken, result.drain_needed, woken) == (1, True, ["g", "g"])
@@ -372,7 +372,7 @@ def test_a_heartbeat_after_the_last_read_does_not_rearm_the_flag(make_stream, re
     stream.publish("x")
     drain(stream, "g")  # the empty read released the flag
     assert stream.renew("g", "c1", []) == 0
-    assert not redqueue_redis.exists(stream.keys("group:g:drain"))
+    assert not redqueue_redis.exists(stream.keys("group:g:drains"))
     assert stream.publish("y").woken == ("g",)
 
 
