@@ -7,6 +7,8 @@ import pytest
 
 from celery_redqueue import ConfigurationError, EventStream, SerializationError
 from celery_redqueue.redis.client import make_client
+from celery_redqueue.structures import base as base_module
+from celery_redqueue.structures import streams as streams_module
 from celery_redqueue.structures.catalog import open_structure, registered
 
 
@@ -54,6 +56,24 @@ def test_publish_arms_each_groups_drain_flag_once(make_stream, redqueue_redis):
     assert 0 < ttl <= 15_000  # a short lease, not a flag that outlives a dead drain
     stream.release_drain("b")
     assert stream.publish(4).woken == ("b",)
+
+
+def test_groups_past_the_cap_of_kept_calls_are_served_alike(make_stream, monkeypatch):
+    # A group's keys and packed script calls are kept per group, but group names are caller
+    # data (any name read, sought or found in Redis): past the cap they are built per call.
+    monkeypatch.setattr(base_module, "MAX_FRONTS", 4)
+    monkeypatch.setattr(streams_module, "MAX_FRONTS", 4)
+    stream = make_stream(groups=["a"])
+    stream.publish_many(range(3))
+    for i in range(8):
+        group = f"g{i}"
+        stream.seek(group, "start")
+        assert drain(stream, group) == [0, 1, 2]
+        stream.renew(group, "c1")
+        assert stream.group_figures(group).processed == 3
+    assert drain(stream, "a") == [0, 1, 2]
+    assert len(stream._keys_of_group) == 4
+    assert sum(isinstance(kept, tuple) for kept in stream._fronts) == 4
 
 
 def test_group_created_later_starts_at_the_end_and_can_replay(make_stream):
