@@ -24,6 +24,7 @@ from ..redis.client import redis_errors
 from ..redis.keys import DEFAULT_PREFIX
 from ..redis.lua import KeyOrArg
 from ..redis.serializers import Serializer
+from ..redis.server import server_warnings
 from ..validation import boolean, positive_int, seconds
 from .base import DRAIN_LEASE, MAX_FRONTS, Structure
 from .figures import WINDOW, Figures, compute, parse_counters, ring_sums
@@ -618,6 +619,7 @@ class EventStream(Structure):
             oldest_ms=None,
             now_ms=0.0,
             counters=stats,
+            warnings=server_warnings(self.client),  # its entries are lost the same ways
         )
         return replace(figures, oldest_age=max(ages, default=None))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_redqueue import BucketTask, PoolTask, errors
+from celery_redqueue import BucketTask, CappedPool, EventStream, PoolTask, errors
 from celery_redqueue.redis.client import make_client
 
 pytest_plugins = ["tests.faults.fixtures_errors"]
@@ -138,16 +138,20 @@ def test_figures_warn_about_eviction_and_persistence_and_skip_a_refused_config(f
     risky = fault_server(extra_args=("--maxmemory-policy", "allkeys-lru"))
     safe = fault_server(appendonly=True)
     locked = fault_server(extra_args=("--rename-command", "CONFIG", ""))
-    figures = {}
+    figures, streams = {}, {}
     for label, server in (("risky", risky), ("safe", safe), ("locked", locked)):
-        pool = __import__("celery_redqueue").CappedPool(make_client(server.url), "p", 10)
+        pool = CappedPool(make_client(server.url), "p", 10)
         pool.add(1)
         figures[label] = pool.figures()
-    warnings = " ".join(figures["risky"].warnings)
-    assert "allkeys-lru" in warnings and "persistence is off" in warnings
-    assert figures["safe"].warnings == ()
-    assert figures["locked"].warnings == ()  # managed Redis: skipped quietly
-    assert figures["locked"].depth == 1
+        stream = EventStream(make_client(server.url), "s", groups=["g"])
+        stream.publish({"n": 1})
+        streams[label] = stream.figures()
+    for read in (figures, streams):  # a stream's entries are lost the same ways
+        warnings = " ".join(read["risky"].warnings)
+        assert "allkeys-lru" in warnings and "persistence is off" in warnings
+        assert read["safe"].warnings == ()
+        assert read["locked"].warnings == ()  # managed Redis: skipped quietly
+        assert read["locked"].depth == 1
 
 
 @pytest.fixture
