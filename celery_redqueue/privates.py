@@ -80,6 +80,31 @@ def undecorated_body(task: AnyTask) -> Callable[..., object]:
     return body
 
 
+def push_request_of_calls() -> Callable[..., None]:
+    """The ``push_request`` of a task class whose ``__call__`` goes on to Celery's
+    ``Task.__call__``: one that pushes a request starting from the current one, as Celery does
+    from 5.5 on (celery/celery#9208); there, Celery's own.
+
+    Before 5.5, ``Task.__call__`` pushed a bare request (args and kwargs only). `celery worker`
+    skips that call (its stack protection runs the body directly), but eager runs
+    (``apply()``, ``task_always_eager``) and Celery's in-process test worker do not: the body
+    saw no ``id``, ``retries == 0`` and ``called_directly``, so its ``self.retry()`` and
+    ``autoretry_for`` re-raised instead of retrying. Used as a class attribute:
+    ``push_request = push_request_of_calls()``."""
+    import celery
+    from celery import Task
+    from celery.app.task import Context
+
+    if celery.VERSION >= (5, 5):
+        own: Callable[..., None] = Task.push_request
+        return own
+
+    def push_request(self: AnyTask, *args: dict[str, object], **kwargs: object) -> None:
+        self.request_stack.push(Context(*args, **{**vars(self.request), **kwargs}))
+
+    return push_request
+
+
 def socket_identity(conn: ConnectionInterface) -> int | None:
     """Something that changes when a redis-py connection reconnects (its socket object's id), or
     None when it is not connected: ``CLIENT UNBLOCK`` needs the server's id of the connection,

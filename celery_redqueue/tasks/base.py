@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from celery.result import AsyncResult
 
 from ..errors import RedQueueError, SerializationError
-from ..privates import check_arguments, exec_options, undecorated_body
+from ..privates import check_arguments, exec_options, push_request_of_calls, undecorated_body
 from ..structures.protocols import Drained, Producer
 from .beat import DrainSummary, register_beat
 from .broker import check_transport, is_transient, refused
@@ -183,6 +183,10 @@ class RedQueueTask(Task):  # type: ignore[type-arg]
             cls.__call__ = entry_point(cls, cls.__dict__.get("__call__"))  # type: ignore[method-assign]
 
     # --- the __call__ dispatch (see the module: whichever base's __call__ wins) ----------
+
+    # A direct or eager call goes on to Task.__call__: its body then runs under the call's own
+    # request on every Celery (before 5.5 a bare one: `push_request_of_calls`).
+    push_request = push_request_of_calls()
 
     def _in_stored_call(self) -> bool:
         """Whether this task is running one stored call of a drain (not a direct call)."""

@@ -14,9 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, overload
 
-import celery
 from celery import Task
-from celery.app.task import Context
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -24,6 +22,7 @@ if TYPE_CHECKING:
     from ..privates import AnyTask
 
 from ..errors import ConfigurationError, NoFreeResourceError, RedQueueError
+from ..privates import push_request_of_calls
 from ..redis.keys import validate_name
 from ..structures.lease_keeper import LeaseKeeper
 from ..structures.leases import Lease, LeasedResources
@@ -42,14 +41,6 @@ _registries: weakref.WeakKeyDictionary[Celery, _LeaseRegistry] = weakref.WeakKey
 _LEASING: contextvars.ContextVar[LeaseTask | None] = contextvars.ContextVar(
     "redqueue_leasing", default=None
 )
-
-#: Celery before 5.5 (celery/celery#9208) pushes a bare request (args and kwargs only) in
-#: ``Task.__call__``, which a lease task calls to run its body. `celery worker` skips that call
-#: (its stack protection runs the body directly), but Celery's in-process test worker and eager
-#: calls do not: there the body would see ``request.retries == 0``, no ``id``, and
-#: ``called_directly``, so its own ``self.retry()`` and ``autoretry_for`` would re-raise
-#: instead of retrying.
-_BARE_CALL_REQUEST = celery.VERSION < (5, 5)
 
 
 @dataclass
@@ -226,12 +217,8 @@ class LeaseTask(Task):  # type: ignore[type-arg]
     def __call__(self, *args: object, **kwargs: object) -> object:
         return self._leased(super().__call__, args, kwargs)
 
-    if _BARE_CALL_REQUEST:
-
-        def push_request(self, *args: dict[str, object], **kwargs: object) -> None:
-            # As Celery 5.5+ does: the pushed request starts from the current one, so the body
-            # run by Task.__call__ sees the call's own request (see _BARE_CALL_REQUEST).
-            self.request_stack.push(Context(*args, **{**vars(self.request), **kwargs}))
+    # The body runs through Task.__call__: under the call's own request on every Celery.
+    push_request = push_request_of_calls()
 
     def _leased(
         self, call: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]

@@ -204,3 +204,36 @@ def test_stream_retries_follow_retry_backoff(app, wait_for, caplog):
     figures = handle.stream.group_figures("retrying")
     assert (figures.retried, figures.dead) == (2, 1)
     assert_logged_as_retries(caplog, 2, [1, 2])
+
+
+@pytest.mark.parametrize("how", ["self-retry", "autoretry_for"])
+def test_an_eager_pool_call_retries_under_its_own_request(app, how):
+    # Celery before 5.5 ran the body under a bare request (no id, called_directly): there
+    # self.retry() and autoretry_for re-raised at once instead of retrying.
+    runs = []
+
+    @app.task(
+        base=PoolTask,
+        bind=True,
+        max_retries=3,
+        autoretry_for=(ValueError,) if how == "autoretry_for" else (),
+    )
+    def sync(self, x):
+        request = self.request
+        runs.append((request.id, request.retries, request.is_eager, request.called_directly))
+        if request.retries < 2:
+            if how == "autoretry_for":
+                raise ValueError("upstream down")
+            raise self.retry(countdown=5, exc=ValueError("upstream down"))
+        return x * 2
+
+    app.conf.task_always_eager = True
+    result = sync.delay(21)
+    assert (result.get(), result.state) == (42, "SUCCESS")
+    assert runs == [(result.id, n, True, False) for n in range(3)]
+    assert sync.pool.stats().offered == 0  # run at once, never stored
+    # .apply() is the same eager run, with or without the setting.
+    app.conf.task_always_eager = False
+    runs.clear()
+    applied = sync.apply((4,), task_id="applied-1")
+    assert (applied.get(), runs) == (8, [("applied-1", n, True, False) for n in range(3)])

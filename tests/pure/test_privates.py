@@ -70,3 +70,23 @@ def test_exec_options_check_arguments_and_the_undecorated_body():
 
     assert privates.undecorated_body(plain) == plain.run
     app.close()
+
+
+def test_push_request_of_calls_keeps_the_calls_own_request():
+    app = Celery("privates", set_as_current=False)
+
+    class Pushing(app.Task):
+        push_request = privates.push_request_of_calls()
+
+        def __call__(self, *args, **kwargs):  # a custom __call__: apply() runs it
+            return super().__call__(*args, **kwargs)
+
+    @app.task(base=Pushing, bind=True, shared=False, max_retries=1)
+    def body(self, x):
+        if not self.request.retries:
+            raise self.retry(countdown=1)
+        return self.request.id, self.request.retries, list(self.request.args), self.request.is_eager
+
+    # An eager run's retry runs it again, under the same id, as the second try.
+    assert body.apply((7,), task_id="t-1").get() == ("t-1", 1, [7], True)
+    app.close()
