@@ -183,12 +183,11 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
     # its result must not turn a done call into a failed or retried one. A store is safe to run
     # twice (it sets the call's one key), so a connection error is tried again for a while:
     # Celery's Redis backend retries its SET but not the GET before it, and a waiter whose
-    # result is never stored waits forever (bench/torture.py, client-kill, found it). With
-    # Celery's own `result_backend_always_retry` on, its loop covers the GET too: none here.
+    # result is never stored waits forever (bench/torture.py, client-kill, found it). An error
+    # Celery's own `result_backend_always_retry` loop covers (it covers the GET too) was tried
+    # again there already: none here.
     global _backend_down
     backend = task.backend
-    transient = getattr(backend, "exception_safe_to_retry", None)
-    patient = not _backend_down and not getattr(backend, "always_retry", False)
     deadline = time.monotonic() + STORE_PATIENCE
     pause = 0.05
     while True:
@@ -197,7 +196,10 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
             _backend_down = False
             return
         except Exception as exc:
-            safe = transient is not None and transient(exc)
+            safe = _transient(backend, exc)
+            patient = not _backend_down and not (
+                getattr(backend, "always_retry", False) and backend.exception_safe_to_retry(exc)
+            )
             if not (patient and safe) or time.monotonic() + pause > deadline:
                 _backend_down = _backend_down or safe
                 logger.warning(
@@ -206,6 +208,15 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
                 return
         time.sleep(pause)
         pause = min(pause * 2, 1.0)
+
+
+def _transient(backend: Backend, exc: Exception) -> bool:
+    """A connection error of the backend, which a store may try again: what the backend says is
+    safe to retry, or one of its ``connection_errors``. Celery's Redis backend says which errors
+    are safe only from 5.5 on (celery/celery#9614); before, it calls none safe, though its
+    ``connection_errors`` (redis-py's and the socket's) are."""
+    connection_errors: tuple[type[BaseException], ...] = getattr(backend, "connection_errors", ())
+    return bool(backend.exception_safe_to_retry(exc)) or isinstance(exc, connection_errors)
 
 
 def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:
