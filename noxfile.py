@@ -28,7 +28,7 @@ FAST_TESTS = [
 
 #: The oldest releases the package supports (setup.cfg's floors), tested together on the oldest
 #: Python.
-OLDEST = ["celery==5.3.6", "kombu==5.3.7", "redis==6.1.0"]
+OLDEST = ["celery==5.3.6", "kombu==5.3.7", "redis==6.4.0"]
 #: What the oldest session runs besides the fast tests: real workers retrying calls, and result
 #: stores meeting connection errors, where the oldest releases behave differently (a task's
 #: request under its own ``__call__``, a second in-process worker's ETA messages, which errors

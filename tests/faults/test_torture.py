@@ -9,20 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: redis-py 5.3 to 6.3 deadlock in ``PubSub`` when a command meets a dropped connection: the
-#: reconnect re-subscribes under the lock the command holds (redis/redis-py#3640, fixed in 6.4.0
-#: by #3677). Celery's Redis result backend subscribes in every producer (each sent task with a
-#: result, the drain jobs ``delay()`` sends among them) and unsubscribes when an ``AsyncResult``
-#: is dropped, so under client-kill the producer's ``delay()`` hangs for good, whatever this
-#: package does.
-PUBSUB_DEADLOCK = (5, 3) <= tuple(int(part) for part in redis.__version__.split(".")[:2]) < (6, 4)
 
-
-@pytest.mark.skipif(PUBSUB_DEADLOCK, reason="redis-py 5.3-6.3's PubSub deadlock (redis-py#3640)")
 @pytest.mark.timeout(400)
 def test_the_quick_torture_run_finds_no_violation():
     done = subprocess.run(
