@@ -67,6 +67,10 @@ FLOOR_BATCH = "pool_bench.floor_batch"
 #: with pop as many per step (their pool_batch_size), so both sides move the same batches.
 DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
+#: The bare script call on one connection held for the whole side (no checkout from redis-py's
+#: connection pool per call): what holding a connection per thread would buy, which the call
+#: path does not do (fork, gevent and failover make a held connection a liability).
+HELD_SIDE = "the same script on a held connection"
 #: The bare script call with every argument packed on every call (redis-py's send_command on a
 #: connection of the pool), not its keys and head once (redis/call.py's Front).
 UNPACKED_SIDE = "the same script, all arguments packed per call"
@@ -525,6 +529,15 @@ class Bench:
                 finally:
                     client.connection_pool.release(conn)
 
+        def on_held(chunk: range) -> None:
+            conn = client.connection_pool.get_connection()
+            try:
+                for _ in chunk:
+                    conn.send_packed_command(front.pack([repr(random.random()), payload]))
+                    conn.read_response()
+            finally:
+                client.connection_pool.release(conn)
+
         general_front = pack_front(client, plain_lua, keys, [*head, 0])  # no dedupe window
 
         def through_pool_add(chunk: range) -> None:
@@ -540,6 +553,7 @@ class Bench:
                 PLAIN_SIDE: plain_calls,
                 **raw_sides(client, raw_key, payload, same_script),
                 UNPACKED_SIDE: unpacked,
+                HELD_SIDE: on_held,
                 REDIS_PY_SIDE: through_redis_py,
                 GENERAL_SIDE: through_pool_add,
             },
