@@ -80,6 +80,10 @@ class ReplyDroppingProxy:
 
     def close(self) -> None:
         self._running = False
+        # Closing a listening socket does not wake a thread blocked in accept() (Linux): shut
+        # it down first, or every close waits out the join's timeout.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             sockets = list(self._open)
