@@ -84,10 +84,7 @@ def raw_sides(
             client.evalsha(sha, 1, key, i, payload)
 
     pool = client.connection_pool
-    try:
-        conn = pool.get_connection()
-    except TypeError:  # redis-py < 6 wants a command name
-        conn = pool.get_connection("PING")
+    conn = pool.get_connection()
 
     def conn_ping(chunk: range) -> None:
         for _ in chunk:

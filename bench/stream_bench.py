@@ -42,6 +42,9 @@ from celery_redqueue.redis.lua import script
 from celery_redqueue.structures.streams import GROUP_PARTS, PUBLISH_GROUP_PARTS
 from celery_redqueue.testing import celery_test_config
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from producer_cost import measure  # bench/ itself, as pool_bench imports it
+
 ENV_URL, ENV_PREFIX, ENV_TARGET = "STREAM_BENCH_URL", "STREAM_BENCH_PREFIX", "STREAM_BENCH_TARGET"
 GROUPS = ("sms", "slip", "points")
 PLAIN_QUEUE = "plain"
@@ -113,20 +116,6 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-def interleaved(n: int, rounds: int, runs: dict[str, Any]) -> dict[str, float]:
-    """Seconds each run took over ``range(n)``, in alternating chunks (the order swapped every
-    round), so the machine's ups and downs fall on every side alike."""
-    seconds = dict.fromkeys(runs, 0.0)
-    step = max(1, -(-n // rounds))
-    for number, start in enumerate(range(0, n, step)):
-        chunk = range(start, min(n, start + step))
-        for name in list(runs) if number % 2 == 0 else list(reversed(runs)):
-            began = time.perf_counter()
-            runs[name](chunk)
-            seconds[name] += time.perf_counter() - began
-    return seconds
-
-
 def call_costs(n: int, rounds: int) -> int:
     """Microseconds per script call: the stream's own calls, beside the same script and
     arguments sent bare, its keys packed once (redis/call.py's Front) or everything packed per
@@ -188,8 +177,8 @@ def call_costs(n: int, rounds: int) -> int:
             "once": bare(name, keys, args, packed=True),
             "per call": bare(name, keys, args, packed=False),
         }
-        seconds = interleaved(n, rounds, sides)
-        us = [seconds[side] / n * 1e6 for side in sides]
+        timed = measure(client, n, rounds, sides)  # producer_cost's interleaving
+        us = [timed[side].usec_per_call for side in sides]
         print(f"{label:32} {us[0]:8.1f} {us[1]:11.1f} {us[2]:9.1f}")
     return 0
 

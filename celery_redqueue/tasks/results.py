@@ -196,9 +196,10 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
             _backend_down = False
             return
         except Exception as exc:
-            safe = _transient(backend, exc)
+            celery_retries = bool(backend.exception_safe_to_retry(exc))
+            safe = celery_retries or isinstance(exc, _connection_errors(backend))
             patient = not _backend_down and not (
-                getattr(backend, "always_retry", False) and backend.exception_safe_to_retry(exc)
+                celery_retries and getattr(backend, "always_retry", False)
             )
             if not (patient and safe) or time.monotonic() + pause > deadline:
                 _backend_down = _backend_down or safe
@@ -210,13 +211,13 @@ def _storing(task: ResultTask, call_id: str, store: Callable[[], object]) -> Non
         pause = min(pause * 2, 1.0)
 
 
-def _transient(backend: Backend, exc: Exception) -> bool:
-    """A connection error of the backend, which a store may try again: what the backend says is
-    safe to retry, or one of its ``connection_errors``. Celery's Redis backend says which errors
-    are safe only from 5.5 on (celery/celery#9614); before, it calls none safe, though its
-    ``connection_errors`` (redis-py's and the socket's) are."""
-    connection_errors: tuple[type[BaseException], ...] = getattr(backend, "connection_errors", ())
-    return bool(backend.exception_safe_to_retry(exc)) or isinstance(exc, connection_errors)
+def _connection_errors(backend: Backend) -> tuple[type[BaseException], ...]:
+    """The backend's connection errors, which a store may try again besides what the backend
+    says is safe to retry: Celery's Redis backend says which errors are safe only from 5.5 on
+    (celery/celery#9614); before, it calls none safe, though these (redis-py's and the
+    socket's) are."""
+    errors: tuple[type[BaseException], ...] = getattr(backend, "connection_errors", ())
+    return errors
 
 
 def named_receipt(task: ResultTask, receipt: Receipt, call_id: str) -> Receipt:

@@ -1,7 +1,7 @@
 """Problem 8 of issue 8: a Redis that accepts connections but never answers (SIGSTOP) gives
 RedisUnavailableError within seconds, by default, and everything works again once it resumes.
 
-redis-py 8 has a 5 s socket timeout of its own; redis-py 4.6 to 7 (allowed by ``redis>=4.6``)
+redis-py 8 has a 5 s socket timeout of its own; redis-py 6.4 to 7 (allowed by ``redis>=6.4``)
 have none, and there these calls blocked forever before the package set its own defaults.
 """
 
