@@ -68,8 +68,10 @@ FLOOR_BATCH = "pool_bench.floor_batch"
 DEFAULT_FLOOR_BATCH = 500
 REDIS_PY_SIDE = "the same script via register_script"
 #: The bare script call on one connection held for the whole side (no checkout from redis-py's
-#: connection pool per call): what holding a connection per thread would buy, which the call
-#: path does not do (fork, gevent and failover make a held connection a liability).
+#: connection pool per call), checked before each call as the pool checks what it lends
+#: (``ensure_connection``: a connection the server closed while idle would otherwise look like
+#: a lost reply): what a call path that keeps connections out of the pool could buy at most.
+#: The call path does not (fork, gevent and failover make a kept connection a liability).
 HELD_SIDE = "the same script on a held connection"
 #: The bare script call with every argument packed on every call (redis-py's send_command on a
 #: connection of the pool), not its keys and head once (redis/call.py's Front).
@@ -530,13 +532,17 @@ class Bench:
                     client.connection_pool.release(conn)
 
         def on_held(chunk: range) -> None:
-            conn = client.connection_pool.get_connection()
+            connection_pool = client.connection_pool
+            # redis-py < 7 has no ensure_connection: there the side goes unchecked.
+            ensure = getattr(connection_pool, "ensure_connection", lambda conn: None)
+            conn = connection_pool.get_connection()
             try:
                 for _ in chunk:
+                    ensure(conn)
                     conn.send_packed_command(front.pack([repr(random.random()), payload]))
                     conn.read_response()
             finally:
-                client.connection_pool.release(conn)
+                connection_pool.release(conn)
 
         general_front = pack_front(client, plain_lua, keys, [*head, 0])  # no dedupe window
 
