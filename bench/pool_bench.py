@@ -71,7 +71,7 @@ REDIS_PY_SIDE = "the same script via register_script"
 #: connection pool per call), checked before each call as the pool checks what it lends
 #: (``ensure_connection``: a connection the server closed while idle would otherwise look like
 #: a lost reply): what a call path that keeps connections out of the pool could buy at most.
-#: The call path does not (fork, gevent and failover make a kept connection a liability).
+#: The call path does not (docs/performance.md gives the figures: under the 10 % bar).
 HELD_SIDE = "the same script on a held connection"
 #: The bare script call with every argument packed on every call (redis-py's send_command on a
 #: connection of the pool), not its keys and head once (redis/call.py's Front).
